@@ -1,0 +1,200 @@
+// Package pgtest gives tests a real, migrated PostgreSQL database of their
+// own. It is for tests only.
+//
+// The first call in a test binary makes sure a template database migrated to
+// the current schema exists (its name carries a hash of the migration files,
+// so a schema change makes a new one), then every NewDB call clones it with
+// CREATE DATABASE ... TEMPLATE, which takes tens of milliseconds. The server
+// comes from TEST_DATABASE_URL, default
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable.
+package pgtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxhq/inbox/migrations"
+)
+
+// DefaultURL is the server used when TEST_DATABASE_URL is unset.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+var (
+	templateOnce sync.Once
+	templateName string
+	templateErr  error
+	dbCounter    atomic.Int64
+)
+
+// ServerURL returns the URL of the test server's maintenance database.
+func ServerURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+// WithDatabase returns base with its database name replaced.
+func WithDatabase(base, name string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: bad URL: %v", err))
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func schemaHash() (string, error) {
+	h := sha256.New()
+	var names []string
+	err := fs.WalkDir(migrations.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			names = append(names, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b, err := fs.ReadFile(migrations.FS(), n)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", n, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12], nil
+}
+
+func ensureTemplate(ctx context.Context) (string, error) {
+	sum, err := schemaHash()
+	if err != nil {
+		return "", fmt.Errorf("hash migrations: %w", err)
+	}
+	name := "inbox_tpl_" + sum
+	admin, err := pgx.Connect(ctx, ServerURL())
+	if err != nil {
+		return "", fmt.Errorf("connect to test server %s (set TEST_DATABASE_URL, or run scripts/dev-db start): %w", redact(ServerURL()), err)
+	}
+	defer admin.Close(ctx)
+	// Test binaries of several packages run at once: one makes the template.
+	if _, err := admin.Exec(ctx, "SELECT pg_advisory_lock(7283911)"); err != nil {
+		return "", err
+	}
+	defer admin.Exec(context.Background(), "SELECT pg_advisory_unlock(7283911)") //nolint:errcheck
+	var exists bool
+	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)", name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return name, nil
+	}
+	// A half-made template from an interrupted run is dropped and made again.
+	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", err
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", err
+	}
+	pool, err := pgxpool.New(ctx, WithDatabase(ServerURL(), name))
+	if err != nil {
+		return "", err
+	}
+	err = migrations.Migrate(ctx, pool, nil)
+	pool.Close()
+	if err != nil {
+		return "", fmt.Errorf("migrate template: %w", err)
+	}
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH is_template = true"); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// NewURL creates a fresh migrated database for t, drops it when t ends, and
+// returns its URL (for processes started by the test).
+func NewURL(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx) })
+	if templateErr != nil {
+		t.Fatalf("pgtest: %v", templateErr)
+	}
+	name := fmt.Sprintf("inbox_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, dbCounter.Add(1))
+	admin, err := pgx.Connect(ctx, ServerURL())
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	// CREATE DATABASE ... TEMPLATE fails while another session is connected
+	// to the template; only ensureTemplate connects to it, briefly, so retry.
+	for i := 0; ; i++ {
+		_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{templateName}.Sanitize())
+		if err == nil || i == 50 || !strings.Contains(err.Error(), "being accessed by other users") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		admin, err := pgx.Connect(ctx, ServerURL())
+		if err != nil {
+			t.Logf("pgtest: drop %s: %v", name, err)
+			return
+		}
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Logf("pgtest: drop %s: %v", name, err)
+		}
+	})
+	return WithDatabase(ServerURL(), name)
+}
+
+// NewPool creates a fresh migrated database for t and returns a pool on it,
+// closed when t ends.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(NewURL(t))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return p.Redacted()
+}

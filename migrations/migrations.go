@@ -1,0 +1,100 @@
+// Package migrations owns the whole database schema as embedded goose
+// migrations: River's tables (versions 1..99, generated from the River module
+// by rivergen) and the inbox's own tables (versions 100 and up).
+//
+// Migrate is safe to run twice and from several processes at once: goose
+// takes a PostgreSQL advisory lock for the duration of a run.
+package migrations
+
+//go:generate go run ./internal/rivergen .
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+// riverVersionLimit is the first goose version that belongs to the inbox's
+// own schema; River's versions sit below it.
+const riverVersionLimit = 100
+
+//go:embed *.sql
+var files embed.FS
+
+// FS returns the embedded migration files.
+func FS() fs.FS { return files }
+
+func provider(db *sql.DB) (*goose.Provider, error) {
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, fmt.Errorf("goose locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithSessionLocker(locker))
+	if err != nil {
+		return nil, fmt.Errorf("goose provider: %w", err)
+	}
+	return p, nil
+}
+
+// Migrate applies every pending migration and reports each applied version
+// to out (nil for silence). Running it on a current database applies nothing.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := provider(db)
+	if err != nil {
+		return err
+	}
+	results, err := p.Up(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if out != nil {
+		if len(results) == 0 {
+			fmt.Fprintln(out, "migrate: schema is current, nothing to apply")
+		}
+		for _, r := range results {
+			fmt.Fprintf(out, "migrate: applied %s in %s\n", r.Source.Path, r.Duration.Round(1e6))
+		}
+	}
+	return nil
+}
+
+// Status is one migration's state.
+type Status struct {
+	Version   int64  `json:"version"`
+	File      string `json:"file"`
+	Applied   bool   `json:"applied"`
+	AppliedAt string `json:"applied_at,omitempty"`
+}
+
+// List returns every known migration and whether it is applied.
+func List(ctx context.Context, pool *pgxpool.Pool) ([]Status, error) {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := provider(db)
+	if err != nil {
+		return nil, err
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migration status: %w", err)
+	}
+	out := make([]Status, 0, len(st))
+	for _, s := range st {
+		r := Status{Version: s.Source.Version, File: s.Source.Path, Applied: s.State == goose.StateApplied}
+		if r.Applied {
+			r.AppliedAt = s.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
