@@ -1,0 +1,114 @@
+// Command ingest serves POST /webhooks/{source}: it verifies each delivery's
+// signature, stores it as an envelope with its processing job in one
+// transaction, and answers 2xx only after COMMIT.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/inboxhq/inbox/internal/cli"
+	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/ingest"
+	"github.com/inboxhq/inbox/internal/pg"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "ingest:", err)
+		os.Exit(1)
+	}
+}
+
+// run starts ingest and serves until ctx is cancelled, then drains in-flight
+// requests and returns nil.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := cli.NewFlags("ingest", getenv, stderr)
+	addr := fs.String("addr", "INGEST_ADDR", ":8080", "listen address")
+	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file")
+	storeTimeout := fs.Duration("store-timeout", "INGEST_STORE_TIMEOUT", 3*time.Second, "bound on storing one delivery; past it the answer is 503")
+	maxConns := fs.Int("db-max-conns", "INGEST_DB_MAX_CONNS", 20, "database pool size")
+	drain := fs.Duration("shutdown-timeout", "INGEST_SHUTDOWN_TIMEOUT", 20*time.Second, "how long SIGTERM waits for in-flight requests")
+	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	logger, err := cli.NewLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	if *cfgPath == "" {
+		return errors.New("no sources file: set --config or INBOX_CONFIG")
+	}
+	cfg, err := config.Load(*cfgPath, getenv)
+	if err != nil {
+		return err
+	}
+	pool, err := pg.Open(ctx, getenv("DATABASE_URL"), pg.Options{
+		MaxConns:         int32(*maxConns),
+		StatementTimeout: *storeTimeout,
+		ApplicationName:  "inbox-ingest",
+	})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	riverClient, err := envelope.NewInsertClient(pool, logger)
+	if err != nil {
+		return err
+	}
+	srv, err := ingest.New(cfg, envelope.NewStore(pool, riverClient), logger, ingest.Options{StoreTimeout: *storeTimeout})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	httpSrv := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      20 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	logger.Info("ingest listening", "addr", ln.Addr().String(), "sources", cfg.Names(), "database", pg.Redact(getenv("DATABASE_URL")))
+	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
+
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("ingest shutting down: draining in-flight requests", "timeout", drain.String())
+	sctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	if err := httpSrv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	logger.Info("ingest stopped")
+	return nil
+}

@@ -1,0 +1,72 @@
+// Command worker processes envelopes (the default subcommand) and holds the
+// admin subcommands: migrate, ...
+//
+//	worker [run] [flags]        process envelopes until SIGTERM
+//	worker migrate [status]     apply the schema (safe to run twice) / list versions
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// usageError marks a bad command line (exit status 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `usage: worker [command] [flags]
+
+commands:
+  run                 process envelopes until SIGTERM (the default)
+  migrate             apply every pending migration (safe to run twice)
+  migrate status      list migration versions and whether each is applied
+
+Run 'worker COMMAND -h' for a command's flags. Every command reads DATABASE_URL.
+`
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "run"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "run":
+		return runWorker(ctx, args, getenv, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, args, getenv, stdout, stderr)
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageError{fmt.Errorf("unknown command %q", cmd)}
+	}
+}

@@ -1,0 +1,44 @@
+// Package envelope owns the envelope: one verified webhook delivery, its
+// status, and its PostgreSQL store (insert together with the processing job,
+// load, record attempts and outcomes, list, replay).
+//
+// It may import provider and ledger; it must not import handlers, worker or
+// ingest.
+package envelope
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status is an envelope's processing state.
+type Status string
+
+// Envelope statuses. pending is the only non-final one.
+const (
+	StatusPending Status = "pending"
+	StatusDone    Status = "done"
+	StatusFailed  Status = "failed"  // gave up: permanent error or attempts exhausted
+	StatusIgnored Status = "ignored" // no handler for its event type
+)
+
+// Envelope is one stored delivery.
+type Envelope struct {
+	ID          int64             `json:"id"`
+	Source      string            `json:"source"`
+	Provider    string            `json:"provider"`
+	DeliveryID  string            `json:"delivery_id"`
+	EventType   string            `json:"event_type"`
+	Status      Status            `json:"status"`
+	Body        []byte            `json:"-"`
+	Payload     json.RawMessage   `json:"payload,omitempty"`
+	Headers     map[string]string `json:"headers"`
+	BodySHA256  []byte            `json:"body_sha256"`
+	SignedAt    *time.Time        `json:"signed_at,omitempty"`
+	ReceivedAt  time.Time         `json:"received_at"`
+	ProcessedAt *time.Time        `json:"processed_at,omitempty"`
+	Attempts    int               `json:"attempts"`
+	LastError   *string           `json:"last_error,omitempty"`
+	Result      json.RawMessage   `json:"result,omitempty"`
+	Duplicates  int               `json:"duplicates"`
+}

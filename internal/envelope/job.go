@@ -1,0 +1,50 @@
+package envelope
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// ProcessArgs is the River job that processes one envelope. Its kind is
+// stored in river_job: never rename it.
+type ProcessArgs struct {
+	EnvelopeID int64 `json:"envelope_id" river:"unique"`
+}
+
+// Kind implements river.JobArgs.
+func (ProcessArgs) Kind() string { return "process_envelope" }
+
+// InsertOpts makes the job unique per envelope among jobs that are still
+// waiting or running, so an envelope never has two live jobs (a replay of an
+// envelope whose job is still waiting inserts nothing). Finished jobs do not
+// count, so a finished envelope can be replayed.
+func (ProcessArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		UniqueOpts: river.UniqueOpts{
+			ByArgs: true,
+			ByState: []rivertype.JobState{
+				rivertype.JobStateAvailable,
+				rivertype.JobStatePending,
+				rivertype.JobStateRetryable,
+				rivertype.JobStateRunning,
+				rivertype.JobStateScheduled,
+			},
+		},
+	}
+}
+
+// NewInsertClient returns a River client that only inserts jobs (for ingest
+// and the admin commands); it runs no queues.
+func NewInsertClient(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("river insert client: %w", err)
+	}
+	return client, nil
+}

@@ -1,0 +1,158 @@
+package envelope
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// Store is the envelope table's PostgreSQL store.
+type Store struct {
+	pool  *pgxpool.Pool
+	river *river.Client[pgx.Tx]
+}
+
+// NewStore returns a Store. client may be an insert-only River client (one
+// with no queues); it is used to enqueue processing jobs.
+func NewStore(pool *pgxpool.Pool, client *river.Client[pgx.Tx]) *Store {
+	return &Store{pool: pool, river: client}
+}
+
+// Pool returns the store's pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// NewDelivery is a verified delivery to store.
+type NewDelivery struct {
+	Source     string
+	Provider   string
+	DeliveryID string
+	EventType  string
+	Body       []byte
+	Payload    json.RawMessage
+	Headers    map[string]string
+	SignedAt   time.Time
+	// MaxAttempts for the processing job; 0 keeps the worker's default.
+	MaxAttempts int
+}
+
+// InsertResult says what Insert did.
+type InsertResult struct {
+	EnvelopeID int64
+	// Duplicate is true when the delivery id was already stored with the same
+	// body: nothing new was stored or enqueued.
+	Duplicate bool
+}
+
+// ConflictError is returned by Insert when the delivery id is already stored
+// with a different body. The stored envelope is untouched; the conflicting
+// delivery is recorded in envelope_conflict.
+type ConflictError struct {
+	EnvelopeID int64
+	ConflictID int64
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("delivery id already stored as envelope %d with a different body (conflict %d recorded)", e.EnvelopeID, e.ConflictID)
+}
+
+// Insert stores d as a new envelope and enqueues its processing job in the
+// same transaction, and returns only after COMMIT. A delivery id already
+// stored with the same body counts a duplicate and enqueues nothing; with a
+// different body it records a conflict and returns *ConflictError. Safe to
+// call concurrently with the same delivery: exactly one call inserts.
+func (s *Store) Insert(ctx context.Context, d NewDelivery) (InsertResult, error) {
+	sum := sha256.Sum256(d.Body)
+	headers, err := json.Marshal(d.Headers)
+	if err != nil {
+		return InsertResult{}, fmt.Errorf("encode headers: %w", err)
+	}
+	var signedAt *time.Time
+	if !d.SignedAt.IsZero() {
+		signedAt = &d.SignedAt
+	}
+	payload := storablePayload(d.Payload)
+
+	var res InsertResult
+	var conflict *ConflictError
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+			INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+			ON CONFLICT (source, delivery_id) DO NOTHING
+			RETURNING id`,
+			d.Source, d.Provider, d.DeliveryID, d.EventType, d.Body, payload, headers, sum[:], len(d.Body), signedAt,
+		).Scan(&res.EnvelopeID)
+		switch {
+		case err == nil:
+			opts := &river.InsertOpts{MaxAttempts: d.MaxAttempts}
+			if _, err := s.river.InsertTx(ctx, tx, ProcessArgs{EnvelopeID: res.EnvelopeID}, opts); err != nil {
+				return fmt.Errorf("enqueue envelope %d: %w", res.EnvelopeID, err)
+			}
+			return nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("insert envelope: %w", err)
+		}
+		// The delivery id is taken (ON CONFLICT waited for the other
+		// transaction to commit). Same body: a duplicate.
+		res.Duplicate = true
+		err = tx.QueryRow(ctx, `
+			UPDATE envelope SET duplicates = duplicates + 1, last_duplicate_at = now()
+			WHERE source = $1 AND delivery_id = $2 AND body_sha256 = $3
+			RETURNING id`, d.Source, d.DeliveryID, sum[:]).Scan(&res.EnvelopeID)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("count duplicate: %w", err)
+		}
+		// Different body: record the conflict, leave the original alone.
+		conflict = &ConflictError{}
+		err = tx.QueryRow(ctx, `
+			INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body, headers)
+			SELECT id, source, delivery_id, $3, $4, $5, $6 FROM envelope WHERE source = $1 AND delivery_id = $2
+			RETURNING envelope_id, id`, d.Source, d.DeliveryID, sum[:], len(d.Body), d.Body, headers,
+		).Scan(&conflict.EnvelopeID, &conflict.ConflictID)
+		if err != nil {
+			return fmt.Errorf("record conflict: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return InsertResult{}, err
+	}
+	if conflict != nil {
+		return InsertResult{EnvelopeID: conflict.EnvelopeID}, conflict
+	}
+	return res, nil
+}
+
+// storablePayload returns the payload for the jsonb column, or nil when
+// PostgreSQL's jsonb cannot hold it (a \u0000 escape): the raw body is kept
+// byte-exact either way, and handlers read the body.
+func storablePayload(p json.RawMessage) []byte {
+	if len(p) == 0 || containsNulEscape(p) {
+		return nil
+	}
+	return p
+}
+
+func containsNulEscape(b []byte) bool {
+	for i := 0; i+5 < len(b); i++ {
+		if b[i] == '\\' {
+			if string(b[i+1:i+6]) == "u0000" {
+				// An escaped backslash before it ("\\u0000") is text, not NUL,
+				// but treating it as NUL only drops the optional parsed copy.
+				return true
+			}
+			i++ // skip the escaped character
+		}
+	}
+	return false
+}

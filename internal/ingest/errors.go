@@ -1,0 +1,120 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/provider"
+)
+
+var (
+	errUnknownSource = errors.New("unknown source")
+	errTooLarge      = errors.New("body exceeds the source's limit")
+)
+
+// errorBody is every error response's JSON.
+type errorBody struct {
+	Error      string `json:"error"`
+	Status     string `json:"status"`
+	EnvelopeID int64  `json:"envelope_id,omitempty"`
+	RequestID  string `json:"request_id,omitempty"`
+}
+
+// classify maps err to a status code, the outcome name used in logs and
+// metrics, and the message the client sees. It is the only place that does.
+func classify(err error) (code int, outcome, msg string) {
+	var sigErr *provider.SignatureError
+	var fmtErr *provider.FormatError
+	var conflict *envelope.ConflictError
+	var maxBytes *http.MaxBytesError
+	switch {
+	case errors.Is(err, errUnknownSource):
+		return http.StatusNotFound, "unknown_source", "unknown source"
+	case errors.Is(err, errTooLarge), errors.As(err, &maxBytes):
+		return http.StatusRequestEntityTooLarge, "too_large", errTooLarge.Error()
+	case errors.As(err, &sigErr):
+		return http.StatusUnauthorized, "bad_signature", sigErr.Error()
+	case errors.As(err, &fmtErr):
+		return http.StatusBadRequest, "bad_request", fmtErr.Error()
+	case errors.As(err, &conflict):
+		return http.StatusUnprocessableEntity, "conflict", "delivery id already received with a different body; the original is kept and the conflict recorded"
+	case unavailable(err):
+		return http.StatusServiceUnavailable, "unavailable", "storage unavailable, nothing was stored; retry later"
+	default:
+		return http.StatusInternalServerError, "internal_error", "internal error"
+	}
+}
+
+// unavailable reports whether err means the database is unreachable or
+// overloaded (so a retry later may succeed), as opposed to a bug.
+func unavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return true
+	}
+	if pgconn.Timeout(err) || pgconn.SafeToRetry(err) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", // connection exception
+			"53", // insufficient resources (too many connections, disk full)
+			"57", // operator intervention: shutdown, query canceled, statement timeout
+			"40": // serialization failure, deadlock: retry
+			return true
+		}
+		return false
+	}
+	// A connection cut under us mid-statement.
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+// writeError answers err with its status and logs it.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, log *slog.Logger) {
+	code, outcome, msg := classify(err)
+	body := errorBody{Error: msg, Status: outcome, RequestID: middleware.GetReqID(r.Context())}
+	var conflict *envelope.ConflictError
+	if errors.As(err, &conflict) {
+		body.EnvelopeID = conflict.EnvelopeID
+	}
+	if code == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(s.retryAfterSeconds))
+	}
+	lvl := slog.LevelInfo
+	switch {
+	case code >= 500:
+		lvl = slog.LevelError
+	case code == http.StatusUnauthorized || code == http.StatusUnprocessableEntity:
+		lvl = slog.LevelWarn
+	}
+	// err's text is ours (verifier reasons, store errors): never a secret,
+	// a signature value or the body.
+	log.Log(r.Context(), lvl, "delivery rejected", "status", code, "outcome", outcome, "error", err.Error())
+	s.observe(r, outcome)
+	writeJSON(w, code, body)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

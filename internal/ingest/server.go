@@ -1,0 +1,203 @@
+package ingest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/provider"
+)
+
+// Options tune the server; zero values take the defaults.
+type Options struct {
+	// StoreTimeout bounds the whole store step (pool wait, insert, enqueue,
+	// commit) so a slow or unreachable database answers 503 quickly rather
+	// than after the sender gave up (Shopify waits 5 s). Default 3 s.
+	StoreTimeout time.Duration
+	// RetryAfter is the Retry-After of a 503. Default 5 s.
+	RetryAfter time.Duration
+	// Now is the clock for signature timestamps. Default time.Now.
+	Now func() time.Time
+	// Observe, when set, is called once per webhook request with the source
+	// and outcome (accepted, duplicate, bad_signature, ...).
+	Observe func(source, outcome string, elapsed time.Duration)
+}
+
+type source struct {
+	cfg      *config.Source
+	verifier provider.Verifier
+}
+
+// Server is the ingest HTTP handler.
+type Server struct {
+	sources           map[string]source
+	store             *envelope.Store
+	logger            *slog.Logger
+	now               func() time.Time
+	storeTimeout      time.Duration
+	retryAfterSeconds int
+	observeFunc       func(source, outcome string, elapsed time.Duration)
+	router            chi.Router
+}
+
+// New builds the server for cfg's sources.
+func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Options) (*Server, error) {
+	s := &Server{
+		sources:      make(map[string]source, len(cfg.Sources)),
+		store:        store,
+		logger:       logger,
+		now:          opts.Now,
+		storeTimeout: opts.StoreTimeout,
+		observeFunc:  opts.Observe,
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.storeTimeout <= 0 {
+		s.storeTimeout = 3 * time.Second
+	}
+	s.retryAfterSeconds = int(opts.RetryAfter / time.Second)
+	if s.retryAfterSeconds <= 0 {
+		s.retryAfterSeconds = 5
+	}
+	for name, src := range cfg.Sources {
+		v, err := src.Verifier()
+		if err != nil {
+			return nil, err
+		}
+		s.sources[name] = source{cfg: src, verifier: v}
+	}
+
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID)
+	r.Use(s.recoverer)
+	r.Post("/webhooks/{source}", s.handleWebhook)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", s.handleReady)
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "not found", Status: "not_found"})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method not allowed", Status: "method_not_allowed"})
+	})
+	s.router = r
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+type acceptedBody struct {
+	EnvelopeID int64  `json:"envelope_id"`
+	Status     string `json:"status"`
+}
+
+func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	name := chi.URLParam(r, "source")
+	log := s.logger.With("request_id", middleware.GetReqID(r.Context()), "source", name)
+	r = r.WithContext(withStart(r.Context(), name, start))
+	src, ok := s.sources[name]
+	if !ok {
+		s.writeError(w, r, errUnknownSource, log)
+		return
+	}
+	limit := src.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		s.writeError(w, r, errTooLarge, log)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		s.writeError(w, r, err, log)
+		return
+	}
+	d, err := src.verifier.Verify(r.Header, body, s.now())
+	if err != nil {
+		s.writeError(w, r, err, log)
+		return
+	}
+	log = log.With("delivery_id", d.DeliveryID, "event_type", d.EventType)
+
+	ctx, cancel := context.WithTimeout(r.Context(), s.storeTimeout)
+	defer cancel()
+	res, err := s.store.Insert(ctx, envelope.NewDelivery{
+		Source:      name,
+		Provider:    src.cfg.Provider,
+		DeliveryID:  d.DeliveryID,
+		EventType:   d.EventType,
+		Body:        body,
+		Payload:     d.Payload,
+		Headers:     d.Headers,
+		SignedAt:    d.SignedAt,
+		MaxAttempts: src.cfg.MaxAttempts,
+	})
+	if err != nil {
+		s.writeError(w, r, err, log.With("envelope_id", res.EnvelopeID))
+		return
+	}
+	code, outcome := http.StatusAccepted, "accepted"
+	if res.Duplicate {
+		code, outcome = http.StatusOK, "duplicate"
+	}
+	log.Info("delivery stored", "envelope_id", res.EnvelopeID, "outcome", outcome, "status", code,
+		"duration_ms", float64(time.Since(start).Microseconds())/1000)
+	s.observe(r, outcome)
+	writeJSON(w, code, acceptedBody{EnvelopeID: res.EnvelopeID, Status: outcome})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.store.Pool().Ping(ctx); err != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(s.retryAfterSeconds))
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "database unreachable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// recoverer answers a panic with 500 and logs it with the request id.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.logger.Error("panic serving request", "request_id", middleware.GetReqID(r.Context()), "panic", v)
+				writeJSON(w, http.StatusInternalServerError, errorBody{Error: "internal error", Status: "internal_error", RequestID: middleware.GetReqID(r.Context())})
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+type startKey struct{}
+
+type startInfo struct {
+	source string
+	at     time.Time
+}
+
+func withStart(ctx context.Context, source string, at time.Time) context.Context {
+	return context.WithValue(ctx, startKey{}, startInfo{source, at})
+}
+
+func (s *Server) observe(r *http.Request, outcome string) {
+	if s.observeFunc == nil {
+		return
+	}
+	si, _ := r.Context().Value(startKey{}).(startInfo)
+	s.observeFunc(si.source, outcome, time.Since(si.at))
+}

@@ -1,0 +1,78 @@
+// Package pg opens the PostgreSQL pool every binary uses, with bounded
+// connect and statement times so an unreachable database fails fast instead
+// of hanging a request or a job. It imports nothing of this module.
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Options tune a pool; zero values keep the defaults.
+type Options struct {
+	MaxConns int32
+	// ConnectTimeout bounds one connection attempt. Default 2 s.
+	ConnectTimeout time.Duration
+	// StatementTimeout is the server-side statement_timeout. Default none.
+	StatementTimeout time.Duration
+	// IdleInTxTimeout is idle_in_transaction_session_timeout: the server ends
+	// a session left idle inside a transaction this long (a frozen process
+	// then holds no locks). Default none.
+	IdleInTxTimeout time.Duration
+	// ApplicationName shows in pg_stat_activity.
+	ApplicationName string
+}
+
+// ErrNoURL is returned when DATABASE_URL is empty.
+var ErrNoURL = errors.New("DATABASE_URL is not set")
+
+// Open parses databaseURL and returns a pool. It does not wait for the
+// database to be reachable: the pool connects on first use.
+func Open(ctx context.Context, databaseURL string, o Options) (*pgxpool.Pool, error) {
+	if databaseURL == "" {
+		return nil, ErrNoURL
+	}
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		// pgx's message can quote the URL, password included.
+		return nil, errors.New("DATABASE_URL is not a valid PostgreSQL connection string")
+	}
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
+	if cfg.ConnConfig.ConnectTimeout <= 0 {
+		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	}
+	cfg.HealthCheckPeriod = 5 * time.Second
+	rp := cfg.ConnConfig.RuntimeParams
+	if o.StatementTimeout > 0 {
+		rp["statement_timeout"] = strconv.FormatInt(o.StatementTimeout.Milliseconds(), 10)
+	}
+	if o.IdleInTxTimeout > 0 {
+		rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(o.IdleInTxTimeout.Milliseconds(), 10)
+	}
+	if o.ApplicationName != "" {
+		rp["application_name"] = o.ApplicationName
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	return pool, nil
+}
+
+// Redact returns databaseURL with its password hidden, for logs.
+func Redact(databaseURL string) string {
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return u.Redacted()
+}

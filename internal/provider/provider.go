@@ -1,0 +1,108 @@
+// Package provider verifies webhook deliveries from each supported provider
+// (Stripe, GitHub, Shopify, Standard Webhooks) and extracts their delivery id
+// and event type. It works on the raw body bytes and HTTP headers only: it
+// owns no storage and must not import any other package of this module.
+package provider
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Names of the supported providers, as used in configuration and stored in
+// envelope.provider.
+const (
+	Stripe   = "stripe"
+	GitHub   = "github"
+	Shopify  = "shopify"
+	Standard = "standard"
+)
+
+// Names lists every supported provider.
+var Names = []string{Stripe, GitHub, Shopify, Standard}
+
+// Delivery is what a verified request carries.
+type Delivery struct {
+	// DeliveryID is the provider's unique id for this delivery; a provider's
+	// retry of the same delivery carries the same id.
+	DeliveryID string
+	// EventType is the provider's event name (GitHub: "event.action" when the
+	// body has an action).
+	EventType string
+	// Payload is the body when it is JSON (always, for these providers).
+	Payload json.RawMessage
+	// Headers are the headers worth keeping for audit, signature values
+	// removed (their presence is kept as "[redacted]").
+	Headers map[string]string
+	// SignedAt is the provider's signed timestamp, zero when it signs none.
+	SignedAt time.Time
+}
+
+// Verifier checks one request of one configured source.
+type Verifier interface {
+	// Verify checks the signature over body (exactly as received) and, only
+	// when it holds, parses the delivery. It returns a *SignatureError when
+	// the signature is missing, malformed, stale or wrong, and a
+	// *FormatError when a verified request lacks a delivery id or its body is
+	// not the JSON the provider's format requires.
+	Verify(h http.Header, body []byte, now time.Time) (Delivery, error)
+}
+
+// Config configures a Verifier.
+type Config struct {
+	Provider string
+	// Secrets are tried in order; any one that matches verifies (rotation).
+	Secrets []string
+	// Tolerance bounds |now - signed timestamp| for providers that sign one.
+	// Zero means DefaultTolerance.
+	Tolerance time.Duration
+}
+
+// DefaultTolerance is the timestamp tolerance when a source sets none; it is
+// Stripe's and Standard Webhooks' own default.
+const DefaultTolerance = 5 * time.Minute
+
+// SignatureError says why a request's signature was refused. Its message
+// never contains a secret, a signature value or an expected value.
+type SignatureError struct{ Reason string }
+
+func (e *SignatureError) Error() string { return "signature rejected: " + e.Reason }
+
+// FormatError says why a verified request could not be parsed.
+type FormatError struct{ Reason string }
+
+func (e *FormatError) Error() string { return "malformed delivery: " + e.Reason }
+
+// ErrUnknownProvider is returned by New for a provider name it does not know.
+var ErrUnknownProvider = errors.New("unknown provider")
+
+// New returns the Verifier for cfg. It fails when the provider is unknown or
+// no usable secret is given.
+func New(cfg Config) (Verifier, error) {
+	if len(cfg.Secrets) == 0 {
+		return nil, errors.New("no secret configured")
+	}
+	for i, s := range cfg.Secrets {
+		if s == "" {
+			return nil, fmt.Errorf("secret %d is empty", i+1)
+		}
+	}
+	if cfg.Tolerance == 0 {
+		cfg.Tolerance = DefaultTolerance
+	}
+	switch cfg.Provider {
+	case Stripe:
+		return newStripe(cfg)
+	case GitHub:
+		return newGitHub(cfg)
+	case Shopify:
+		return newShopify(cfg)
+	case Standard:
+		return newStandard(cfg)
+	default:
+		return nil, fmt.Errorf("%w %q (want one of stripe, github, shopify, standard)", ErrUnknownProvider, cfg.Provider)
+	}
+}

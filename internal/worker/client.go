@@ -1,0 +1,81 @@
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/inboxhq/inbox/internal/handlers"
+)
+
+// Config configures the worker's River client.
+type Config struct {
+	Policy Policy
+	// MaxWorkers is how many envelopes are processed at once (default 10).
+	// The pool needs MaxWorkers + 2 connections: one per running job, one
+	// for River's listener, one for its maintenance.
+	MaxWorkers int
+	// FetchCooldown and FetchPollInterval tune River's fetch loop; zero keeps
+	// River's defaults (100 ms, 1 s).
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+	// RescueStuckJobsAfter is when River rescues a job whose worker died. It
+	// must exceed Policy.JobTimeout; zero means JobTimeout + 1 minute.
+	RescueStuckJobsAfter time.Duration
+	// Name identifies this process in envelope_attempt.worker.
+	Name string
+}
+
+// NewClient returns a River client that processes envelopes with registry.
+// Start it with Start; stop it with Stop (lets running jobs finish).
+func NewClient(pool *pgxpool.Pool, registry *handlers.Registry, cfg Config, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = 10
+	}
+	p := cfg.Policy
+	if p.JobTimeout <= 0 {
+		p.JobTimeout = DefaultPolicy.JobTimeout
+	}
+	if p.SnoozeDefault <= 0 {
+		p.SnoozeDefault = DefaultPolicy.SnoozeDefault
+	}
+	if p.MaxSnooze <= 0 {
+		p.MaxSnooze = DefaultPolicy.MaxSnooze
+	}
+	if p.MaxAge <= 0 {
+		p.MaxAge = DefaultPolicy.MaxAge
+	}
+	rescue := cfg.RescueStuckJobsAfter
+	if rescue <= 0 {
+		rescue = p.JobTimeout + time.Minute
+	}
+	if rescue <= p.JobTimeout {
+		return nil, fmt.Errorf("rescue-after (%s) must exceed the job timeout (%s)", rescue, p.JobTimeout)
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultName()
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &ProcessWorker{Pool: pool, Registry: registry, Policy: p, Logger: logger, Name: cfg.Name}); err != nil {
+		return nil, fmt.Errorf("register worker: %w", err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
+		Workers:              workers,
+		JobTimeout:           p.JobTimeout,
+		RescueStuckJobsAfter: rescue,
+		FetchCooldown:        cfg.FetchCooldown,
+		FetchPollInterval:    cfg.FetchPollInterval,
+		Logger:               logger,
+		ID:                   cfg.Name,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river client: %w", err)
+	}
+	return client, nil
+}

@@ -1,0 +1,74 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/handlers"
+)
+
+// action is what one failed attempt turns into.
+type action struct {
+	outcome envelope.Outcome // failed, retry or snoozed
+	// final is true when the envelope leaves pending (status failed).
+	final  bool
+	reason string
+	// riverErr is what Work returns to River.
+	riverErr error
+}
+
+// outcome is the one place that maps a handler's error to River's action and
+// the envelope's state:
+//
+//   - *handlers.PermanentError: the envelope fails with the reason and the
+//     job is cancelled (river.JobCancel): never retried.
+//   - *handlers.NotReadyError: the job snoozes (river.JobSnooze) for its Wait
+//     or the default, using no attempt.
+//   - *handlers.RetryAfterError: the job snoozes for After, capped at
+//     maxSnooze.
+//   - anything else: River retries with backoff; on the last attempt the
+//     envelope fails with "attempts exhausted".
+//
+// Snoozing is bounded by the envelope's age: once age exceeds maxAge the
+// envelope fails instead of waiting forever.
+func outcome(err error, attempt, maxAttempts int, age time.Duration, p Policy) action {
+	var perm *handlers.PermanentError
+	if errors.As(err, &perm) {
+		return action{outcome: envelope.OutcomeFailed, final: true, reason: "permanent: " + err.Error(), riverErr: river.JobCancel(err)}
+	}
+	wait, snooze := time.Duration(0), false
+	var notReady *handlers.NotReadyError
+	var retryAfter *handlers.RetryAfterError
+	switch {
+	case errors.As(err, &notReady):
+		wait, snooze = notReady.Wait, true
+		if wait <= 0 {
+			wait = p.SnoozeDefault
+		}
+	case errors.As(err, &retryAfter):
+		wait, snooze = retryAfter.After, true
+		if wait <= 0 {
+			wait = p.SnoozeDefault
+		}
+	}
+	if snooze {
+		if wait > p.MaxSnooze {
+			wait = p.MaxSnooze
+		}
+		if age+wait > p.MaxAge {
+			reason := "gave up waiting: envelope older than " + p.MaxAge.String() + ": " + err.Error()
+			return action{outcome: envelope.OutcomeFailed, final: true, reason: reason, riverErr: river.JobCancel(errors.New(reason))}
+		}
+		return action{outcome: envelope.OutcomeSnoozed, reason: err.Error(), riverErr: river.JobSnooze(wait)}
+	}
+	if attempt >= maxAttempts {
+		reason := fmt.Sprintf("attempts exhausted (%d of %d): %v", attempt, maxAttempts, err)
+		return action{outcome: envelope.OutcomeFailed, final: true, reason: reason, riverErr: err}
+	}
+	return action{outcome: envelope.OutcomeRetry, reason: err.Error(), riverErr: err}
+}
+

@@ -1,0 +1,210 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/handlers"
+)
+
+// Policy bounds waiting and retrying.
+type Policy struct {
+	// SnoozeDefault is how long a not-ready envelope waits when its handler
+	// names no duration.
+	SnoozeDefault time.Duration
+	// MaxSnooze caps one snooze, whatever a downstream's Retry-After says.
+	MaxSnooze time.Duration
+	// MaxAge bounds snoozing: an envelope older than this fails instead of
+	// waiting again.
+	MaxAge time.Duration
+	// JobTimeout bounds one attempt (River rescues a job whose worker died
+	// only when it has one; it is never disabled).
+	JobTimeout time.Duration
+}
+
+// DefaultPolicy is the policy of a worker configured with nothing.
+var DefaultPolicy = Policy{
+	SnoozeDefault: 10 * time.Second,
+	MaxSnooze:     15 * time.Minute,
+	MaxAge:        24 * time.Hour,
+	JobTimeout:    time.Minute,
+}
+
+// ProcessWorker is the River worker for envelope.ProcessArgs.
+type ProcessWorker struct {
+	river.WorkerDefaults[envelope.ProcessArgs]
+
+	Pool     *pgxpool.Pool
+	Registry *handlers.Registry
+	Policy   Policy
+	Logger   *slog.Logger
+	// Name identifies this process in envelope_attempt.worker.
+	Name string
+}
+
+// Timeout implements river.Worker: every attempt has a timeout.
+func (w *ProcessWorker) Timeout(*river.Job[envelope.ProcessArgs]) time.Duration {
+	if w.Policy.JobTimeout > 0 {
+		return w.Policy.JobTimeout
+	}
+	return DefaultPolicy.JobTimeout
+}
+
+// errLostRace means another attempt of this job owns it now (this one was
+// rescued as stuck and re-run elsewhere): everything is rolled back.
+var errLostRace = errors.New("lost the job to another attempt")
+
+// Work processes one envelope. Effects, result, status and the job's
+// completion commit together or not at all.
+func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.ProcessArgs]) error {
+	id := job.Args.EnvelopeID
+	log := w.Logger.With("envelope_id", id, "job_id", job.ID, "attempt", job.Attempt)
+	start := time.Now()
+
+	var (
+		env        *envelope.Envelope
+		startedAt  time.Time
+		handlerErr error
+		outcomeLog string
+	)
+	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
+		var err error
+		env, startedAt, err = envelope.Lock(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if err := fence(ctx, tx, job); err != nil {
+			return err
+		}
+		a := envelope.Attempt{JobID: job.ID, Attempt: job.Attempt, StartedAt: startedAt, Worker: w.Name}
+		switch {
+		case env.Status != envelope.StatusPending:
+			// Already final (processed by an earlier attempt that committed,
+			// or a replay's job raced): only the job needs completing.
+			outcomeLog = "already_" + string(env.Status)
+		default:
+			h, ok := w.Registry.Lookup(env.Provider, env.EventType)
+			if !ok {
+				a.Outcome = envelope.OutcomeIgnored
+				res, _ := json.Marshal(map[string]string{"reason": "no handler for " + env.Provider + " event " + env.EventType})
+				if err := envelope.Finish(ctx, tx, id, envelope.StatusIgnored, res, a); err != nil {
+					return err
+				}
+				outcomeLog = "ignored"
+				break
+			}
+			result, err := runHandler(ctx, h, tx, env)
+			if err != nil {
+				handlerErr = err
+				return err // roll back the handler's partial effects
+			}
+			a.Outcome = envelope.OutcomeDone
+			if err := envelope.Finish(ctx, tx, id, envelope.StatusDone, result, a); err != nil {
+				return err
+			}
+			outcomeLog = "done"
+		}
+		completed, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		if err != nil {
+			return fmt.Errorf("complete job %d: %w", job.ID, err)
+		}
+		if completed.State != rivertype.JobStateCompleted {
+			return fmt.Errorf("complete job %d: state %s: %w", job.ID, completed.State, errLostRace)
+		}
+		return nil
+	})
+	if err == nil {
+		log.Info("envelope processed", "source", env.Source, "delivery_id", env.DeliveryID,
+			"event_type", env.EventType, "outcome", outcomeLog, "duration", time.Since(start))
+		return nil
+	}
+	if handlerErr == nil || env == nil {
+		// The database, the fence or the envelope's CAS failed: nothing was
+		// committed; River retries (and a lost race finds the envelope final).
+		log.Warn("envelope attempt rolled back", "error", err)
+		return err
+	}
+	return w.fail(ctx, job, env, startedAt, handlerErr, log)
+}
+
+// fail records a failed attempt and returns River's action for it.
+func (w *ProcessWorker) fail(ctx context.Context, job *river.Job[envelope.ProcessArgs], env *envelope.Envelope, startedAt time.Time, handlerErr error, log *slog.Logger) error {
+	act := outcome(handlerErr, job.Attempt, job.MaxAttempts, startedAt.Sub(env.ReceivedAt), w.Policy)
+	a := envelope.Attempt{JobID: job.ID, Attempt: job.Attempt, Outcome: act.outcome, Error: act.reason, StartedAt: startedAt, Worker: w.Name}
+	// The attempt's own transaction may have died with the context; record
+	// with a fresh bound so the audit trail survives a job timeout.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := pgx.BeginFunc(rctx, w.Pool, func(tx pgx.Tx) error {
+		if err := fence(rctx, tx, job); err != nil {
+			return err
+		}
+		if act.final {
+			return envelope.Finish(rctx, tx, env.ID, envelope.StatusFailed, nil, a)
+		}
+		_, err := envelope.RecordAttempt(rctx, tx, env.ID, a)
+		return err
+	})
+	lvl := slog.LevelWarn
+	if act.final {
+		lvl = slog.LevelError
+	}
+	log.Log(ctx, lvl, "envelope attempt failed", "source", env.Source, "delivery_id", env.DeliveryID,
+		"event_type", env.EventType, "outcome", string(act.outcome), "error", act.reason)
+	if err != nil {
+		log.Error("record attempt", "error", err)
+		if errors.Is(err, errLostRace) || errors.Is(err, envelope.ErrNotPending) {
+			return err
+		}
+	}
+	return act.riverErr
+}
+
+// fence locks the job's row and checks that this attempt still owns it: a
+// worker paused past the rescue horizon comes back to find its job rescued
+// and run by a later attempt, and must then change nothing. JobCompleteTx
+// checks only that the row is running, not which attempt runs it.
+func fence(ctx context.Context, tx pgx.Tx, job *river.Job[envelope.ProcessArgs]) error {
+	var state string
+	var attempt int
+	err := tx.QueryRow(ctx, `SELECT state::text, attempt FROM river_job WHERE id = $1 FOR UPDATE`, job.ID).Scan(&state, &attempt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("job %d is gone: %w", job.ID, errLostRace)
+	}
+	if err != nil {
+		return fmt.Errorf("lock job %d: %w", job.ID, err)
+	}
+	if state != string(rivertype.JobStateRunning) || attempt != job.Attempt {
+		return fmt.Errorf("job %d is %s at attempt %d, this is attempt %d: %w", job.ID, state, attempt, job.Attempt, errLostRace)
+	}
+	return nil
+}
+
+// runHandler calls h, turning a panic into an error so the attempt is
+// recorded like any other failure.
+func runHandler(ctx context.Context, h handlers.Handler, tx pgx.Tx, env *envelope.Envelope) (res json.RawMessage, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panic: %v", r)
+		}
+	}()
+	return h.Handle(ctx, tx, env)
+}
+
+// Hostname-pid, for envelope_attempt.worker.
+func DefaultName() string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d", h, os.Getpid())
+}
