@@ -71,4 +71,3 @@ func outcome(err error, attempt, maxAttempts int, age time.Duration, p Policy) a
 	}
 	return action{outcome: envelope.OutcomeRetry, reason: err.Error(), riverErr: err}
 }
-
