@@ -29,6 +29,9 @@ type Config struct {
 	RescueStuckJobsAfter time.Duration
 	// Name identifies this process in envelope_attempt.worker.
 	Name string
+	// RetryPolicy schedules retries after a transient error; nil keeps
+	// River's default (attempt^4 seconds, with jitter).
+	RetryPolicy river.ClientRetryPolicy
 }
 
 // NewClient returns a River client that processes envelopes with registry.
@@ -72,7 +75,7 @@ func NewClient(pool *pgxpool.Pool, registry *handlers.Registry, cfg Config, logg
 		FetchCooldown:        cfg.FetchCooldown,
 		FetchPollInterval:    cfg.FetchPollInterval,
 		Logger:               logger,
-		ID:                   cfg.Name,
+		RetryPolicy:          cfg.RetryPolicy,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)

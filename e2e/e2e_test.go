@@ -1,0 +1,212 @@
+// Package e2e runs the real ingest and worker binaries as processes against
+// real PostgreSQL and real HTTP.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/provider"
+	"github.com/inboxhq/inbox/internal/webhooktest"
+)
+
+const sourcesYAML = `
+sources:
+  stripe:
+    provider: stripe
+    secrets: ["${E2E_STRIPE_SECRET}"]
+  github:
+    provider: github
+    secrets: ["${E2E_GITHUB_SECRET}"]
+  shopify:
+    provider: shopify
+    secrets: ["${E2E_SHOPIFY_SECRET}"]
+  payments:
+    provider: standard
+    secrets: ["${E2E_STANDARD_SECRET}"]
+`
+
+var e2eSecrets = map[string]string{
+	"E2E_STRIPE_SECRET":   "whsec_e2e_stripe_secret",
+	"E2E_GITHUB_SECRET":   "e2e github secret",
+	"E2E_SHOPIFY_SECRET":  "e2e-shopify-secret",
+	"E2E_STANDARD_SECRET": "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA==",
+}
+
+// stack is a migrated database with ingest and worker running on it.
+type stack struct {
+	dbURL     string
+	pool      *pgxpool.Pool
+	ingestURL string
+	ingest    *proc
+	worker    *proc
+	env       []string
+}
+
+func writeConfig(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sources.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(sourcesYAML), 0o600))
+	return path
+}
+
+func baseEnv(dbURL, cfgPath string) []string {
+	env := []string{"DATABASE_URL=" + dbURL, "INBOX_CONFIG=" + cfgPath, "LOG_FORMAT=json"}
+	for k, v := range e2eSecrets {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// migrate runs `worker migrate` on dbURL.
+func migrate(t testing.TB, env []string) {
+	t.Helper()
+	p, _ := start(t, "worker", env, "migrate")
+	<-p.done
+	require.NoError(t, p.err, p.out.String())
+}
+
+func startStack(t testing.TB, dbURL string, workerArgs ...string) *stack {
+	t.Helper()
+	env := baseEnv(dbURL, writeConfig(t))
+	migrate(t, env)
+	// Twice: migrate is safe to run again.
+	migrate(t, env)
+	s := &stack{dbURL: dbURL, env: env}
+	var lines <-chan string
+	s.ingest, lines = start(t, "ingest", env, "--addr", "127.0.0.1:0")
+	s.ingestURL = "http://" + waitLine(t, lines, "listening on ", 30*time.Second)
+	s.worker, lines = start(t, "worker", env, append([]string{"run", "--fetch-cooldown", "5ms", "--fetch-poll-interval", "50ms"}, workerArgs...)...)
+	waitLine(t, lines, "worker started", 30*time.Second)
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s.pool = pool
+	return s
+}
+
+func (s *stack) send(d webhooktest.Delivery, source string) (int, error) {
+	req, err := d.Request(context.Background(), s.ingestURL+"/webhooks/"+source)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func (s *stack) scalar(t testing.TB, q string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, s.pool.QueryRow(context.Background(), q, args...).Scan(&n), q)
+	return n
+}
+
+type sent struct {
+	source string
+	d      webhooktest.Delivery
+}
+
+func deliveries(run string) []sent {
+	sec := func(k string) string { return e2eSecrets[k] }
+	shop := http.Header{"X-Shopify-Shop-Domain": {"e2e.myshopify.com"}}
+	var out []sent
+	for i := range 5 {
+		pi := fmt.Sprintf("pi_%s_%d", run, i)
+		evt := fmt.Sprintf("evt_%s_pay_%d", run, i)
+		out = append(out, sent{"stripe", webhooktest.Delivery{Provider: provider.Stripe, Secret: sec("E2E_STRIPE_SECRET"), DeliveryID: evt,
+			Body: webhooktest.StripePayment(evt, pi, int64(1000+i), "usd")}})
+		rf := fmt.Sprintf("evt_%s_ref_%d", run, i)
+		out = append(out, sent{"stripe", webhooktest.Delivery{Provider: provider.Stripe, Secret: sec("E2E_STRIPE_SECRET"), DeliveryID: rf,
+			Body: webhooktest.StripeRefund(rf, fmt.Sprintf("ch_%s_%d", run, i), pi, int64(1000+i), 100, "usd")}})
+		pay := fmt.Sprintf("pay_%s_%d", run, i)
+		out = append(out, sent{"payments", webhooktest.Delivery{Provider: provider.Standard, Secret: sec("E2E_STANDARD_SECRET"), DeliveryID: "msg_" + pay,
+			Body: webhooktest.StandardPayment(pay, "m_e2e", int64(500+i), "JPY")}})
+		out = append(out, sent{"payments", webhooktest.Delivery{Provider: provider.Standard, Secret: sec("E2E_STANDARD_SECRET"), DeliveryID: "msg_ref_" + pay,
+			Body: webhooktest.StandardRefund("re_"+pay, pay, "m_e2e", 50, "JPY")}})
+		order := int64(7000 + i)
+		out = append(out, sent{"shopify", webhooktest.Delivery{Provider: provider.Shopify, Secret: sec("E2E_SHOPIFY_SECRET"), DeliveryID: fmt.Sprintf("%s-order-%d", run, i),
+			EventType: "orders/paid", Header: shop, Body: webhooktest.ShopifyOrderPaid(order, "12.345", "KWD")}})
+		out = append(out, sent{"shopify", webhooktest.Delivery{Provider: provider.Shopify, Secret: sec("E2E_SHOPIFY_SECRET"), DeliveryID: fmt.Sprintf("%s-refund-%d", run, i),
+			EventType: "refunds/create", Header: shop, Body: webhooktest.ShopifyRefund(order*10, order, "1.000", "KWD")}})
+		out = append(out, sent{"github", webhooktest.Delivery{Provider: provider.GitHub, Secret: sec("E2E_GITHUB_SECRET"), DeliveryID: fmt.Sprintf("%s-gh-%d", run, i),
+			EventType: "push", Body: webhooktest.GitHubPush("refs/heads/main")}})
+	}
+	// An event with no handler: ignored.
+	out = append(out, sent{"stripe", webhooktest.Delivery{Provider: provider.Stripe, Secret: sec("E2E_STRIPE_SECRET"), DeliveryID: "evt_" + run + "_customer",
+		Body: webhooktest.StripeEvent("evt_"+run+"_customer", "customer.created", `{"id":"cus_1","object":"customer"}`)}})
+	return out
+}
+
+func TestEndToEndAllProvidersWithDuplicates(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, pgtest.NewURL(t), "--snooze", "200ms")
+	all := deliveries("e2e")
+	// Every delivery three times, all at once: duplicates race each other.
+	const copies = 3
+	codes := make(chan int, len(all)*copies)
+	var wg sync.WaitGroup
+	for range copies {
+		for _, x := range all {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				code, err := s.send(x.d, x.source)
+				if err != nil {
+					code = -1
+				}
+				codes <- code
+			}()
+		}
+	}
+	wg.Wait()
+	close(codes)
+	tally := map[int]int{}
+	for c := range codes {
+		tally[c]++
+	}
+	require.Equal(t, map[int]int{202: len(all), 200: len(all) * (copies - 1)}, tally)
+
+	eventually(t, 60*time.Second, "every envelope final", func(ctx context.Context) (bool, string) {
+		var pending int
+		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM envelope WHERE status = 'pending'").Scan(&pending); err != nil {
+			return false, err.Error()
+		}
+		return pending == 0, fmt.Sprintf("%d pending", pending)
+	})
+
+	require.EqualValues(t, len(all), s.scalar(t, "SELECT count(*) FROM envelope"))
+	require.EqualValues(t, len(all)*(copies-1), s.scalar(t, "SELECT sum(duplicates) FROM envelope"))
+	require.EqualValues(t, 1, s.scalar(t, "SELECT count(*) FROM envelope WHERE status = 'ignored'"))
+	require.EqualValues(t, len(all)-1, s.scalar(t, "SELECT count(*) FROM envelope WHERE status = 'done'"))
+	// One River job per envelope, all completed.
+	require.EqualValues(t, len(all), s.scalar(t, "SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state = 'completed'"))
+	require.EqualValues(t, 0, s.scalar(t, "SELECT count(*) FROM river_job WHERE state <> 'completed'"))
+	// One ledger transaction per payment event (5 payments + 5 refunds for
+	// each of the three payment providers), each balanced.
+	require.EqualValues(t, 30, s.scalar(t, "SELECT count(*) FROM ledger_transaction"))
+	require.EqualValues(t, 30, s.scalar(t, `SELECT count(DISTINCT envelope_id) FROM ledger_transaction`))
+	require.EqualValues(t, 0, s.scalar(t, `SELECT count(*) FROM (SELECT transaction_id, currency FROM ledger_entry GROUP BY 1, 2 HAVING sum(amount_minor) <> 0) x`))
+	// Balances: Stripe USD payments 1000..1004, refunds 100 each.
+	require.EqualValues(t, 5010-500, s.scalar(t, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'stripe' AND account = 'psp_clearing' AND currency = 'USD'`))
+	require.EqualValues(t, 2510-250, s.scalar(t, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_e2e' AND account = 'psp_clearing' AND currency = 'JPY'`))
+	require.EqualValues(t, 5*12345-5*1000, s.scalar(t, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'e2e.myshopify.com' AND account = 'psp_clearing' AND currency = 'KWD'`))
+	// Each attempt is audited.
+	require.EqualValues(t, len(all), s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome IN ('done', 'ignored')"))
+
+	require.NoError(t, s.ingest.stop(30*time.Second), "ingest exits 0 on SIGTERM")
+	require.NoError(t, s.worker.stop(45*time.Second), "worker exits 0 on SIGTERM")
+}

@@ -1,0 +1,316 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/webhooktest"
+	"github.com/inboxhq/inbox/internal/worker"
+)
+
+// fastRetry retries after 10 ms, so retry tests need no real backoff.
+type fastRetry struct{}
+
+func (fastRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(10 * time.Millisecond) }
+
+type bundle struct {
+	pool     *pgxpool.Pool
+	store    *envelope.Store
+	registry *handlers.Registry
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	rc, err := envelope.NewInsertClient(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	return &bundle{pool: pool, store: envelope.NewStore(pool, rc), registry: handlers.Builtin()}
+}
+
+// run starts a worker client; it stops when the test ends.
+func (b *bundle) run(t *testing.T, policy worker.Policy) *river.Client[pgx.Tx] {
+	t.Helper()
+	client, err := worker.NewClient(b.pool, b.registry, worker.Config{
+		Policy:            policy,
+		MaxWorkers:        4,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		RetryPolicy:       fastRetry{},
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Stop(ctx)
+	})
+	return client
+}
+
+func (b *bundle) insert(t *testing.T, prov, deliveryID, eventType string, body []byte, maxAttempts int) int64 {
+	t.Helper()
+	res, err := b.store.Insert(context.Background(), envelope.NewDelivery{
+		Source: "src", Provider: prov, DeliveryID: deliveryID, EventType: eventType,
+		Body: body, Payload: body, Headers: map[string]string{}, MaxAttempts: maxAttempts,
+	})
+	require.NoError(t, err)
+	return res.EnvelopeID
+}
+
+// waitFinal waits for the envelope to leave pending and returns it.
+func (b *bundle) waitFinal(t *testing.T, id int64) *envelope.Envelope {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		e, err := envelope.Get(context.Background(), b.pool, id)
+		require.NoError(t, err)
+		if e.Status != envelope.StatusPending {
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("envelope %d still pending (attempts %d, last error %v)", id, e.Attempts, e.LastError)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// jobState waits until the envelope's job reaches a final state and returns it.
+func (b *bundle) jobState(t *testing.T, id int64) (string, int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var state string
+		var attempt int
+		err := b.pool.QueryRow(context.Background(), `SELECT state::text, attempt FROM river_job WHERE (args->>'envelope_id')::bigint = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&state, &attempt)
+		require.NoError(t, err)
+		switch state {
+		case "completed", "cancelled", "discarded":
+			return state, attempt
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job of envelope %d still %s", id, state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (b *bundle) outcomes(t *testing.T, id int64) []string {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), `SELECT outcome FROM envelope_attempt WHERE envelope_id = $1 ORDER BY id`, id)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return out
+}
+
+func (b *bundle) count(t *testing.T, q string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), q, args...).Scan(&n))
+	return n
+}
+
+func TestDoneWritesLedgerResultAttemptAndCompletesJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.run(t, worker.Policy{})
+	id := b.insert(t, "standard", "msg_1", "payment.succeeded", webhooktest.StandardPayment("pay_1", "m_1", 1234, "USD"), 0)
+	e := b.waitFinal(t, id)
+	require.Equal(t, envelope.StatusDone, e.Status)
+	require.NotNil(t, e.ProcessedAt)
+	require.Equal(t, 1, e.Attempts)
+	var res map[string]any
+	require.NoError(t, json.Unmarshal(e.Result, &res))
+	require.Equal(t, true, res["posted"])
+	require.Equal(t, []string{"done"}, b.outcomes(t, id))
+	state, _ := b.jobState(t, id)
+	require.Equal(t, "completed", state)
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1", id))
+	require.Equal(t, 1234, b.count(t, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
+}
+
+func TestNoHandlerIgnores(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.run(t, worker.Policy{})
+	id := b.insert(t, "stripe", "evt_x", "customer.created", webhooktest.StripeEvent("evt_x", "customer.created", `{"id":"cus_1"}`), 0)
+	e := b.waitFinal(t, id)
+	require.Equal(t, envelope.StatusIgnored, e.Status)
+	require.Contains(t, string(e.Result), "no handler")
+	require.Equal(t, []string{"ignored"}, b.outcomes(t, id))
+	state, _ := b.jobState(t, id)
+	require.Equal(t, "completed", state)
+	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_transaction"))
+}
+
+func TestPermanentErrorFailsAndCancels(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.run(t, worker.Policy{})
+	id := b.insert(t, "standard", "msg_bad", "payment.succeeded", []byte(`{"type":"payment.succeeded","data":{"payment_id":"p","merchant_id":"m","amount_minor":100,"currency":"XYZ"}}`), 0)
+	e := b.waitFinal(t, id)
+	require.Equal(t, envelope.StatusFailed, e.Status)
+	require.NotNil(t, e.LastError)
+	require.Contains(t, *e.LastError, "permanent")
+	require.Equal(t, []string{"failed"}, b.outcomes(t, id))
+	state, attempt := b.jobState(t, id)
+	require.Equal(t, "cancelled", state)
+	require.Equal(t, 1, attempt)
+	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_entry"))
+}
+
+// flaky fails its first n calls with a transient error, after writing a
+// ledger posting that must be rolled back each time.
+func flaky(n int32, calls *atomic.Int32) handlers.Handler {
+	inner, _ := handlers.Builtin().Lookup("standard", "payment.succeeded")
+	return handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+		res, err := inner.Handle(ctx, tx, env)
+		if err != nil {
+			return nil, err
+		}
+		if c := calls.Add(1); c <= n {
+			return nil, fmt.Errorf("downstream hiccup %d", c)
+		}
+		return res, nil
+	})
+}
+
+func TestRetryThenSuccessPostsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	b.registry.Register("standard", "payment.succeeded", flaky(2, &calls))
+	b.run(t, worker.Policy{})
+	id := b.insert(t, "standard", "msg_flaky", "payment.succeeded", webhooktest.StandardPayment("pay_f", "m_f", 700, "EUR"), 5)
+	e := b.waitFinal(t, id)
+	require.Equal(t, envelope.StatusDone, e.Status)
+	require.Equal(t, 3, e.Attempts)
+	require.Equal(t, []string{"retry", "retry", "done"}, b.outcomes(t, id))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM ledger_transaction"), "rolled-back attempts post nothing")
+	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND error LIKE 'downstream hiccup%'", id))
+	state, attempt := b.jobState(t, id)
+	require.Equal(t, "completed", state)
+	require.Equal(t, 3, attempt)
+}
+
+func TestAttemptsExhaustedFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	b.registry.Register("standard", "payment.succeeded", flaky(100, &calls))
+	b.run(t, worker.Policy{})
+	id := b.insert(t, "standard", "msg_exhaust", "payment.succeeded", webhooktest.StandardPayment("pay_x", "m_x", 700, "EUR"), 3)
+	e := b.waitFinal(t, id)
+	require.Equal(t, envelope.StatusFailed, e.Status)
+	require.Contains(t, *e.LastError, "attempts exhausted (3 of 3)")
+	require.Equal(t, []string{"retry", "retry", "failed"}, b.outcomes(t, id))
+	state, _ := b.jobState(t, id)
+	require.Equal(t, "discarded", state)
+	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_transaction"))
+}
+
+func TestRefundWaitsForPayment(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.run(t, worker.Policy{SnoozeDefault: 50 * time.Millisecond})
+	refund := b.insert(t, "standard", "msg_ref", "payment.refunded", webhooktest.StandardRefund("re_1", "pay_1", "m_1", 300, "USD"), 0)
+	// Let the refund snooze at least once before its payment arrives.
+	deadline := time.Now().Add(10 * time.Second)
+	for b.count(t, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'snoozed'", refund) == 0 {
+		require.True(t, time.Now().Before(deadline), "refund never snoozed")
+		time.Sleep(10 * time.Millisecond)
+	}
+	payment := b.insert(t, "standard", "msg_pay", "payment.succeeded", webhooktest.StandardPayment("pay_1", "m_1", 1000, "USD"), 0)
+	require.Equal(t, envelope.StatusDone, b.waitFinal(t, payment).Status)
+	e := b.waitFinal(t, refund)
+	require.Equal(t, envelope.StatusDone, e.Status)
+	require.Equal(t, 1, e.Attempts, "a snooze uses no attempt")
+	outs := b.outcomes(t, refund)
+	require.Equal(t, "done", outs[len(outs)-1])
+	require.Equal(t, 700, b.count(t, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
+}
+
+func TestSnoozeBoundedByAgeFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.run(t, worker.Policy{SnoozeDefault: 50 * time.Millisecond, MaxAge: 300 * time.Millisecond})
+	id := b.insert(t, "standard", "msg_orphan", "payment.refunded", webhooktest.StandardRefund("re_o", "pay_never", "m_1", 300, "USD"), 0)
+	e := b.waitFinal(t, id)
+	require.Equal(t, envelope.StatusFailed, e.Status)
+	require.Contains(t, *e.LastError, "gave up waiting")
+	outs := b.outcomes(t, id)
+	require.Greater(t, len(outs), 1)
+	require.Equal(t, "failed", outs[len(outs)-1])
+	require.Equal(t, "snoozed", outs[0])
+	state, _ := b.jobState(t, id)
+	require.Equal(t, "cancelled", state)
+}
+
+func TestSamePaymentUnderTwoDeliveryIDsPostsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.run(t, worker.Policy{})
+	body := webhooktest.StandardPayment("pay_same", "m_s", 999, "GBP")
+	a := b.insert(t, "standard", "msg_a", "payment.succeeded", body, 0)
+	c := b.insert(t, "standard", "msg_b", "payment.succeeded", body, 0)
+	require.Equal(t, envelope.StatusDone, b.waitFinal(t, a).Status)
+	require.Equal(t, envelope.StatusDone, b.waitFinal(t, c).Status)
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM ledger_transaction"))
+	require.Equal(t, 999, b.count(t, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_s' AND account = 'psp_clearing'"))
+}
+
+func TestHandlerPanicIsRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	b.registry.Register("github", "*", handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+		if calls.Add(1) == 1 {
+			panic("boom")
+		}
+		return json.RawMessage(`{"ok":true}`), nil
+	}))
+	b.run(t, worker.Policy{})
+	id := b.insert(t, "github", "gh-1", "push", webhooktest.GitHubPush("refs/heads/main"), 0)
+	require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
+	require.Equal(t, []string{"retry", "done"}, b.outcomes(t, id))
+}
+
+// A worker that lost its job (paused past the rescue horizon, the job
+// rescued and re-run by a later attempt) must change nothing when it resumes.
+func TestStaleAttemptIsFencedOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, "standard", "msg_zombie", "payment.succeeded", webhooktest.StandardPayment("pay_z", "m_z", 100, "USD"), 0)
+	ctx := context.Background()
+	var jobID int64
+	// The job is running again, at attempt 2, on another worker.
+	require.NoError(t, b.pool.QueryRow(ctx, `UPDATE river_job SET state = 'running', attempt = 2, attempted_at = now() WHERE (args->>'envelope_id')::bigint = $1 RETURNING id`, id).Scan(&jobID))
+	w := &worker.ProcessWorker{Pool: b.pool, Registry: b.registry, Policy: worker.DefaultPolicy, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Name: "zombie"}
+	stale := &river.Job[envelope.ProcessArgs]{
+		JobRow: &rivertype.JobRow{ID: jobID, Attempt: 1, MaxAttempts: 25, State: rivertype.JobStateRunning},
+		Args:   envelope.ProcessArgs{EnvelopeID: id},
+	}
+	err := w.Work(ctx, stale)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "lost the job")
+	e, err := envelope.Get(ctx, b.pool, id)
+	require.NoError(t, err)
+	require.Equal(t, envelope.StatusPending, e.Status)
+	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_transaction"))
+	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM envelope_attempt"))
+}
