@@ -35,7 +35,9 @@ type Delivery struct {
 	// Payload is the body when it is JSON (always, for these providers).
 	Payload json.RawMessage
 	// Headers are the headers worth keeping for audit, signature values
-	// removed (their presence is kept as "[redacted]").
+	// removed (their presence is kept as "[redacted]"). Keys are in Go's
+	// canonical form (http.CanonicalHeaderKey: "X-Github-Delivery",
+	// "Webhook-Id"); values are each header's first value.
 	Headers map[string]string
 	// SignedAt is the provider's signed timestamp, zero when it signs none.
 	SignedAt time.Time
@@ -79,8 +81,11 @@ func (e *FormatError) Error() string { return "malformed delivery: " + e.Reason 
 // ErrUnknownProvider is returned by New for a provider name it does not know.
 var ErrUnknownProvider = errors.New("unknown provider")
 
-// New returns the Verifier for cfg. It fails when the provider is unknown or
-// no usable secret is given.
+// New returns the Verifier for cfg. It fails when the provider is unknown, no
+// secret is given, a secret is empty, has leading or trailing white space, or
+// (Standard Webhooks) is not base64 after its "whsec_" prefix, or the
+// tolerance is negative. Its errors name a secret by its 1-based position,
+// never by its value. The Verifier is safe for concurrent use.
 func New(cfg Config) (Verifier, error) {
 	if len(cfg.Secrets) == 0 {
 		return nil, errors.New("no secret configured")
