@@ -16,14 +16,17 @@ CREATE TABLE ledger_transaction (
     envelope_id     bigint      NOT NULL REFERENCES envelope (id),
     idempotency_key text        NOT NULL CHECK (idempotency_key <> ''),
     kind            text        NOT NULL CHECK (kind IN ('payment', 'refund')),
-    merchant        text        NOT NULL,
+    merchant        text        NOT NULL CHECK (merchant <> ''),
     payment_key     text        NOT NULL,  -- the payment's business key (a refund's links to its payment)
     currency        text        NOT NULL CHECK (currency ~ '^[A-Z]{3}$'),
     amount_minor    bigint      NOT NULL CHECK (amount_minor > 0),
     description     text        NOT NULL DEFAULT '',
     posted_at       timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT ledger_transaction_envelope_id_key UNIQUE (envelope_id),
-    CONSTRAINT ledger_transaction_idempotency_key_key UNIQUE (idempotency_key)
+    CONSTRAINT ledger_transaction_idempotency_key_key UNIQUE (idempotency_key),
+    -- A payment links to itself; a refund to a payment that exists.
+    CONSTRAINT ledger_transaction_payment_key_fkey FOREIGN KEY (payment_key) REFERENCES ledger_transaction (idempotency_key),
+    CONSTRAINT ledger_transaction_payment_links_itself CHECK (kind = 'refund' OR payment_key = idempotency_key)
 );
 
 CREATE INDEX ledger_transaction_payment_key_idx ON ledger_transaction (payment_key, kind);

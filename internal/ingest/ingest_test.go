@@ -81,7 +81,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func loadConfig(t *testing.T) *config.Config {
+func loadConfig(t testing.TB) *config.Config {
 	t.Helper()
 	env := map[string]string{"STRIPE_SECRET": stripeSecret, "GITHUB_SECRET": githubSecret, "SHOPIFY_SECRET": shopifySecret, "STANDARD_SECRET": standardSecret}
 	cfg, err := config.Parse([]byte(sourcesYAML), func(k string) string { return env[k] })
@@ -90,7 +90,7 @@ func loadConfig(t *testing.T) *config.Config {
 }
 
 // serve starts a real HTTP server for ingest on pool.
-func serve(t *testing.T, pool *pgxpool.Pool, opts ingest.Options) *bundle {
+func serve(t testing.TB, pool *pgxpool.Pool, opts ingest.Options) *bundle {
 	t.Helper()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))

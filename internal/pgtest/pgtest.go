@@ -101,6 +101,22 @@ func ensureTemplate(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer admin.Exec(context.Background(), "SELECT pg_advisory_unlock(7283911)") //nolint:errcheck
+	// Templates of older schemas are dropped (best effort: one in use by a
+	// concurrent run of another checkout stays).
+	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'inbox\\_tpl\\_%' AND datname <> $1", name)
+	if err != nil {
+		return "", err
+	}
+	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", err
+	}
+	for _, old := range stale {
+		id := pgx.Identifier{old}.Sanitize()
+		if _, err := admin.Exec(ctx, "ALTER DATABASE "+id+" WITH is_template = false"); err == nil {
+			_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+id)
+		}
+	}
 	var exists bool
 	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)", name).Scan(&exists); err != nil {
 		return "", err

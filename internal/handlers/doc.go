@@ -1,0 +1,39 @@
+// Package handlers owns event handlers: a Registry from (provider, event type)
+// to the Handler that applies an envelope's effects, the built-in payment
+// handlers that post Stripe, Standard Webhooks and Shopify payments and refunds
+// to the ledger, and the error types by which a handler says whether a failure
+// is permanent, not ready yet, or worth a plain retry.
+//
+// A handler runs inside the worker's transaction: its ledger postings, the
+// envelope's result and status and the job's completion commit together or
+// not at all. Handlers never begin, commit or roll back.
+//
+// The package may import envelope, ledger, pgx and the standard library; it
+// must not import worker, ingest or cmd.
+//
+// # Built-in handlers
+//
+//	stripe    payment_intent.succeeded  payment: data.object.amount_received
+//	stripe    charge.refunded           refund: the new part of the cumulative data.object.amount_refunded
+//	standard  payment.succeeded         payment: data.amount_minor
+//	standard  payment.refunded          refund: data.amount_minor, data.refund_id
+//	shopify   orders/paid               payment: total_price (decimal string)
+//	shopify   refunds/create            refund: successful "refund" transactions
+//	github    *                         recorded, no ledger effect
+//
+// The merchant is the payload's (Stripe Connect "account", Standard
+// data.merchant_id, Shopify X-Shopify-Shop-Domain header), else the envelope's
+// source name. Business keys, unique across the ledger, are:
+//
+//	stripe:payment:<payment_intent id>
+//	stripe:refund:<charge id>:<cumulative amount_refunded>
+//	standard:<merchant>:payment:<payment_id>
+//	standard:<merchant>:refund:<refund_id>
+//	shopify:<shop>:order:<order id>
+//	shopify:<shop>:refund:<refund id>
+//
+// Stripe states amounts in its own smallest unit, which differs from ISO 4217
+// minor units for a few currencies (ISK is two-decimal at Stripe, MGA
+// zero-decimal); the Stripe handlers convert, so ledger amounts are always ISO
+// minor units. Currency codes are uppercased (ASCII only) before lookup.
+package handlers

@@ -1,0 +1,514 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/ledger"
+	"github.com/inboxhq/inbox/internal/pgtest"
+)
+
+type bundle struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+	reg  *handlers.Registry
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	return &bundle{ctx: context.Background(), pool: pgtest.NewPool(t), reg: handlers.Builtin()}
+}
+
+var deliveries atomic.Int64
+
+// envelope stores a pending envelope for body and returns it as the worker
+// loads it (payload as jsonb gives it back).
+func (b *bundle) envelope(t *testing.T, source, provider, eventType string, body []byte, headers map[string]string) *envelope.Envelope {
+	t.Helper()
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	hdr, err := json.Marshal(headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var payload *string
+	if json.Valid(body) {
+		s := string(body)
+		payload = &s
+	}
+	sum := sha256.Sum256(body)
+	env := &envelope.Envelope{
+		Source: source, Provider: provider, EventType: eventType, Status: envelope.StatusPending,
+		DeliveryID: fmt.Sprintf("dlv_%d", deliveries.Add(1)), Body: body, Headers: headers, BodySHA256: sum[:],
+	}
+	var stored *string
+	err = b.pool.QueryRow(b.ctx, `
+		INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9)
+		RETURNING id, received_at, payload::text`,
+		source, provider, env.DeliveryID, eventType, body, payload, string(hdr), sum[:], len(body),
+	).Scan(&env.ID, &env.ReceivedAt, &stored)
+	if err != nil {
+		t.Fatalf("insert envelope: %v", err)
+	}
+	if stored != nil {
+		env.Payload = json.RawMessage(*stored)
+	}
+	return env
+}
+
+// handle runs the registered handler in a transaction that commits only when
+// the handler succeeds, as the worker does.
+func (b *bundle) handle(t *testing.T, env *envelope.Envelope) (json.RawMessage, error) {
+	t.Helper()
+	h, ok := b.reg.Lookup(env.Provider, env.EventType)
+	if !ok {
+		t.Fatalf("no handler for %s %s", env.Provider, env.EventType)
+	}
+	var res json.RawMessage
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = h.Handle(b.ctx, tx, env)
+		return err
+	})
+	return res, err
+}
+
+func (b *bundle) mustHandle(t *testing.T, env *envelope.Envelope) handlers.PostingResult {
+	t.Helper()
+	raw, err := b.handle(t, env)
+	if err != nil {
+		t.Fatalf("handle %s %s: %v", env.Provider, env.EventType, err)
+	}
+	return decodeResult(t, raw)
+}
+
+// decodeResult decodes a posting result, refusing fields PostingResult lacks.
+func decodeResult(t *testing.T, raw json.RawMessage) handlers.PostingResult {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var r handlers.PostingResult
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("result %s: %v", raw, err)
+	}
+	return r
+}
+
+func (b *bundle) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+type txRow struct {
+	ID, EnvelopeID                       int64
+	Kind, Merchant, PaymentKey, Currency string
+	AmountMinor                          int64
+}
+
+// transaction loads the ledger transaction with the business key.
+func (b *bundle) transaction(t *testing.T, key string) txRow {
+	t.Helper()
+	var r txRow
+	err := b.pool.QueryRow(b.ctx, `
+		SELECT id, envelope_id, kind, merchant, payment_key, currency, amount_minor
+		  FROM ledger_transaction WHERE idempotency_key = $1`, key,
+	).Scan(&r.ID, &r.EnvelopeID, &r.Kind, &r.Merchant, &r.PaymentKey, &r.Currency, &r.AmountMinor)
+	if err != nil {
+		t.Fatalf("ledger transaction %q: %v", key, err)
+	}
+	return r
+}
+
+// balances returns merchant's balances as "account currency amount" lines.
+func (b *bundle) balances(t *testing.T, merchant string) []string {
+	t.Helper()
+	bs, err := ledger.Balances(b.ctx, b.pool, merchant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, bal := range bs {
+		out = append(out, fmt.Sprintf("%s %s %d", bal.Account, bal.Currency, bal.BalanceMinor))
+	}
+	return out
+}
+
+func equal[T comparable](t *testing.T, what string, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s = %+v\nwant %+v", what, got, want)
+	}
+}
+
+func fixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// remove, as a value for edit, deletes the field.
+var remove = &struct{}{}
+
+// edit returns body with the field at a dotted path set to v (numbers stay
+// exact) or removed.
+func edit(t *testing.T, body []byte, path string, v any) []byte {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var root map[string]any
+	if err := dec.Decode(&root); err != nil {
+		t.Fatal(err)
+	}
+	m := root
+	parts := strings.Split(path, ".")
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := m[p].(map[string]any)
+		if !ok {
+			t.Fatalf("edit: %s is not an object", p)
+		}
+		m = next
+	}
+	if v == remove {
+		delete(m, parts[len(parts)-1])
+	} else {
+		m[parts[len(parts)-1]] = v
+	}
+	out, err := json.Marshal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func raw(s string) json.RawMessage { return json.RawMessage(s) }
+
+func TestStripePaymentIntentSucceeded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	env := b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", fixture(t, "stripe_payment_intent_succeeded.json"), nil)
+
+	res := b.mustHandle(t, env)
+	tr := b.transaction(t, "stripe:payment:pi_3PmB2xLkdIwHu7ix0rQXk1aB")
+	equal(t, "ledger transaction", tr, txRow{tr.ID, env.ID, "payment", "stripe", "stripe:payment:pi_3PmB2xLkdIwHu7ix0rQXk1aB", "USD", 1000})
+	equal(t, "result", res, handlers.PostingResult{
+		Posted: true, LedgerTransactionID: tr.ID, Kind: "payment", IdempotencyKey: "stripe:payment:pi_3PmB2xLkdIwHu7ix0rQXk1aB",
+		Merchant: "stripe", AmountMinor: 1000, Currency: "USD",
+	})
+	equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 1000 sales USD -1000]")
+}
+
+func TestStripeConnectPaymentInJPY(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	env := b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", fixture(t, "stripe_payment_intent_succeeded_connect.json"), nil)
+	res := b.mustHandle(t, env)
+	tr := b.transaction(t, "stripe:payment:pi_3PnK7sQ9RKHgCVdK1kT2pLmN")
+	equal(t, "ledger transaction", tr, txRow{tr.ID, env.ID, "payment", "acct_1Nv0FGQ9RKHgCVdK", "stripe:payment:pi_3PnK7sQ9RKHgCVdK1kT2pLmN", "JPY", 5000})
+	equal(t, "result.posted", res.Posted, true)
+	equal(t, "result.merchant", res.Merchant, "acct_1Nv0FGQ9RKHgCVdK")
+}
+
+func TestStripePartialRefundsPostCumulativeDeltas(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const payKey = "stripe:payment:pi_3PmB2xLkdIwHu7ix0rQXk1aB"
+	b.mustHandle(t, b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", fixture(t, "stripe_payment_intent_succeeded.json"), nil))
+
+	refund300 := fixture(t, "stripe_charge_refunded_300.json")
+	first := b.envelope(t, "stripe", "stripe", "charge.refunded", refund300, nil)
+	res := b.mustHandle(t, first)
+	tr := b.transaction(t, "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:300")
+	equal(t, "first refund", tr, txRow{tr.ID, first.ID, "refund", "stripe", payKey, "USD", 300})
+	equal(t, "first result", res, handlers.PostingResult{
+		Posted: true, LedgerTransactionID: tr.ID, Kind: "refund", IdempotencyKey: "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:300",
+		Merchant: "stripe", AmountMinor: 300, Currency: "USD",
+	})
+
+	second := b.envelope(t, "stripe", "stripe", "charge.refunded", fixture(t, "stripe_charge_refunded_500.json"), nil)
+	res = b.mustHandle(t, second)
+	tr = b.transaction(t, "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:500")
+	equal(t, "second refund", tr, txRow{tr.ID, second.ID, "refund", "stripe", payKey, "USD", 200})
+	equal(t, "second result amount", res.AmountMinor, int64(200))
+
+	// The first event again under a new delivery: already covered.
+	res = b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded", refund300, nil))
+	equal(t, "late duplicate", res, handlers.PostingResult{Kind: "refund", Merchant: "stripe", Currency: "USD", Reason: "nothing new refunded"})
+
+	// The second envelope replayed: reports its own posting.
+	res = b.mustHandle(t, second)
+	equal(t, "replay", res, handlers.PostingResult{
+		LedgerTransactionID: tr.ID, Kind: "refund", IdempotencyKey: "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:500",
+		Merchant: "stripe", AmountMinor: 200, Currency: "USD", Reason: ledger.ReasonEnvelopePosted,
+	})
+
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 3)
+	equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 500 refunds USD 500 sales USD -1000]")
+}
+
+func TestStripeRefundBeforePaymentIsNotReady(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.handle(t, b.envelope(t, "stripe", "stripe", "charge.refunded", fixture(t, "stripe_charge_refunded_300.json"), nil))
+	var nr *handlers.NotReadyError
+	if !errors.As(err, &nr) || !errors.Is(err, ledger.ErrPaymentNotPosted) || nr.Wait != 0 {
+		t.Fatalf("handle = %v, want a *NotReadyError wrapping ErrPaymentNotPosted with the default wait", err)
+	}
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+}
+
+func TestStandardPaymentAndRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const payKey = "standard:merch_acme:payment:pay_01J5C7Y8Z9QK3M4N5P6R7S8T9V"
+	pay := b.envelope(t, "payments", "standard", "payment.succeeded", fixture(t, "standard_payment_succeeded.json"), nil)
+	res := b.mustHandle(t, pay)
+	tr := b.transaction(t, payKey)
+	equal(t, "payment", tr, txRow{tr.ID, pay.ID, "payment", "merch_acme", payKey, "EUR", 12345})
+	equal(t, "payment result", res, handlers.PostingResult{
+		Posted: true, LedgerTransactionID: tr.ID, Kind: "payment", IdempotencyKey: payKey, Merchant: "merch_acme", AmountMinor: 12345, Currency: "EUR",
+	})
+
+	ref := b.envelope(t, "payments", "standard", "payment.refunded", fixture(t, "standard_payment_refunded.json"), nil)
+	res = b.mustHandle(t, ref)
+	const refKey = "standard:merch_acme:refund:rfd_01J5H2K3L4M5N6P7Q8R9S0T1V2"
+	tr = b.transaction(t, refKey)
+	equal(t, "refund", tr, txRow{tr.ID, ref.ID, "refund", "merch_acme", payKey, "EUR", 2345})
+	equal(t, "refund result", res, handlers.PostingResult{
+		Posted: true, LedgerTransactionID: tr.ID, Kind: "refund", IdempotencyKey: refKey, Merchant: "merch_acme", AmountMinor: 2345, Currency: "EUR",
+	})
+	equal(t, "balances", fmt.Sprint(b.balances(t, "merch_acme")), "[psp_clearing EUR 10000 refunds EUR 2345 sales EUR -12345]")
+}
+
+func TestStandardMerchantDefaultsToSource(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := edit(t, fixture(t, "standard_payment_succeeded.json"), "data.merchant_id", remove)
+	res := b.mustHandle(t, b.envelope(t, "payments", "standard", "payment.succeeded", body, nil))
+	equal(t, "merchant", res.Merchant, "payments")
+	equal(t, "key", res.IdempotencyKey, "standard:payments:payment:pay_01J5C7Y8Z9QK3M4N5P6R7S8T9V")
+	b.transaction(t, res.IdempotencyKey)
+}
+
+func TestSamePaymentUnderTwoEnvelopesPostsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tt := range []struct{ source, provider, event, file string }{
+		{"payments", "standard", "payment.succeeded", "standard_payment_succeeded.json"},
+		{"stripe", "stripe", "payment_intent.succeeded", "stripe_payment_intent_succeeded.json"},
+		{"shop", "shopify", "orders/paid", "shopify_orders_paid.json"},
+	} {
+		body := fixture(t, tt.file)
+		first := b.mustHandle(t, b.envelope(t, tt.source, tt.provider, tt.event, body, nil))
+		firstEnv := b.transaction(t, first.IdempotencyKey).EnvelopeID
+		second := b.mustHandle(t, b.envelope(t, tt.source, tt.provider, tt.event, body, nil))
+		want := first
+		want.Posted = false
+		want.Reason = fmt.Sprintf("business key already posted by envelope %d", firstEnv)
+		equal(t, tt.provider+" second result", second, want)
+	}
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 3)
+}
+
+func TestShopifyOrderPaidAndRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	headers := map[string]string{"X-Shopify-Shop-Domain": "jsmith.myshopify.com", "X-Shopify-Topic": "orders/paid"}
+	// The order id exceeds 2^53: decoding it as a float would change the key.
+	const orderKey = "shopify:jsmith.myshopify.com:order:820982911946154508"
+	order := b.envelope(t, "shop", "shopify", "orders/paid", fixture(t, "shopify_orders_paid.json"), headers)
+	res := b.mustHandle(t, order)
+	tr := b.transaction(t, orderKey)
+	equal(t, "payment", tr, txRow{tr.ID, order.ID, "payment", "jsmith.myshopify.com", orderKey, "USD", 19965})
+	equal(t, "payment result", res, handlers.PostingResult{
+		Posted: true, LedgerTransactionID: tr.ID, Kind: "payment", IdempotencyKey: orderKey, Merchant: "jsmith.myshopify.com", AmountMinor: 19965, Currency: "USD",
+	})
+
+	// Header names as a proxy might have lowercased them.
+	refund := b.envelope(t, "shop", "shopify", "refunds/create", fixture(t, "shopify_refunds_create.json"),
+		map[string]string{"x-shopify-shop-domain": "jsmith.myshopify.com"})
+	res = b.mustHandle(t, refund)
+	const refundKey = "shopify:jsmith.myshopify.com:refund:929361462"
+	tr = b.transaction(t, refundKey)
+	// 41.94 + 10.00 succeeded; the failed 5.00 is not money moved.
+	equal(t, "refund", tr, txRow{tr.ID, refund.ID, "refund", "jsmith.myshopify.com", orderKey, "USD", 5194})
+	equal(t, "refund result.posted", res.Posted, true)
+	equal(t, "balances", fmt.Sprint(b.balances(t, "jsmith.myshopify.com")), "[psp_clearing USD 14771 refunds USD 5194 sales USD -19965]")
+}
+
+func TestShopifyFallbacks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := fixture(t, "shopify_orders_paid.json")
+	body = edit(t, body, "currency", remove)
+	body = edit(t, body, "presentment_currency", "JPY")
+	body = edit(t, body, "total_price", "1500")
+	res := b.mustHandle(t, b.envelope(t, "shop", "shopify", "orders/paid", body, nil))
+	equal(t, "result", res, handlers.PostingResult{
+		Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "payment", IdempotencyKey: "shopify:shop:order:820982911946154508",
+		Merchant: "shop", AmountMinor: 1500, Currency: "JPY",
+	})
+}
+
+func TestShopifyRefundWithoutMoneyIsNoop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := edit(t, fixture(t, "shopify_refunds_create.json"), "transactions", []any{})
+	// No payment posted either: a refund that moves no money needs none.
+	res := b.mustHandle(t, b.envelope(t, "shop", "shopify", "refunds/create", body, nil))
+	equal(t, "result", res, handlers.PostingResult{Kind: "refund", Merchant: "shop", Reason: "nothing refunded"})
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+}
+
+func TestShopifyRefundBeforeOrderIsNotReady(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.handle(t, b.envelope(t, "shop", "shopify", "refunds/create", fixture(t, "shopify_refunds_create.json"), nil))
+	var nr *handlers.NotReadyError
+	if !errors.As(err, &nr) || !errors.Is(err, ledger.ErrPaymentNotPosted) {
+		t.Fatalf("handle = %v, want a *NotReadyError wrapping ErrPaymentNotPosted", err)
+	}
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+}
+
+func TestGitHubEventsAreRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, event := range []string{"push", "issues.opened", "ping"} {
+		got, err := b.handle(t, b.envelope(t, "gh", "github", event, fixture(t, "github_push.json"), nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		equal(t, event+" result", string(got), fmt.Sprintf(`{"recorded":true,"event":%q}`, event))
+	}
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+}
+
+func TestOverRefundIsPermanent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mustHandle(t, b.envelope(t, "payments", "standard", "payment.succeeded", fixture(t, "standard_payment_succeeded.json"), nil))
+	body := edit(t, fixture(t, "standard_payment_refunded.json"), "data.amount_minor", json.Number("12346"))
+	_, err := b.handle(t, b.envelope(t, "payments", "standard", "payment.refunded", body, nil))
+	var pe *handlers.PermanentError
+	var le *ledger.PostingError
+	if !errors.As(err, &pe) || !errors.As(err, &le) || !strings.Contains(le.Reason, "over-refund") {
+		t.Fatalf("handle = %v, want a *PermanentError wrapping an over-refund", err)
+	}
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 1)
+}
+
+func TestBadPayloadsArePermanent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A posted payment for every provider, so refund cases fail on their own
+	// payload and not for want of a payment.
+	b.mustHandle(t, b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", fixture(t, "stripe_payment_intent_succeeded.json"), nil))
+	b.mustHandle(t, b.envelope(t, "payments", "standard", "payment.succeeded", fixture(t, "standard_payment_succeeded.json"), nil))
+	b.mustHandle(t, b.envelope(t, "shop", "shopify", "orders/paid", fixture(t, "shopify_orders_paid.json"), nil))
+	before := b.count(t, "ledger_transaction")
+
+	stripePay := fixture(t, "stripe_payment_intent_succeeded.json")
+	stripeRefund := fixture(t, "stripe_charge_refunded_300.json")
+	standardPay := fixture(t, "standard_payment_succeeded.json")
+	standardRefund := fixture(t, "standard_payment_refunded.json")
+	shopifyOrder := fixture(t, "shopify_orders_paid.json")
+	shopifyRefund := fixture(t, "shopify_refunds_create.json")
+	mixed := edit(t, shopifyRefund, "transactions", []any{
+		map[string]any{"kind": "refund", "status": "success", "amount": "1.00", "currency": "USD"},
+		map[string]any{"kind": "refund", "status": "success", "amount": "1.00", "currency": "EUR"},
+	})
+
+	for _, tt := range []struct {
+		name, source, provider, event string
+		body                          []byte
+		is                            error // also required, when set
+	}{
+		{"not JSON", "stripe", "stripe", "payment_intent.succeeded", []byte("amount=1000&currency=usd"), nil},
+		{"empty body", "stripe", "stripe", "payment_intent.succeeded", []byte{}, nil},
+		{"JSON array", "stripe", "stripe", "payment_intent.succeeded", []byte(`[1,2]`), nil},
+		{"stripe no data.object", "stripe", "stripe", "payment_intent.succeeded", edit(t, stripePay, "data.object", remove), nil},
+		{"stripe wrong object", "stripe", "stripe", "payment_intent.succeeded", edit(t, stripePay, "data.object.object", "charge"), nil},
+		{"stripe no id", "stripe", "stripe", "payment_intent.succeeded", edit(t, stripePay, "data.object.id", remove), nil},
+		{"stripe no amount_received", "stripe", "stripe", "payment_intent.succeeded", edit(t, stripePay, "data.object.amount_received", remove), nil},
+		{"stripe fractional amount", "stripe", "stripe", "payment_intent.succeeded", edit(t, stripePay, "data.object.amount_received", json.Number("10.5")), nil},
+		{"stripe amount as string", "stripe", "stripe", "payment_intent.succeeded", edit(t, stripePay, "data.object.amount_received", "1000"), nil},
+		{"stripe zero amount", "stripe", "stripe", "payment_intent.succeeded", edit(t, stripePay, "data.object.amount_received", json.Number("0")), ledger.ErrInvalidAmount},
+		{"stripe negative amount", "stripe", "stripe", "payment_intent.succeeded", edit(t, stripePay, "data.object.amount_received", json.Number("-5")), ledger.ErrInvalidAmount},
+		{"stripe no currency", "stripe", "stripe", "payment_intent.succeeded", edit(t, stripePay, "data.object.currency", remove), nil},
+		{"stripe refund no payment_intent", "stripe", "stripe", "charge.refunded", edit(t, stripeRefund, "data.object.payment_intent", nil), nil},
+		{"stripe refund no amount_refunded", "stripe", "stripe", "charge.refunded", edit(t, stripeRefund, "data.object.amount_refunded", remove), nil},
+		{"stripe refund other currency", "stripe", "stripe", "charge.refunded", edit(t, stripeRefund, "data.object.currency", "eur"), nil},
+		{"standard no data", "payments", "standard", "payment.succeeded", edit(t, standardPay, "data", remove), nil},
+		{"standard no payment_id", "payments", "standard", "payment.succeeded", edit(t, standardPay, "data.payment_id", remove), nil},
+		{"standard fractional amount", "payments", "standard", "payment.succeeded", edit(t, standardPay, "data.amount_minor", json.Number("123.45")), nil},
+		{"standard exponent amount", "payments", "standard", "payment.succeeded", edit(t, standardPay, "data.amount_minor", json.Number("1e3")), nil},
+		{"standard amount as string", "payments", "standard", "payment.succeeded", edit(t, standardPay, "data.amount_minor", "12345"), nil},
+		{"standard amount overflow", "payments", "standard", "payment.succeeded", edit(t, standardPay, "data.amount_minor", json.Number("9223372036854775808")), nil},
+		{"standard no currency", "payments", "standard", "payment.succeeded", edit(t, standardPay, "data.currency", remove), nil},
+		{"standard refund no refund_id", "payments", "standard", "payment.refunded", edit(t, standardRefund, "data.refund_id", remove), nil},
+		{"shopify no id", "shop", "shopify", "orders/paid", edit(t, shopifyOrder, "id", remove), nil},
+		{"shopify id as string", "shop", "shopify", "orders/paid", edit(t, shopifyOrder, "id", "820982911946154508"), nil},
+		{"shopify price as number", "shop", "shopify", "orders/paid", edit(t, shopifyOrder, "total_price", json.Number("199.65")), nil},
+		{"shopify price not decimal", "shop", "shopify", "orders/paid", edit(t, shopifyOrder, "total_price", "199,65"), ledger.ErrInvalidAmount},
+		{"shopify price too precise", "shop", "shopify", "orders/paid", edit(t, shopifyOrder, "total_price", "199.655"), ledger.ErrInvalidAmount},
+		{"shopify no total_price", "shop", "shopify", "orders/paid", edit(t, shopifyOrder, "total_price", remove), nil},
+		{"shopify refund no order_id", "shop", "shopify", "refunds/create", edit(t, shopifyRefund, "order_id", remove), nil},
+		{"shopify refund mixed currencies", "shop", "shopify", "refunds/create", mixed, nil},
+	} {
+		env := b.envelope(t, tt.source, tt.provider, tt.event, tt.body, nil)
+		res, err := b.handle(t, env)
+		var pe *handlers.PermanentError
+		if !errors.As(err, &pe) {
+			t.Errorf("%s: handle = %s, %v; want a *PermanentError", tt.name, res, err)
+			continue
+		}
+		if tt.is != nil && !errors.Is(err, tt.is) {
+			t.Errorf("%s: handle = %v; want it to wrap %v", tt.name, err, tt.is)
+		}
+	}
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), before)
+}
+
+func TestUnknownCurrencyIsPermanent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tt := range []struct {
+		source, provider, event string
+		body                    []byte
+	}{
+		{"stripe", "stripe", "payment_intent.succeeded", edit(t, fixture(t, "stripe_payment_intent_succeeded.json"), "data.object.currency", "xyz")},
+		{"payments", "standard", "payment.succeeded", edit(t, fixture(t, "standard_payment_succeeded.json"), "data.currency", "XYZ")},
+		{"payments", "standard", "payment.succeeded", edit(t, fixture(t, "standard_payment_succeeded.json"), "data.currency", "€")},
+		{"shop", "shopify", "orders/paid", edit(t, fixture(t, "shopify_orders_paid.json"), "currency", "ABC")},
+	} {
+		_, err := b.handle(t, b.envelope(t, tt.source, tt.provider, tt.event, tt.body, nil))
+		var pe *handlers.PermanentError
+		if !errors.As(err, &pe) || !errors.Is(err, ledger.ErrUnknownCurrency) {
+			t.Errorf("%s %s: handle = %v; want a *PermanentError wrapping ErrUnknownCurrency", tt.provider, tt.event, err)
+		}
+	}
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+}

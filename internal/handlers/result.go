@@ -1,0 +1,67 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/ledger"
+)
+
+// PostingResult is the envelope result of the payment handlers.
+type PostingResult struct {
+	// Posted is true when this run wrote the ledger transaction.
+	Posted bool `json:"posted"`
+	// LedgerTransactionID is the transaction that records the event: the
+	// new one, or the one that already did. Zero when nothing records it
+	// (a no-op).
+	LedgerTransactionID int64  `json:"ledger_transaction_id,omitempty"`
+	Kind                string `json:"kind"`
+	IdempotencyKey      string `json:"idempotency_key,omitempty"`
+	Merchant            string `json:"merchant"`
+	AmountMinor         int64  `json:"amount_minor"`
+	Currency            string `json:"currency"`
+	// Reason says why nothing was posted, when Posted is false.
+	Reason string `json:"reason,omitempty"`
+}
+
+// RecordResult is the envelope result of handlers with no ledger effect.
+type RecordResult struct {
+	Recorded bool   `json:"recorded"`
+	Event    string `json:"event"`
+}
+
+// post posts p for env and returns the result JSON, with ledger errors
+// classified.
+func post(ctx context.Context, tx pgx.Tx, env *envelope.Envelope, p ledger.Posting) (json.RawMessage, error) {
+	res, err := ledger.Post(ctx, tx, env.ID, p)
+	if err != nil {
+		return nil, classify(fmt.Errorf("post %s %q: %w", p.Kind, p.IdempotencyKey, err))
+	}
+	return marshal(PostingResult{
+		Posted:              res.Created,
+		LedgerTransactionID: res.TransactionID,
+		Kind:                string(p.Kind),
+		IdempotencyKey:      p.IdempotencyKey,
+		Merchant:            p.Merchant,
+		AmountMinor:         p.AmountMinor,
+		Currency:            p.Currency,
+		Reason:              res.Reason,
+	})
+}
+
+// noop is the result of an event that needs no posting.
+func noop(kind ledger.Kind, merchant, currency, reason string) (json.RawMessage, error) {
+	return marshal(PostingResult{Kind: string(kind), Merchant: merchant, Currency: currency, Reason: reason})
+}
+
+func marshal(v any) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode result: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,147 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/ledger"
+)
+
+// shopifyShop is the shop's domain from the X-Shopify-Shop-Domain header,
+// else the source.
+func shopifyShop(env *envelope.Envelope) string {
+	if shop := header(env, "X-Shopify-Shop-Domain"); shop != "" {
+		return shop
+	}
+	return env.Source
+}
+
+func shopifyOrderKey(shop, orderID string) string { return "shopify:" + shop + ":order:" + orderID }
+
+// shopifyOrderPaid posts the order's total_price, a decimal string in the
+// order's currency (else its presentment_currency), as a payment keyed by the
+// shop and order id.
+func shopifyOrderPaid(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	p, err := shopifyPayment(env)
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("shopify %s: %w", env.EventType, err))
+	}
+	return post(ctx, tx, env, p)
+}
+
+func shopifyPayment(env *envelope.Envelope) (ledger.Posting, error) {
+	var o struct {
+		ID                  json.RawMessage `json:"id"`
+		Name                string          `json:"name"`
+		Currency            string          `json:"currency"`
+		PresentmentCurrency string          `json:"presentment_currency"`
+		TotalPrice          string          `json:"total_price"`
+	}
+	if err := decodePayload(env, &o); err != nil {
+		return ledger.Posting{}, err
+	}
+	id, err := jsonID(o.ID, "id")
+	if err != nil {
+		return ledger.Posting{}, err
+	}
+	currency := o.Currency
+	if currency == "" {
+		currency = o.PresentmentCurrency
+	}
+	if currency == "" {
+		return ledger.Posting{}, missing("currency")
+	}
+	currency = currencyCode(currency)
+	if o.TotalPrice == "" {
+		return ledger.Posting{}, missing("total_price")
+	}
+	amount, err := ledger.ParseDecimal(o.TotalPrice, currency)
+	if err != nil {
+		return ledger.Posting{}, fmt.Errorf("total_price: %w", err)
+	}
+	shop := shopifyShop(env)
+	return ledger.Posting{
+		Kind:           ledger.KindPayment,
+		IdempotencyKey: shopifyOrderKey(shop, id),
+		Merchant:       shop,
+		Currency:       currency,
+		AmountMinor:    amount,
+		Description:    fmt.Sprintf("shopify orders/paid %s %s", id, o.Name),
+	}, nil
+}
+
+// shopifyRefundCreated posts the sum of the refund's successful "refund"
+// transactions as a refund of its order, keyed by the shop and refund id. A
+// refund with no money moved (a restock-only refund) is a no-op.
+func shopifyRefundCreated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	p, err := shopifyRefund(env)
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("shopify %s: %w", env.EventType, err))
+	}
+	if p.AmountMinor == 0 {
+		return noop(ledger.KindRefund, p.Merchant, p.Currency, "nothing refunded")
+	}
+	return post(ctx, tx, env, p)
+}
+
+func shopifyRefund(env *envelope.Envelope) (ledger.Posting, error) {
+	var r struct {
+		ID           json.RawMessage `json:"id"`
+		OrderID      json.RawMessage `json:"order_id"`
+		Transactions []struct {
+			Kind     string `json:"kind"`
+			Status   string `json:"status"`
+			Amount   string `json:"amount"`
+			Currency string `json:"currency"`
+		} `json:"transactions"`
+	}
+	if err := decodePayload(env, &r); err != nil {
+		return ledger.Posting{}, err
+	}
+	id, err := jsonID(r.ID, "id")
+	if err != nil {
+		return ledger.Posting{}, err
+	}
+	orderID, err := jsonID(r.OrderID, "order_id")
+	if err != nil {
+		return ledger.Posting{}, err
+	}
+	var currency string
+	var total int64
+	for i, t := range r.Transactions {
+		if t.Kind != "refund" || t.Status != "success" {
+			continue
+		}
+		if t.Currency == "" {
+			return ledger.Posting{}, missing(fmt.Sprintf("transactions[%d].currency", i))
+		}
+		c := currencyCode(t.Currency)
+		if currency != "" && c != currency {
+			return ledger.Posting{}, fmt.Errorf("refund transactions in both %s and %s", currency, c)
+		}
+		currency = c
+		amount, err := ledger.ParseDecimal(t.Amount, c)
+		if err != nil {
+			return ledger.Posting{}, fmt.Errorf("transactions[%d].amount: %w", i, err)
+		}
+		if amount > math.MaxInt64-total {
+			return ledger.Posting{}, &ledger.AmountError{Amount: t.Amount, Currency: c, Reason: "refund total too large"}
+		}
+		total += amount
+	}
+	shop := shopifyShop(env)
+	return ledger.Posting{
+		Kind:           ledger.KindRefund,
+		IdempotencyKey: "shopify:" + shop + ":refund:" + id,
+		PaymentKey:     shopifyOrderKey(shop, orderID),
+		Merchant:       shop,
+		Currency:       currency,
+		AmountMinor:    total,
+		Description:    fmt.Sprintf("shopify refunds/create %s of order %s", id, orderID),
+	}, nil
+}

@@ -1,0 +1,86 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/ledger"
+)
+
+// standardPayment is the data of a Standard Webhooks payment event. Amounts
+// are already in ISO 4217 minor units.
+type standardPayment struct {
+	PaymentID   string          `json:"payment_id"`
+	RefundID    string          `json:"refund_id"`
+	MerchantID  string          `json:"merchant_id"`
+	AmountMinor json.RawMessage `json:"amount_minor"`
+	Currency    string          `json:"currency"`
+}
+
+// standardPaymentSucceeded posts data.amount_minor as a payment keyed by the
+// merchant and data.payment_id.
+func standardPaymentSucceeded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	p, err := standardPosting(env, ledger.KindPayment)
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("standard %s: %w", env.EventType, err))
+	}
+	return post(ctx, tx, env, p)
+}
+
+// standardPaymentRefunded posts data.amount_minor as a refund of
+// data.payment_id, keyed by the merchant and data.refund_id.
+func standardPaymentRefunded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	p, err := standardPosting(env, ledger.KindRefund)
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("standard %s: %w", env.EventType, err))
+	}
+	return post(ctx, tx, env, p)
+}
+
+func standardPosting(env *envelope.Envelope, kind ledger.Kind) (ledger.Posting, error) {
+	var ev struct {
+		Type string           `json:"type"`
+		Data *standardPayment `json:"data"`
+	}
+	if err := decodePayload(env, &ev); err != nil {
+		return ledger.Posting{}, err
+	}
+	d := ev.Data
+	switch {
+	case d == nil:
+		return ledger.Posting{}, missing("data")
+	case d.PaymentID == "":
+		return ledger.Posting{}, missing("data.payment_id")
+	case kind == ledger.KindRefund && d.RefundID == "":
+		return ledger.Posting{}, missing("data.refund_id")
+	case d.Currency == "":
+		return ledger.Posting{}, missing("data.currency")
+	}
+	amount, err := jsonInt(d.AmountMinor, "data.amount_minor")
+	if err != nil {
+		return ledger.Posting{}, err
+	}
+	merchant := d.MerchantID
+	if merchant == "" {
+		merchant = env.Source
+	}
+	p := ledger.Posting{
+		Kind:        kind,
+		PaymentKey:  fmt.Sprintf("standard:%s:payment:%s", merchant, d.PaymentID),
+		Merchant:    merchant,
+		Currency:    currencyCode(d.Currency),
+		AmountMinor: amount,
+	}
+	if kind == ledger.KindPayment {
+		p.IdempotencyKey = p.PaymentKey
+		p.Description = fmt.Sprintf("standard %s %s (delivery %s)", env.EventType, d.PaymentID, env.DeliveryID)
+	} else {
+		p.IdempotencyKey = fmt.Sprintf("standard:%s:refund:%s", merchant, d.RefundID)
+		p.Description = fmt.Sprintf("standard %s %s of %s (delivery %s)", env.EventType, d.RefundID, d.PaymentID, env.DeliveryID)
+	}
+	return p, nil
+}

@@ -1,0 +1,46 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Querier is what reads need: pgx.Tx, *pgx.Conn and *pgxpool.Pool all
+// satisfy it.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Balance is one account's balance in one currency, from the ledger_balance
+// view. Debits are positive: psp_clearing and refunds carry positive
+// balances, sales a negative one.
+type Balance struct {
+	AccountID    int64
+	Merchant     string
+	Account      string
+	Currency     string
+	BalanceMinor int64
+	Entries      int64
+}
+
+// Balances returns the merchant's balances ordered by account and currency;
+// an empty merchant returns every merchant's. Accounts without entries are
+// not listed.
+func Balances(ctx context.Context, q Querier, merchant string) ([]Balance, error) {
+	rows, err := q.Query(ctx, `
+		SELECT account_id, merchant, account, currency, balance_minor, entries
+		  FROM ledger_balance
+		 WHERE $1 = '' OR merchant = $1
+		 ORDER BY merchant, account, currency`, merchant)
+	if err != nil {
+		return nil, fmt.Errorf("read balances of merchant %q: %w", merchant, err)
+	}
+	bs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Balance])
+	if err != nil {
+		return nil, fmt.Errorf("read balances of merchant %q: %w", merchant, err)
+	}
+	return bs, nil
+}

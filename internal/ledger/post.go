@@ -1,0 +1,366 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Kind is what a ledger transaction records.
+type Kind string
+
+// Transaction kinds, as stored in ledger_transaction.kind.
+const (
+	KindPayment Kind = "payment"
+	KindRefund  Kind = "refund"
+)
+
+// Account names, per merchant, as stored in ledger_account.name.
+//
+// A payment debits psp_clearing (money the payment provider owes the
+// merchant) and credits sales. A refund debits refunds (a contra-revenue
+// account) and credits psp_clearing.
+const (
+	AccountPSPClearing = "psp_clearing"
+	AccountSales       = "sales"
+	AccountRefunds     = "refunds"
+)
+
+// ReasonEnvelopePosted is Result.Reason when the envelope already has a
+// ledger transaction.
+const ReasonEnvelopePosted = "envelope already posted"
+
+// Posting is one business event to record: a payment, or a refund of one.
+type Posting struct {
+	Kind Kind
+	// IdempotencyKey is the business key, unique across the ledger: the same
+	// key is posted once, whichever envelope carries it.
+	IdempotencyKey string
+	// PaymentKey is, for a payment, its own IdempotencyKey (left empty, it
+	// defaults to it); for a refund, the IdempotencyKey of the payment it
+	// refunds.
+	PaymentKey  string
+	Merchant    string
+	Currency    string // ISO 4217, uppercase
+	AmountMinor int64  // in the currency's minor units, > 0
+	Description string
+}
+
+// Result says what Post did.
+type Result struct {
+	// TransactionID is the ledger transaction that records the posting: the
+	// new one, or the one that already did.
+	TransactionID int64
+	// Created is true when this call wrote the transaction.
+	Created bool
+	// Reason says why nothing was written when Created is false:
+	// ReasonEnvelopePosted, or "business key already posted by envelope N".
+	Reason string
+}
+
+// Transaction is a stored ledger transaction.
+type Transaction struct {
+	ID             int64
+	EnvelopeID     int64
+	IdempotencyKey string
+	Kind           Kind
+	Merchant       string
+	PaymentKey     string
+	Currency       string
+	AmountMinor    int64
+	Description    string
+	PostedAt       time.Time
+}
+
+// PaymentState is a posted payment and how much of it is refunded so far.
+type PaymentState struct {
+	TransactionID int64
+	Merchant      string
+	Currency      string
+	AmountMinor   int64
+	RefundedMinor int64
+}
+
+// RefundableMinor is what may still be refunded.
+func (s PaymentState) RefundableMinor() int64 { return s.AmountMinor - s.RefundedMinor }
+
+// Post records p for the envelope envelopeID inside tx, which the caller owns:
+// Post never begins, commits or rolls back. On error the caller must roll tx
+// back, as Post may have written part of the posting.
+//
+// It writes one ledger_transaction and two balanced entries on the merchant's
+// accounts (created on first use). It is idempotent twice over, and safe to
+// call again with the same arguments:
+//
+//   - when the envelope already has a ledger transaction, it writes nothing and
+//     returns that transaction with Reason ReasonEnvelopePosted;
+//   - when another envelope already posted p.IdempotencyKey with the same
+//     terms (kind, merchant, payment key, currency, amount), it writes nothing
+//     and returns that transaction; with different terms it returns a
+//     *PostingError, as one business key cannot mean two amounts.
+//
+// Concurrent Posts of one key from several transactions end with exactly one
+// ledger transaction: the unique index makes the others wait for the first to
+// commit or roll back. This relies on READ COMMITTED (PostgreSQL's default);
+// under REPEATABLE READ or SERIALIZABLE the losers get a serialization
+// failure instead, a plain error worth retrying.
+//
+// A refund locks its payment's row (FOR UPDATE) for the rest of tx, so refunds
+// of one payment are serialized and can't together exceed it. It fails with
+// ErrPaymentNotPosted (wrapped) and writes nothing when the payment is not in
+// the ledger, and with a *PostingError when its currency or merchant differs
+// from the payment's or it would refund more than remains.
+//
+// Errors: ErrUnknownCurrency (wrapped), *AmountError, *PostingError, and
+// ErrPaymentNotPosted (wrapped) are about the posting; any other error comes
+// from the database.
+func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, error) {
+	if err := p.normalize(); err != nil {
+		return Result{}, err
+	}
+
+	if t, ok, err := ByEnvelope(ctx, tx, envelopeID); err != nil {
+		return Result{}, err
+	} else if ok {
+		return Result{TransactionID: t.ID, Reason: ReasonEnvelopePosted}, nil
+	}
+
+	if p.Kind == KindRefund {
+		// Lock the payment first: it serializes every refund of it, so the
+		// lookups below see all refunds committed before ours.
+		pay, err := Payment(ctx, tx, p.PaymentKey)
+		if err != nil {
+			return Result{}, err
+		}
+		// A refund already posted under another envelope is a duplicate, not
+		// an over-refund: look for the key before checking the remainder.
+		if t, ok, err := byKey(ctx, tx, p.IdempotencyKey); err != nil {
+			return Result{}, err
+		} else if ok {
+			return alreadyPosted(t, envelopeID, p)
+		}
+		switch {
+		case pay.Currency != p.Currency:
+			return Result{}, &PostingError{Key: p.IdempotencyKey, Reason: fmt.Sprintf("refund currency %s differs from payment %q currency %s", p.Currency, p.PaymentKey, pay.Currency)}
+		case pay.Merchant != p.Merchant:
+			return Result{}, &PostingError{Key: p.IdempotencyKey, Reason: fmt.Sprintf("refund merchant %q differs from payment %q merchant %q", p.Merchant, p.PaymentKey, pay.Merchant)}
+		case p.AmountMinor > pay.RefundableMinor():
+			return Result{}, &PostingError{Key: p.IdempotencyKey, Reason: fmt.Sprintf("over-refund: %d %s requested, payment %q has %d of %d left", p.AmountMinor, p.Currency, p.PaymentKey, pay.RefundableMinor(), pay.AmountMinor)}
+		}
+	}
+
+	// No conflict target: a lost race on either unique constraint (envelope
+	// or business key) returns no row, and the lookup says which one.
+	var id int64
+	err := tx.QueryRow(ctx, `
+		INSERT INTO ledger_transaction (envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor, description)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT DO NOTHING
+		RETURNING id`,
+		envelopeID, p.IdempotencyKey, string(p.Kind), p.Merchant, p.PaymentKey, p.Currency, p.AmountMinor, p.Description,
+	).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return existing(ctx, tx, envelopeID, p)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("insert ledger transaction %q: %w", p.IdempotencyKey, err)
+	}
+
+	debit, credit := AccountPSPClearing, AccountSales
+	if p.Kind == KindRefund {
+		debit, credit = AccountRefunds, AccountPSPClearing
+	}
+	accounts, err := ensureAccounts(ctx, tx, p.Merchant, debit, credit)
+	if err != nil {
+		return Result{}, err
+	}
+	_, err = tx.Exec(ctx, `
+		INSERT INTO ledger_entry (transaction_id, account_id, currency, amount_minor)
+		VALUES ($1, $2, $4, $5), ($1, $3, $4, -$5::bigint)`,
+		id, accounts[debit], accounts[credit], p.Currency, p.AmountMinor)
+	if err != nil {
+		return Result{}, fmt.Errorf("insert entries of ledger transaction %d: %w", id, err)
+	}
+	return Result{TransactionID: id, Created: true}, nil
+}
+
+// normalize checks p and defaults a payment's PaymentKey.
+func (p *Posting) normalize() error {
+	bad := func(reason string) error { return &PostingError{Key: p.IdempotencyKey, Reason: reason} }
+	switch {
+	case p.Kind != KindPayment && p.Kind != KindRefund:
+		return bad(fmt.Sprintf("unknown kind %q", p.Kind))
+	case p.IdempotencyKey == "":
+		return bad("empty idempotency key")
+	case p.Merchant == "":
+		return bad("empty merchant")
+	}
+	if p.Kind == KindPayment {
+		if p.PaymentKey == "" {
+			p.PaymentKey = p.IdempotencyKey
+		}
+		if p.PaymentKey != p.IdempotencyKey {
+			return bad(fmt.Sprintf("a payment's payment key %q must be its own idempotency key", p.PaymentKey))
+		}
+	} else {
+		if p.PaymentKey == "" {
+			return bad("refund without a payment key")
+		}
+		if p.PaymentKey == p.IdempotencyKey {
+			return bad("a refund's idempotency key must differ from its payment's")
+		}
+	}
+	if _, err := checkCurrency(p.Currency); err != nil {
+		return err
+	}
+	if p.AmountMinor <= 0 {
+		return &AmountError{Amount: strconv.FormatInt(p.AmountMinor, 10), Currency: p.Currency, Reason: "must be positive"}
+	}
+	return nil
+}
+
+// existing explains a lost insert: the envelope or the key is taken by a row
+// that committed meanwhile (ON CONFLICT waited for it).
+func existing(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, error) {
+	if t, ok, err := ByEnvelope(ctx, tx, envelopeID); err != nil {
+		return Result{}, err
+	} else if ok {
+		return Result{TransactionID: t.ID, Reason: ReasonEnvelopePosted}, nil
+	}
+	t, ok, err := byKey(ctx, tx, p.IdempotencyKey)
+	if err != nil {
+		return Result{}, err
+	}
+	if !ok {
+		// Only possible if the conflicting row is invisible to this
+		// statement, which READ COMMITTED rules out.
+		return Result{}, fmt.Errorf("ledger transaction %q conflicted but no conflicting row is visible", p.IdempotencyKey)
+	}
+	return alreadyPosted(t, envelopeID, p)
+}
+
+// alreadyPosted answers for a key that t already holds.
+func alreadyPosted(t Transaction, envelopeID int64, p Posting) (Result, error) {
+	if t.EnvelopeID == envelopeID {
+		return Result{TransactionID: t.ID, Reason: ReasonEnvelopePosted}, nil
+	}
+	if t.Kind != p.Kind || t.Merchant != p.Merchant || t.PaymentKey != p.PaymentKey || t.Currency != p.Currency || t.AmountMinor != p.AmountMinor {
+		return Result{}, &PostingError{Key: p.IdempotencyKey, Reason: fmt.Sprintf(
+			"business key already posted by envelope %d with different terms (%s %s %d %s for %q, now %s %s %d %s for %q)",
+			t.EnvelopeID, t.Kind, t.Merchant, t.AmountMinor, t.Currency, t.PaymentKey,
+			p.Kind, p.Merchant, p.AmountMinor, p.Currency, p.PaymentKey)}
+	}
+	return Result{TransactionID: t.ID, Reason: fmt.Sprintf("business key already posted by envelope %d", t.EnvelopeID)}, nil
+}
+
+const transactionColumns = `id, envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor, description, posted_at`
+
+func scanTransaction(row pgx.Row) (Transaction, bool, error) {
+	var t Transaction
+	err := row.Scan(&t.ID, &t.EnvelopeID, &t.IdempotencyKey, &t.Kind, &t.Merchant, &t.PaymentKey, &t.Currency, &t.AmountMinor, &t.Description, &t.PostedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Transaction{}, false, nil
+	}
+	if err != nil {
+		return Transaction{}, false, err
+	}
+	return t, true, nil
+}
+
+// ByEnvelope returns the ledger transaction posted for an envelope, if any.
+func ByEnvelope(ctx context.Context, q Querier, envelopeID int64) (Transaction, bool, error) {
+	t, ok, err := scanTransaction(q.QueryRow(ctx, `SELECT `+transactionColumns+` FROM ledger_transaction WHERE envelope_id = $1`, envelopeID))
+	if err != nil {
+		return Transaction{}, false, fmt.Errorf("load ledger transaction of envelope %d: %w", envelopeID, err)
+	}
+	return t, ok, nil
+}
+
+func byKey(ctx context.Context, q Querier, key string) (Transaction, bool, error) {
+	t, ok, err := scanTransaction(q.QueryRow(ctx, `SELECT `+transactionColumns+` FROM ledger_transaction WHERE idempotency_key = $1`, key))
+	if err != nil {
+		return Transaction{}, false, fmt.Errorf("load ledger transaction %q: %w", key, err)
+	}
+	return t, ok, nil
+}
+
+// Payment returns the payment posted under paymentKey and the sum of its
+// refunds so far, and locks the payment's row (FOR UPDATE) until tx ends, so
+// no other transaction can refund it meanwhile: what it returns stays true
+// while tx lasts. It fails with ErrPaymentNotPosted (wrapped) when the ledger
+// holds no such payment.
+func Payment(ctx context.Context, tx pgx.Tx, paymentKey string) (PaymentState, error) {
+	var s PaymentState
+	err := tx.QueryRow(ctx, `
+		SELECT id, merchant, currency, amount_minor
+		  FROM ledger_transaction
+		 WHERE idempotency_key = $1 AND kind = 'payment'
+		   FOR UPDATE`, paymentKey).Scan(&s.TransactionID, &s.Merchant, &s.Currency, &s.AmountMinor)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return PaymentState{}, fmt.Errorf("%w: %q", ErrPaymentNotPosted, paymentKey)
+	}
+	if err != nil {
+		return PaymentState{}, fmt.Errorf("lock payment %q: %w", paymentKey, err)
+	}
+	// A separate statement on purpose: its snapshot is taken after the lock
+	// was granted, so it sees every refund committed by whoever held it.
+	err = tx.QueryRow(ctx, `
+		SELECT coalesce(sum(amount_minor), 0)::bigint
+		  FROM ledger_transaction
+		 WHERE payment_key = $1 AND kind = 'refund'`, paymentKey).Scan(&s.RefundedMinor)
+	if err != nil {
+		return PaymentState{}, fmt.Errorf("sum refunds of payment %q: %w", paymentKey, err)
+	}
+	return s, nil
+}
+
+// ensureAccounts returns the ids of the merchant's named accounts, creating
+// the missing ones. Safe against concurrent creation: ON CONFLICT DO NOTHING
+// waits for a concurrent creator, and names are inserted in sorted order so
+// two creators cannot deadlock.
+func ensureAccounts(ctx context.Context, tx pgx.Tx, merchant string, names ...string) (map[string]int64, error) {
+	names = slices.Sorted(slices.Values(names))
+	load := func() (map[string]int64, error) {
+		rows, err := tx.Query(ctx, `SELECT name, id FROM ledger_account WHERE merchant = $1 AND name = ANY($2)`, merchant, names)
+		if err != nil {
+			return nil, fmt.Errorf("load accounts of merchant %q: %w", merchant, err)
+		}
+		ids := make(map[string]int64, len(names))
+		var name string
+		var id int64
+		_, err = pgx.ForEachRow(rows, []any{&name, &id}, func() error {
+			ids[name] = id
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("load accounts of merchant %q: %w", merchant, err)
+		}
+		return ids, nil
+	}
+	ids, err := load()
+	if err != nil || len(ids) == len(names) {
+		return ids, err
+	}
+	for _, name := range names {
+		if _, ok := ids[name]; ok {
+			continue
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger_account (merchant, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`, merchant, name); err != nil {
+			return nil, fmt.Errorf("create account %s of merchant %q: %w", name, merchant, err)
+		}
+	}
+	if ids, err = load(); err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		if _, ok := ids[name]; !ok {
+			return nil, fmt.Errorf("account %s of merchant %q missing after creation", name, merchant)
+		}
+	}
+	return ids, nil
+}

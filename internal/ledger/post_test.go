@@ -1,0 +1,511 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxhq/inbox/internal/ledger"
+	"github.com/inboxhq/inbox/internal/pgtest"
+)
+
+type bundle struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	return &bundle{ctx: context.Background(), pool: pgtest.NewPool(t)}
+}
+
+var deliveries atomic.Int64
+
+// envelope inserts a minimal envelope row and returns its id.
+func (b *bundle) envelope(t *testing.T) int64 {
+	t.Helper()
+	var id int64
+	err := b.pool.QueryRow(b.ctx, `
+		INSERT INTO envelope (source, provider, delivery_id, event_type, body, body_sha256, body_size)
+		VALUES ('src', 'standard', $1, 'payment.succeeded', '{}', sha256('{}'::bytea), 2)
+		RETURNING id`, fmt.Sprintf("d%d", deliveries.Add(1))).Scan(&id)
+	if err != nil {
+		t.Fatalf("insert envelope: %v", err)
+	}
+	return id
+}
+
+// post runs Post in its own transaction, committed when Post succeeds.
+func (b *bundle) post(t *testing.T, envelopeID int64, p ledger.Posting) (ledger.Result, error) {
+	t.Helper()
+	var res ledger.Result
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = ledger.Post(b.ctx, tx, envelopeID, p)
+		return err
+	})
+	return res, err
+}
+
+func (b *bundle) mustPost(t *testing.T, envelopeID int64, p ledger.Posting) ledger.Result {
+	t.Helper()
+	res, err := b.post(t, envelopeID, p)
+	if err != nil {
+		t.Fatalf("Post(%d, %+v): %v", envelopeID, p, err)
+	}
+	return res
+}
+
+func (b *bundle) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
+
+type entry struct {
+	Merchant, Account, Currency string
+	AmountMinor                 int64
+}
+
+func (b *bundle) entries(t *testing.T, transactionID int64) []entry {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `
+		SELECT a.merchant, a.name, e.currency, e.amount_minor
+		  FROM ledger_entry e JOIN ledger_account a ON a.id = e.account_id
+		 WHERE e.transaction_id = $1
+		 ORDER BY e.amount_minor DESC`, transactionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := pgx.CollectRows(rows, pgx.RowToStructByPos[entry])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+func payment(key, merchant, currency string, amount int64) ledger.Posting {
+	return ledger.Posting{Kind: ledger.KindPayment, IdempotencyKey: key, Merchant: merchant, Currency: currency, AmountMinor: amount, Description: "test payment " + key}
+}
+
+func refund(key, paymentKey, merchant, currency string, amount int64) ledger.Posting {
+	return ledger.Posting{Kind: ledger.KindRefund, IdempotencyKey: key, PaymentKey: paymentKey, Merchant: merchant, Currency: currency, AmountMinor: amount}
+}
+
+func equalEntries(t *testing.T, got, want []entry) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("entries = %+v\nwant      %+v", got, want)
+	}
+}
+
+func TestPostPaymentWritesTwoBalancedEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	env := b.envelope(t)
+
+	res := b.mustPost(t, env, payment("pay:1", "acme", "USD", 1234))
+	if !res.Created || res.TransactionID == 0 || res.Reason != "" {
+		t.Fatalf("Result = %+v, want a created transaction", res)
+	}
+	equalEntries(t, b.entries(t, res.TransactionID), []entry{
+		{"acme", ledger.AccountPSPClearing, "USD", 1234},
+		{"acme", ledger.AccountSales, "USD", -1234},
+	})
+
+	tr, ok, err := ledger.ByEnvelope(b.ctx, b.pool, env)
+	if err != nil || !ok {
+		t.Fatalf("ByEnvelope = %v, %v", ok, err)
+	}
+	want := ledger.Transaction{ID: res.TransactionID, EnvelopeID: env, IdempotencyKey: "pay:1", Kind: ledger.KindPayment,
+		Merchant: "acme", PaymentKey: "pay:1", Currency: "USD", AmountMinor: 1234, Description: "test payment pay:1", PostedAt: tr.PostedAt}
+	if tr != want || tr.PostedAt.IsZero() {
+		t.Fatalf("transaction = %+v\nwant          %+v", tr, want)
+	}
+	if _, ok, err := ledger.ByEnvelope(b.ctx, b.pool, b.envelope(t)); ok || err != nil {
+		t.Fatalf("ByEnvelope of an envelope without posting = %v, %v; want false, nil", ok, err)
+	}
+}
+
+func TestBalances(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mustPost(t, b.envelope(t), payment("p1", "acme", "USD", 1000))
+	b.mustPost(t, b.envelope(t), payment("p2", "acme", "USD", 500))
+	b.mustPost(t, b.envelope(t), payment("p3", "acme", "EUR", 700))
+	b.mustPost(t, b.envelope(t), refund("r1", "p1", "acme", "USD", 250))
+	b.mustPost(t, b.envelope(t), payment("p4", "globex", "JPY", 3000))
+
+	got, err := ledger.Balances(b.ctx, b.pool, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		account, currency string
+		balance, entries  int64
+	}
+	var rows []row
+	for _, bal := range got {
+		if bal.Merchant != "acme" || bal.AccountID == 0 {
+			t.Fatalf("balance %+v: want merchant acme and an account id", bal)
+		}
+		rows = append(rows, row{bal.Account, bal.Currency, bal.BalanceMinor, bal.Entries})
+	}
+	want := []row{
+		{"psp_clearing", "EUR", 700, 1},
+		{"psp_clearing", "USD", 1000 + 500 - 250, 3},
+		{"refunds", "USD", 250, 1},
+		{"sales", "EUR", -700, 1},
+		{"sales", "USD", -1500, 2},
+	}
+	if fmt.Sprint(rows) != fmt.Sprint(want) {
+		t.Fatalf("Balances(acme) = %v\nwant              %v", rows, want)
+	}
+
+	all, err := ledger.Balances(b.ctx, b.pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(want)+2 || all[len(all)-1].Merchant != "globex" || all[len(all)-1].BalanceMinor != -3000 {
+		t.Fatalf("Balances(all) = %+v, want acme's rows then globex's two", all)
+	}
+	none, err := ledger.Balances(b.ctx, b.pool, "nobody")
+	if err != nil || len(none) != 0 {
+		t.Fatalf("Balances(nobody) = %v, %v; want none", none, err)
+	}
+}
+
+func TestPostIsIdempotentPerEnvelope(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	env := b.envelope(t)
+	first := b.mustPost(t, env, payment("pay:1", "acme", "USD", 100))
+
+	// Again, and again with another key: the envelope has its transaction.
+	for _, p := range []ledger.Posting{payment("pay:1", "acme", "USD", 100), payment("pay:other", "acme", "USD", 999)} {
+		res := b.mustPost(t, env, p)
+		want := ledger.Result{TransactionID: first.TransactionID, Reason: ledger.ReasonEnvelopePosted}
+		if res != want {
+			t.Fatalf("second Post(%s) = %+v, want %+v", p.IdempotencyKey, res, want)
+		}
+	}
+	if n := b.count(t, "ledger_transaction"); n != 1 {
+		t.Fatalf("%d ledger transactions, want 1", n)
+	}
+	if n := b.count(t, "ledger_entry"); n != 2 {
+		t.Fatalf("%d ledger entries, want 2", n)
+	}
+}
+
+func TestPostIsIdempotentPerBusinessKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	envA, envB := b.envelope(t), b.envelope(t)
+	first := b.mustPost(t, envA, payment("pay:1", "acme", "USD", 100))
+
+	res := b.mustPost(t, envB, payment("pay:1", "acme", "USD", 100))
+	want := ledger.Result{TransactionID: first.TransactionID, Reason: fmt.Sprintf("business key already posted by envelope %d", envA)}
+	if res != want {
+		t.Fatalf("Post under a second envelope = %+v, want %+v", res, want)
+	}
+	if n := b.count(t, "ledger_transaction"); n != 1 {
+		t.Fatalf("%d ledger transactions, want 1", n)
+	}
+
+	// The same key with other terms is not a duplicate but a conflict.
+	for _, p := range []ledger.Posting{
+		payment("pay:1", "acme", "USD", 101),
+		payment("pay:1", "acme", "EUR", 100),
+		payment("pay:1", "globex", "USD", 100),
+	} {
+		_, err := b.post(t, b.envelope(t), p)
+		var pe *ledger.PostingError
+		if !errors.As(err, &pe) || !strings.Contains(pe.Reason, "different terms") {
+			t.Fatalf("Post(%+v) = %v, want a *PostingError about different terms", p, err)
+		}
+	}
+	if n := b.count(t, "ledger_transaction"); n != 1 {
+		t.Fatalf("%d ledger transactions, want 1", n)
+	}
+}
+
+func TestPostConcurrentSameKeyPostsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 20 // pgtest pools hold 20 connections: all transactions are open at once
+	envs := make([]int64, n)
+	for i := range envs {
+		envs[i] = b.envelope(t)
+	}
+
+	var ready sync.WaitGroup
+	ready.Add(n)
+	start := make(chan struct{})
+	results := make([]ledger.Result, n)
+	errs := make([]error, n)
+	var done sync.WaitGroup
+	for i := range n {
+		done.Go(func() {
+			tx, err := b.pool.Begin(b.ctx)
+			ready.Done()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer tx.Rollback(b.ctx) //nolint:errcheck
+			<-start
+			results[i], err = ledger.Post(b.ctx, tx, envs[i], payment("pay:race", "acme", "USD", 4200))
+			if err == nil {
+				err = tx.Commit(b.ctx)
+			}
+			errs[i] = err
+		})
+	}
+	ready.Wait()
+	close(start)
+	done.Wait()
+
+	created := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("goroutine %d: %v", i, errs[i])
+		}
+		if results[i].Created {
+			created++
+		}
+		if results[i].TransactionID != results[0].TransactionID {
+			t.Fatalf("goroutine %d got transaction %d, goroutine 0 got %d", i, results[i].TransactionID, results[0].TransactionID)
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d goroutines created the transaction, want 1", created)
+	}
+	if got := b.count(t, "ledger_transaction"); got != 1 {
+		t.Fatalf("%d ledger transactions, want 1", got)
+	}
+	if got := b.count(t, "ledger_entry"); got != 2 {
+		t.Fatalf("%d ledger entries, want 2", got)
+	}
+	if got := b.count(t, "ledger_account"); got != 2 {
+		t.Fatalf("%d ledger accounts, want 2", got)
+	}
+}
+
+func TestRefundBeforePaymentWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ledger.Post(b.ctx, tx, b.envelope(t), refund("ref:1", "pay:missing", "acme", "USD", 100))
+	if !errors.Is(err, ledger.ErrPaymentNotPosted) || !strings.Contains(err.Error(), "pay:missing") {
+		t.Fatalf("Post(refund before payment) = %v, want ErrPaymentNotPosted naming the payment", err)
+	}
+	// Commit what Post left in the transaction: it must be nothing.
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"ledger_transaction", "ledger_entry", "ledger_account"} {
+		if n := b.count(t, table); n != 0 {
+			t.Fatalf("%d rows in %s, want 0", n, table)
+		}
+	}
+
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := ledger.Payment(b.ctx, tx, "pay:missing")
+		return err
+	})
+	if !errors.Is(err, ledger.ErrPaymentNotPosted) {
+		t.Fatalf("Payment(missing) = %v, want ErrPaymentNotPosted", err)
+	}
+}
+
+func TestRefundPosts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pay := b.mustPost(t, b.envelope(t), payment("pay:1", "acme", "EUR", 1000))
+	res := b.mustPost(t, b.envelope(t), refund("ref:1", "pay:1", "acme", "EUR", 300))
+	if !res.Created || res.TransactionID == pay.TransactionID {
+		t.Fatalf("refund Result = %+v, want a new transaction", res)
+	}
+	equalEntries(t, b.entries(t, res.TransactionID), []entry{
+		{"acme", ledger.AccountRefunds, "EUR", 300},
+		{"acme", ledger.AccountPSPClearing, "EUR", -300},
+	})
+
+	var state ledger.PaymentState
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		state, err = ledger.Payment(b.ctx, tx, "pay:1")
+		return err
+	})
+	want := ledger.PaymentState{TransactionID: pay.TransactionID, Merchant: "acme", Currency: "EUR", AmountMinor: 1000, RefundedMinor: 300}
+	if err != nil || state != want || state.RefundableMinor() != 700 {
+		t.Fatalf("Payment = %+v, %v; want %+v", state, err, want)
+	}
+}
+
+func TestOverRefundIsRejected(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mustPost(t, b.envelope(t), payment("pay:1", "acme", "USD", 1000))
+	b.mustPost(t, b.envelope(t), refund("ref:1", "pay:1", "acme", "USD", 600))
+
+	overRefund := func(p ledger.Posting) {
+		t.Helper()
+		_, err := b.post(t, b.envelope(t), p)
+		var pe *ledger.PostingError
+		if !errors.As(err, &pe) || !strings.Contains(pe.Reason, "over-refund") {
+			t.Fatalf("Post(%+v) = %v, want an over-refund *PostingError", p, err)
+		}
+	}
+	overRefund(refund("ref:2", "pay:1", "acme", "USD", 401))
+	b.mustPost(t, b.envelope(t), refund("ref:2", "pay:1", "acme", "USD", 400))
+	overRefund(refund("ref:3", "pay:1", "acme", "USD", 1))
+
+	// A fully refunded payment's refund, redelivered under another envelope,
+	// is a duplicate, not an over-refund.
+	res := b.mustPost(t, b.envelope(t), refund("ref:2", "pay:1", "acme", "USD", 400))
+	if res.Created || !strings.HasPrefix(res.Reason, "business key already posted") {
+		t.Fatalf("duplicate refund = %+v, want already posted", res)
+	}
+	if n := b.count(t, "ledger_transaction"); n != 3 {
+		t.Fatalf("%d ledger transactions, want 3", n)
+	}
+}
+
+func TestConcurrentRefundsCannotOverRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mustPost(t, b.envelope(t), payment("pay:1", "acme", "USD", 1000))
+	const n = 10
+	envs := make([]int64, n)
+	for i := range envs {
+		envs[i] = b.envelope(t)
+	}
+	var ok, over atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := b.post(t, envs[i], refund(fmt.Sprintf("ref:%d", i), "pay:1", "acme", "USD", 300))
+			var pe *ledger.PostingError
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.As(err, &pe):
+				over.Add(1)
+			default:
+				t.Errorf("refund %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != 3 || over.Load() != n-3 {
+		t.Fatalf("%d refunds posted and %d rejected; want 3 and %d", ok.Load(), over.Load(), n-3)
+	}
+	var refunded int64
+	if err := b.pool.QueryRow(b.ctx, "SELECT sum(amount_minor) FROM ledger_transaction WHERE kind = 'refund'").Scan(&refunded); err != nil {
+		t.Fatal(err)
+	}
+	if refunded != 900 {
+		t.Fatalf("refunded %d, want 900", refunded)
+	}
+}
+
+func TestRefundMustMatchPayment(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mustPost(t, b.envelope(t), payment("pay:1", "acme", "USD", 1000))
+	for _, tt := range []struct {
+		p    ledger.Posting
+		want string
+	}{
+		{refund("ref:1", "pay:1", "acme", "EUR", 100), "currency EUR differs"},
+		{refund("ref:1", "pay:1", "globex", "USD", 100), `merchant "globex" differs`},
+	} {
+		_, err := b.post(t, b.envelope(t), tt.p)
+		var pe *ledger.PostingError
+		if !errors.As(err, &pe) || !strings.Contains(pe.Reason, tt.want) {
+			t.Errorf("Post(%+v) = %v, want a *PostingError containing %q", tt.p, err, tt.want)
+		}
+	}
+	if n := b.count(t, "ledger_transaction"); n != 1 {
+		t.Fatalf("%d ledger transactions, want 1", n)
+	}
+}
+
+func TestPostValidates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	env := b.envelope(t)
+	posting := func(edit func(*ledger.Posting)) ledger.Posting {
+		p := payment("pay:1", "acme", "USD", 100)
+		edit(&p)
+		return p
+	}
+	var postingErr *ledger.PostingError
+	for name, tt := range map[string]struct {
+		p      ledger.Posting
+		target any // errors.As target, or an error for errors.Is
+	}{
+		"unknown currency":                 {posting(func(p *ledger.Posting) { p.Currency = "ABC" }), ledger.ErrUnknownCurrency},
+		"lowercase currency":               {posting(func(p *ledger.Posting) { p.Currency = "usd" }), ledger.ErrUnknownCurrency},
+		"zero amount":                      {posting(func(p *ledger.Posting) { p.AmountMinor = 0 }), ledger.ErrInvalidAmount},
+		"negative amount":                  {posting(func(p *ledger.Posting) { p.AmountMinor = -5 }), ledger.ErrInvalidAmount},
+		"empty key":                        {posting(func(p *ledger.Posting) { p.IdempotencyKey = "" }), &postingErr},
+		"empty merchant":                   {posting(func(p *ledger.Posting) { p.Merchant = "" }), &postingErr},
+		"unknown kind":                     {posting(func(p *ledger.Posting) { p.Kind = "chargeback" }), &postingErr},
+		"payment with another payment key": {posting(func(p *ledger.Posting) { p.PaymentKey = "pay:2" }), &postingErr},
+		"refund without payment key":       {refund("ref:1", "", "acme", "USD", 100), &postingErr},
+		"refund of itself":                 {refund("ref:1", "ref:1", "acme", "USD", 100), &postingErr},
+	} {
+		_, err := b.post(t, env, tt.p)
+		switch target := tt.target.(type) {
+		case error:
+			if !errors.Is(err, target) {
+				t.Errorf("%s: Post = %v, want %v", name, err, target)
+			}
+		default:
+			if err == nil || !errors.As(err, target) {
+				t.Errorf("%s: Post = %v, want %T", name, err, target)
+			}
+		}
+	}
+	if n := b.count(t, "ledger_transaction"); n != 0 {
+		t.Fatalf("%d ledger transactions, want 0", n)
+	}
+}
+
+func TestPostAmountsByCurrencyExponent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i, tt := range []struct {
+		amount, currency string
+		want             int64
+	}{
+		{"1500", "JPY", 1500},
+		{"12.34", "USD", 1234},
+		{"1.234", "KWD", 1234},
+	} {
+		minor, err := ledger.ParseDecimal(tt.amount, tt.currency)
+		if err != nil || minor != tt.want {
+			t.Fatalf("ParseDecimal(%q, %s) = %d, %v; want %d", tt.amount, tt.currency, minor, err, tt.want)
+		}
+		res := b.mustPost(t, b.envelope(t), payment(fmt.Sprintf("pay:%d", i), "acme", tt.currency, minor))
+		equalEntries(t, b.entries(t, res.TransactionID), []entry{
+			{"acme", ledger.AccountPSPClearing, tt.currency, tt.want},
+			{"acme", ledger.AccountSales, tt.currency, -tt.want},
+		})
+	}
+}
