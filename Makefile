@@ -1,0 +1,60 @@
+# Make targets for development; `make` alone lists them. The scripts they call (scripts/) hold
+# the logic, so each also runs without make. Recipes need bash.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO ?= go
+# Where `make demo` sends its deliveries (the address scripts/run-local serves).
+INGEST_URL ?= http://127.0.0.1:8080
+# Extra arguments for `make test`, e.g. make test ARGS='-run TestReplay ./internal/worker'.
+ARGS ?=
+
+.PHONY: help run test build migrate demo db db-stop db-destroy lint bench generate clean
+
+help: ## list the targets
+	@echo 'usage: make TARGET'
+	@echo
+	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
+
+run: ## run worker and ingest locally with the example sources (scripts/run-local)
+	scripts/run-local
+
+test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; ARGS=... for go test)
+	scripts/test $(ARGS)
+
+build: ## build bin/ingest, bin/worker and bin/sendhook
+	$(GO) build -o bin/ ./cmd/...
+
+migrate: build ## apply the migrations to DATABASE_URL (default: database inbox on the dev server)
+	@url="$${DATABASE_URL:-}"; \
+	if [[ -z "$$url" ]]; then url=$$(scripts/dev-db db inbox) || exit 1; fi; \
+	DATABASE_URL="$$url" bin/worker migrate
+
+demo: ## send signed sample deliveries, each twice, to INGEST_URL (see make run)
+	scripts/with-example-env $(GO) run ./cmd/sendhook demo --url '$(INGEST_URL)'
+
+db: ## print the URL of a reachable PostgreSQL, starting one if needed
+	scripts/dev-db ensure
+
+db-stop: ## stop the throwaway PostgreSQL cluster in .tmp/pg (keeps its data)
+	scripts/dev-db stop
+
+db-destroy: ## stop the throwaway cluster and delete .tmp/pg
+	scripts/dev-db destroy
+
+lint: ## gofmt -l, go vet, and shellcheck on the scripts when it is installed
+	@out=$$(find . \( -path ./.git -o -path ./.tmp -o -path ./bin \) -prune -o -name '*.go' -print0 | xargs -0 -r gofmt -l); \
+	if [[ -n "$$out" ]]; then echo "needs gofmt -w:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@if command -v shellcheck >/dev/null; then shellcheck scripts/* .ci/run; else echo 'shellcheck not installed: skipped'; fi
+
+bench: ## run the benchmarks (no tests) against the dev PostgreSQL
+	@url=$$(scripts/dev-db ensure) || exit 1; \
+	echo "TEST_DATABASE_URL=$$url $(GO) test -run '^$$' -bench . -benchtime 2s ./..."; \
+	TEST_DATABASE_URL="$$url" $(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+generate: ## go generate ./... (regenerates River's migrations from the River module)
+	$(GO) generate ./...
+
+clean: ## remove bin/ (the database stays: see db-destroy)
+	rm -rf bin

@@ -1,0 +1,222 @@
+// Command sendhook sends signed sample webhook deliveries to an inbox's
+// ingest, as Stripe, GitHub, Shopify or a Standard Webhooks sender would:
+// same headers, same signature scheme, re-signed on each resend with the same
+// delivery id and body, as providers do on a retry. It is a development and
+// demo tool: it reads secrets from the environment (or a flag) and never
+// prints them.
+//
+//	sendhook demo [--url URL]
+//	    send, to each source of config/example.yaml, realistic events (a
+//	    payment, then its refund; a GitHub push), each twice: the second copy
+//	    is a duplicate and must get 200 "duplicate".
+//	sendhook --source NAME [--provider P] [--event TYPE] [--body FILE] [--count N] ...
+//	    send one delivery N times.
+//
+// Secrets come from --secret, else the environment variable named by
+// --secret-env, else <SOURCE>_WEBHOOK_SECRET (source "payments" reads
+// PAYMENTS_WEBHOOK_SECRET): the names config/example.env sets. It exits
+// non-zero when any answer is not 2xx, so a demo against a broken service
+// fails.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/inboxhq/inbox/internal/cli"
+	"github.com/inboxhq/inbox/internal/provider"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "sendhook:", err)
+		os.Exit(1)
+	}
+}
+
+const defaultURL = "http://127.0.0.1:8080"
+
+// run sends what args ask for and returns an error when a request fails or
+// any answer is not 2xx.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "demo" {
+		return runDemo(ctx, args[1:], getenv, stdout, stderr)
+	}
+	fs := cli.NewFlags("sendhook", getenv, stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage: sendhook demo [--url URL]
+       sendhook --source NAME [flags]
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	baseURL := fs.String("url", "INGEST_URL", defaultURL, "ingest's base URL")
+	source := fs.String("source", "", "", "source name: the request goes to POST <url>/webhooks/<source> (required)")
+	prov := fs.String("provider", "", "", "stripe, github, shopify or standard (default: the source name, when it is one of these)")
+	secret := fs.String("secret", "", "", "signing secret (visible to other local users in the process list: prefer --secret-env)")
+	secretEnv := fs.String("secret-env", "", "", "environment variable holding the secret (default <SOURCE>_WEBHOOK_SECRET)")
+	event := fs.String("event", "", "", "event type (default per provider: payment_intent.succeeded, push, orders/paid, payment.succeeded)")
+	bodyFile := fs.String("body", "", "", "file with the body to send as is ('-' for stdin); default a built-in sample of --event")
+	deliveryID := fs.String("delivery-id", "", "", "delivery id (default random; for stripe it is the body's id)")
+	count := fs.Int("count", "", 1, "send the same delivery this many times (the extra ones are duplicates)")
+	timeout := fs.Duration("timeout", "", 10*time.Second, "bound on each request")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (did you mean 'sendhook demo'?)", fs.Arg(0))
+	}
+	if *source == "" {
+		fs.Usage()
+		return errors.New("--source is required")
+	}
+	if *count < 1 {
+		return errors.New("--count must be at least 1")
+	}
+	p := *prov
+	if p == "" {
+		if !slices.Contains(provider.Names, *source) {
+			return fmt.Errorf("--provider is required: source %q is not a provider name (%s)", *source, strings.Join(provider.Names, ", "))
+		}
+		p = *source
+	}
+	if !slices.Contains(provider.Names, p) {
+		return fmt.Errorf("unknown provider %q (want one of %s)", p, strings.Join(provider.Names, ", "))
+	}
+	key, err := lookupSecret(*source, *secret, *secretEnv, getenv)
+	if err != nil {
+		return err
+	}
+
+	var d delivery
+	if *bodyFile != "" {
+		body, err := readBody(*bodyFile)
+		if err != nil {
+			return err
+		}
+		d, err = fromBody(p, *source, *event, *deliveryID, body, time.Now())
+		if err != nil {
+			return err
+		}
+	} else {
+		ev := *event
+		if ev == "" {
+			ev = defaultEvent[p]
+		}
+		d, err = newSamples(time.Now()).build(p, *source, ev, *deliveryID)
+		if err != nil {
+			return err
+		}
+	}
+	s := &sender{base: *baseURL, client: &http.Client{Timeout: *timeout}, stdout: stdout}
+	for range *count {
+		if err := s.send(ctx, d, key); err != nil {
+			return err
+		}
+	}
+	return s.result()
+}
+
+// demoDeliveries are what `sendhook demo` sends, in order, to the sources of
+// config/example.yaml; a refund follows its payment.
+var demoDeliveries = []struct{ source, provider, event string }{
+	{"stripe", provider.Stripe, "payment_intent.succeeded"},
+	{"stripe", provider.Stripe, "charge.refunded"},
+	{"payments", provider.Standard, "payment.succeeded"},
+	{"payments", provider.Standard, "payment.refunded"},
+	{"shopify", provider.Shopify, "orders/paid"},
+	{"shopify", provider.Shopify, "refunds/create"},
+	{"github", provider.GitHub, "push"},
+}
+
+func runDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := cli.NewFlags("sendhook demo", getenv, stderr)
+	baseURL := fs.String("url", "INGEST_URL", defaultURL, "ingest's base URL")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("demo: unexpected argument %q", fs.Arg(0))
+	}
+	// Every secret first: a missing one fails before anything is sent.
+	keys := map[string]string{}
+	for _, dd := range demoDeliveries {
+		k, err := lookupSecret(dd.source, "", "", getenv)
+		if err != nil {
+			return fmt.Errorf("%w (config/example.env has dev values: make demo loads them)", err)
+		}
+		keys[dd.source] = k
+	}
+	samples := newSamples(time.Now())
+	s := &sender{base: *baseURL, client: &http.Client{Timeout: 10 * time.Second}, stdout: stdout}
+	fmt.Fprintf(stdout, "sending %d deliveries to %s, each twice (the second is a duplicate)\n", len(demoDeliveries), strings.TrimRight(*baseURL, "/"))
+	for _, dd := range demoDeliveries {
+		d, err := samples.build(dd.provider, dd.source, dd.event, "")
+		if err != nil {
+			return err
+		}
+		for range 2 {
+			if err := s.send(ctx, d, keys[dd.source]); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.result(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "done: the worker now processes them; see the envelope and ledger_* tables")
+	return nil
+}
+
+// lookupSecret returns the signing secret for source: flagValue, else the
+// variable envName, else <SOURCE>_WEBHOOK_SECRET. Its errors name the
+// variable, never a value.
+func lookupSecret(source, flagValue, envName string, getenv func(string) string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	if envName == "" {
+		envName = secretEnvName(source)
+	}
+	if v := getenv(envName); v != "" {
+		return v, nil
+	}
+	return "", fmt.Errorf("no secret for source %q: set %s (or pass --secret-env NAME)", source, envName)
+}
+
+// secretEnvName is the default variable of a source's secret: "payments" ->
+// PAYMENTS_WEBHOOK_SECRET, "shop-eu" -> SHOP_EU_WEBHOOK_SECRET.
+func secretEnvName(source string) string {
+	return strings.ToUpper(strings.ReplaceAll(source, "-", "_")) + "_WEBHOOK_SECRET"
+}
+
+func readBody(name string) ([]byte, error) {
+	if name == "-" {
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read body from stdin: %w", err)
+		}
+		return b, nil
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	return b, nil
+}
