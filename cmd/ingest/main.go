@@ -9,8 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,6 +18,7 @@ import (
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ingest"
+	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/pg"
 )
 
@@ -46,6 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	drain := fs.Duration("shutdown-timeout", "INGEST_SHUTDOWN_TIMEOUT", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
+	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", ":9091", "listen address of /metrics, /healthz and /readyz (empty: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -76,31 +76,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	srv, err := ingest.New(cfg, envelope.NewStore(pool, riverClient), logger, ingest.Options{StoreTimeout: *storeTimeout})
+	reg := metrics.NewRegistry()
+	m := metrics.NewIngest(reg)
+	srv, err := ingest.New(cfg, envelope.NewStore(pool, riverClient), logger, ingest.Options{StoreTimeout: *storeTimeout, Observe: m.Observe})
 	if err != nil {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", *addr)
+	httpSrv, bound, errc, err := cli.Listen(*addr, srv, 20*time.Second)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
-	httpSrv := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      20 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+	logger.Info("ingest listening", "addr", bound, "sources", cfg.Names(), "database", pg.Redact(getenv("DATABASE_URL")))
+	fmt.Fprintf(stdout, "listening on %s\n", bound)
+	var adminErr <-chan error
+	if *adminAddr != "" {
+		adminSrv, adminBound, aerr, err := cli.Listen(*adminAddr, metrics.AdminMux(reg, pool.Ping), 30*time.Second)
+		if err != nil {
+			return err
+		}
+		defer adminSrv.Close()
+		adminErr = aerr
+		logger.Info("admin listening", "addr", adminBound)
+		fmt.Fprintf(stdout, "admin listening on %s\n", adminBound)
 	}
-	logger.Info("ingest listening", "addr", ln.Addr().String(), "sources", cfg.Names(), "database", pg.Redact(getenv("DATABASE_URL")))
-	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
 
-	errc := make(chan error, 1)
-	go func() { errc <- httpSrv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
+	case err := <-adminErr:
+		return fmt.Errorf("serve admin: %w", err)
 	case <-ctx.Done():
 	}
 	logger.Info("ingest shutting down: draining in-flight requests", "timeout", drain.String())

@@ -15,6 +15,9 @@ import (
 // stored in river_job: never rename it.
 type ProcessArgs struct {
 	EnvelopeID int64 `json:"envelope_id" river:"unique"`
+	// Source is the envelope's source, so per-source retry and throttle
+	// settings apply without loading the envelope. Not part of uniqueness.
+	Source string `json:"source,omitempty"`
 }
 
 // Kind implements river.JobArgs.

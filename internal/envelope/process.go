@@ -121,7 +121,7 @@ func Finish(ctx context.Context, tx pgx.Tx, id int64, status Status, result json
 			RETURNING id
 		)
 		INSERT INTO envelope_attempt (envelope_id, job_id, attempt, outcome, error, started_at, finished_at, worker)
-		SELECT id, $5, $6, $7, $4, $8, clock_timestamp(), $9 FROM e`,
+		SELECT id, nullif($5::bigint, 0), $6, $7, $4, $8, clock_timestamp(), $9 FROM e`,
 		id, status, res, lastError, a.JobID, a.Attempt, a.Outcome, a.StartedAt, a.Worker)
 	if err != nil {
 		return fmt.Errorf("finish envelope %d: %w", id, err)
@@ -146,7 +146,7 @@ func RecordAttempt(ctx context.Context, tx pgx.Tx, id int64, a Attempt) (bool, e
 			RETURNING id
 		)
 		INSERT INTO envelope_attempt (envelope_id, job_id, attempt, outcome, error, started_at, finished_at, worker)
-		SELECT id, $4, $5, $6, $2, $7, clock_timestamp(), $8 FROM e`,
+		SELECT id, nullif($4::bigint, 0), $5, $6, $2, $7, clock_timestamp(), $8 FROM e`,
 		id, a.Error, countIt, a.JobID, a.Attempt, a.Outcome, a.StartedAt, a.Worker)
 	if err != nil {
 		return false, fmt.Errorf("record attempt of envelope %d: %w", id, err)

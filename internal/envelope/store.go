@@ -92,7 +92,7 @@ func (s *Store) Insert(ctx context.Context, d NewDelivery) (InsertResult, error)
 		switch {
 		case err == nil:
 			opts := &river.InsertOpts{MaxAttempts: d.MaxAttempts}
-			if _, err := s.river.InsertTx(ctx, tx, ProcessArgs{EnvelopeID: res.EnvelopeID}, opts); err != nil {
+			if _, err := s.river.InsertTx(ctx, tx, ProcessArgs{EnvelopeID: res.EnvelopeID, Source: d.Source}, opts); err != nil {
 				return fmt.Errorf("enqueue envelope %d: %w", res.EnvelopeID, err)
 			}
 			return nil

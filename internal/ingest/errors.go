@@ -108,7 +108,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, l
 	// err's text is ours (verifier reasons, store errors): never a secret,
 	// a signature value or the body.
 	log.Log(r.Context(), lvl, "delivery rejected", "status", code, "outcome", outcome, "error", err.Error())
-	s.observe(r, outcome)
+	reason := ""
+	var sigErr *provider.SignatureError
+	if errors.As(err, &sigErr) {
+		reason = sigErr.Reason
+	}
+	s.observe(r, outcome, reason)
 	writeJSON(w, code, body)
 }
 

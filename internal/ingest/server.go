@@ -27,8 +27,10 @@ type Options struct {
 	// Now is the clock for signature timestamps. Default time.Now.
 	Now func() time.Time
 	// Observe, when set, is called once per webhook request with the source
-	// and outcome (accepted, duplicate, bad_signature, ...).
-	Observe func(source, outcome string, elapsed time.Duration)
+	// (metrics.UnknownSource-style "unknown" for a source not configured),
+	// the outcome (accepted, duplicate, bad_signature, ...), the signature
+	// failure's reason when there is one, and the time taken.
+	Observe func(source, outcome, reason string, elapsed time.Duration)
 }
 
 type source struct {
@@ -44,7 +46,7 @@ type Server struct {
 	now               func() time.Time
 	storeTimeout      time.Duration
 	retryAfterSeconds int
-	observeFunc       func(source, outcome string, elapsed time.Duration)
+	observeFunc       func(source, outcome, reason string, elapsed time.Duration)
 	router            chi.Router
 }
 
@@ -106,8 +108,12 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	name := chi.URLParam(r, "source")
 	log := s.logger.With("request_id", middleware.GetReqID(r.Context()), "source", name)
-	r = r.WithContext(withStart(r.Context(), name, start))
 	src, ok := s.sources[name]
+	label := name
+	if !ok {
+		label = "unknown" // never a label value taken from the request
+	}
+	r = r.WithContext(withStart(r.Context(), label, start))
 	if !ok {
 		s.writeError(w, r, errUnknownSource, log)
 		return
@@ -152,7 +158,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Info("delivery stored", "envelope_id", res.EnvelopeID, "outcome", outcome, "status", code,
 		"duration_ms", float64(time.Since(start).Microseconds())/1000)
-	s.observe(r, outcome)
+	s.observe(r, outcome, "")
 	writeJSON(w, code, acceptedBody{EnvelopeID: res.EnvelopeID, Status: outcome})
 }
 
@@ -194,10 +200,10 @@ func withStart(ctx context.Context, source string, at time.Time) context.Context
 	return context.WithValue(ctx, startKey{}, startInfo{source, at})
 }
 
-func (s *Server) observe(r *http.Request, outcome string) {
+func (s *Server) observe(r *http.Request, outcome, reason string) {
 	if s.observeFunc == nil {
 		return
 	}
 	si, _ := r.Context().Value(startKey{}).(startInfo)
-	s.observeFunc(si.source, outcome, time.Since(si.at))
+	s.observeFunc(si.source, outcome, reason, time.Since(si.at))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/metrics"
 )
 
 // Config configures the worker's River client.
@@ -29,9 +30,21 @@ type Config struct {
 	RescueStuckJobsAfter time.Duration
 	// Name identifies this process in envelope_attempt.worker.
 	Name string
-	// RetryPolicy schedules retries after a transient error; nil keeps
-	// River's default (attempt^4 seconds, with jitter).
+	// RetryPolicy schedules retries after a transient error for sources
+	// without their own backoff; nil keeps River's default (attempt^4
+	// seconds, with jitter).
 	RetryPolicy river.ClientRetryPolicy
+	// Sources holds per-source backoff and throttle settings.
+	Sources map[string]SourcePolicy
+	// Metrics, when set, receives the worker's counters.
+	Metrics *metrics.Worker
+	// ReconcileEvery is how often pending envelopes without a live job are
+	// looked for (default 1 minute; negative disables).
+	ReconcileEvery time.Duration
+	// PeriodicJobs and Workers add jobs of other packages (retention).
+	PeriodicJobs []*river.PeriodicJob
+	// Register adds other packages' workers.
+	Register func(*river.Workers) error
 }
 
 // NewClient returns a River client that processes envelopes with registry.
@@ -64,8 +77,29 @@ func NewClient(pool *pgxpool.Pool, registry *handlers.Registry, cfg Config, logg
 		cfg.Name = DefaultName()
 	}
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, &ProcessWorker{Pool: pool, Registry: registry, Policy: p, Logger: logger, Name: cfg.Name}); err != nil {
+	if err := river.AddWorkerSafely(workers, &ProcessWorker{Pool: pool, Registry: registry, Policy: p, Logger: logger, Name: cfg.Name, Sources: cfg.Sources, Metrics: cfg.Metrics}); err != nil {
 		return nil, fmt.Errorf("register worker: %w", err)
+	}
+	periodic := append([]*river.PeriodicJob(nil), cfg.PeriodicJobs...)
+	if cfg.ReconcileEvery >= 0 {
+		every := cfg.ReconcileEvery
+		if every == 0 {
+			every = time.Minute
+		}
+		if err := river.AddWorkerSafely(workers, &ReconcileWorker{Pool: pool, Logger: logger, Grace: max(every, time.Minute)}); err != nil {
+			return nil, fmt.Errorf("register reconcile worker: %w", err)
+		}
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(every),
+			func() (river.JobArgs, *river.InsertOpts) { return ReconcileArgs{}, nil }, nil))
+	}
+	if cfg.Register != nil {
+		if err := cfg.Register(workers); err != nil {
+			return nil, fmt.Errorf("register workers: %w", err)
+		}
+	}
+	fallback := cfg.RetryPolicy
+	if fallback == nil {
+		fallback = &river.DefaultClientRetryPolicy{}
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
@@ -75,7 +109,8 @@ func NewClient(pool *pgxpool.Pool, registry *handlers.Registry, cfg Config, logg
 		FetchCooldown:        cfg.FetchCooldown,
 		FetchPollInterval:    cfg.FetchPollInterval,
 		Logger:               logger,
-		RetryPolicy:          cfg.RetryPolicy,
+		RetryPolicy:          &retryPolicy{sources: cfg.Sources, fallback: fallback},
+		PeriodicJobs:         periodic,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)

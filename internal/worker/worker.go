@@ -17,6 +17,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/metrics"
 )
 
 // Policy bounds waiting and retrying.
@@ -52,6 +53,11 @@ type ProcessWorker struct {
 	Logger   *slog.Logger
 	// Name identifies this process in envelope_attempt.worker.
 	Name string
+	// Sources holds per-source throttles (and backoff, applied by the
+	// client's retry policy).
+	Sources map[string]SourcePolicy
+	// Metrics, when set, counts attempts, snoozes, latency and postings.
+	Metrics *metrics.Worker
 }
 
 // Timeout implements river.Worker: every attempt has a timeout.
@@ -72,12 +78,20 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 	id := job.Args.EnvelopeID
 	log := w.Logger.With("envelope_id", id, "job_id", job.ID, "attempt", job.Attempt)
 	start := time.Now()
+	if wait, err := w.throttle(ctx, job); err != nil {
+		return err
+	} else if wait > 0 {
+		w.countSnooze(job.Args.Source, "throttled")
+		log.Debug("throttled", "wait", wait)
+		return river.JobSnooze(wait)
+	}
 
 	var (
 		env        *envelope.Envelope
 		startedAt  time.Time
 		handlerErr error
 		outcomeLog string
+		result     json.RawMessage
 	)
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
 		var err error
@@ -105,7 +119,7 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 				outcomeLog = "ignored"
 				break
 			}
-			result, err := runHandler(ctx, h, tx, env)
+			result, err = runHandler(ctx, h, tx, env)
 			if err != nil {
 				handlerErr = err
 				return err // roll back the handler's partial effects
@@ -128,6 +142,7 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 	if err == nil {
 		log.Info("envelope processed", "source", env.Source, "delivery_id", env.DeliveryID,
 			"event_type", env.EventType, "outcome", outcomeLog, "duration", time.Since(start))
+		w.observeFinal(env, outcomeLog, startedAt, result)
 		return nil
 	}
 	if handlerErr == nil || env == nil {
@@ -157,6 +172,9 @@ func (w *ProcessWorker) fail(ctx context.Context, job *river.Job[envelope.Proces
 		_, err := envelope.RecordAttempt(rctx, tx, env.ID, a)
 		return err
 	})
+	if err == nil {
+		w.observeFailure(env, act, startedAt, handlerErr)
+	}
 	lvl := slog.LevelWarn
 	if act.final {
 		lvl = slog.LevelError
@@ -207,4 +225,70 @@ func runHandler(ctx context.Context, h handlers.Handler, tx pgx.Tx, env *envelop
 func DefaultName() string {
 	h, _ := os.Hostname()
 	return fmt.Sprintf("%s:%d", h, os.Getpid())
+}
+
+// throttle takes a slot for the envelope's throttle key when its source is
+// throttled, and says how long to wait when the current window is full.
+func (w *ProcessWorker) throttle(ctx context.Context, job *river.Job[envelope.ProcessArgs]) (time.Duration, error) {
+	sp, ok := w.Sources[job.Args.Source]
+	if !ok || sp.ThrottlePerSecond <= 0 {
+		return 0, nil
+	}
+	key := job.Args.Source
+	if sp.ThrottleKey != "source" {
+		env, err := envelope.Get(ctx, w.Pool, job.Args.EnvelopeID)
+		if err != nil {
+			return 0, err
+		}
+		if env.Status != envelope.StatusPending {
+			return 0, nil // nothing to process; let Work complete the job
+		}
+		key += "/" + handlers.Merchant(env)
+	}
+	return takeThrottleSlot(ctx, w.Pool, key, sp.ThrottlePerSecond)
+}
+
+func (w *ProcessWorker) countSnooze(source, cause string) {
+	if w.Metrics != nil {
+		w.Metrics.Snoozes.WithLabelValues(source, cause).Inc()
+	}
+}
+
+// observeFinal records a committed attempt in the metrics.
+func (w *ProcessWorker) observeFinal(env *envelope.Envelope, outcome string, at time.Time, result json.RawMessage) {
+	if w.Metrics == nil || env.Status != envelope.StatusPending {
+		return // an already-final envelope was not processed by this attempt
+	}
+	w.Metrics.Attempts.WithLabelValues(env.Source, outcome).Inc()
+	w.Metrics.ProcessingLatency.WithLabelValues(env.Source, outcome).Observe(at.Sub(env.ReceivedAt).Seconds())
+	var r struct {
+		Posted *bool  `json:"posted"`
+		Kind   string `json:"kind"`
+	}
+	if json.Unmarshal(result, &r) == nil && r.Posted != nil && r.Kind != "" {
+		res := "posted"
+		if !*r.Posted {
+			res = "skipped"
+		}
+		w.Metrics.LedgerPostings.WithLabelValues(r.Kind, res).Inc()
+	}
+}
+
+// observeFailure records a recorded failed attempt in the metrics.
+func (w *ProcessWorker) observeFailure(env *envelope.Envelope, act action, at time.Time, err error) {
+	if w.Metrics == nil {
+		return
+	}
+	w.Metrics.Attempts.WithLabelValues(env.Source, string(act.outcome)).Inc()
+	switch {
+	case act.final:
+		w.Metrics.ProcessingLatency.WithLabelValues(env.Source, string(envelope.StatusFailed)).Observe(at.Sub(env.ReceivedAt).Seconds())
+	case act.outcome == envelope.OutcomeSnoozed:
+		cause := "not_ready"
+		var ra *handlers.RetryAfterError
+		if errors.As(err, &ra) {
+			cause = "retry_after"
+		}
+		w.countSnooze(env.Source, cause)
+	}
 }

@@ -1,0 +1,29 @@
+package cli
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Listen binds addr and serves h on it in the background with bounded
+// read, write and idle times. It returns the server (for Shutdown), the bound
+// address (useful with port 0) and a channel that receives Serve's error.
+func Listen(addr string, h http.Handler, writeTimeout time.Duration) (*http.Server, string, <-chan error, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	return srv, ln.Addr().String(), errc, nil
+}

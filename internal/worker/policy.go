@@ -1,0 +1,90 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// SourcePolicy is what a source configures about processing.
+type SourcePolicy struct {
+	// BackoffMin and BackoffMax bound the wait between retries: BackoffMin
+	// doubled per attempt, capped at BackoffMax, with 10% jitter. Zero keeps
+	// the client's default policy.
+	BackoffMin, BackoffMax time.Duration
+	// ThrottlePerSecond limits envelopes processed per key and second across
+	// every worker process; 0 means unlimited.
+	ThrottlePerSecond int
+	// ThrottleKey is "merchant" (default) or "source".
+	ThrottleKey string
+}
+
+// retryPolicy applies a source's backoff, else the fallback.
+type retryPolicy struct {
+	sources  map[string]SourcePolicy
+	fallback river.ClientRetryPolicy
+}
+
+// NextRetry implements river.ClientRetryPolicy.
+func (p *retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
+	var args struct {
+		Source string `json:"source"`
+	}
+	_ = json.Unmarshal(job.EncodedArgs, &args)
+	sp, ok := p.sources[args.Source]
+	if !ok || sp.BackoffMin <= 0 {
+		return p.fallback.NextRetry(job)
+	}
+	return time.Now().Add(backoff(sp.BackoffMin, sp.BackoffMax, job.Attempt))
+}
+
+// backoff is min * 2^(attempt-1), capped at max, +-10% jitter.
+func backoff(minWait, maxWait time.Duration, attempt int) time.Duration {
+	if maxWait < minWait {
+		maxWait = minWait
+	}
+	d := minWait
+	for i := 1; i < attempt && d < maxWait; i++ {
+		d *= 2
+	}
+	d = min(d, maxWait)
+	jitter := time.Duration(float64(d) * 0.1 * (2*rand.Float64() - 1))
+	return d + jitter
+}
+
+// takeThrottleSlot counts one envelope for key in the current one-second
+// window (the database's clock, shared by every worker process) and returns
+// how long to wait when the window is already full.
+func takeThrottleSlot(ctx context.Context, pool *pgxpool.Pool, key string, perSecond int) (time.Duration, error) {
+	var count int
+	var waitSeconds float64
+	err := pool.QueryRow(ctx, `
+		WITH w AS (SELECT date_trunc('second', clock_timestamp()) AS start)
+		INSERT INTO throttle_window AS t (key, window_start, count)
+		SELECT $1, w.start, 1 FROM w
+		ON CONFLICT (key, window_start) DO UPDATE SET count = t.count + 1
+		RETURNING t.count, extract(epoch FROM t.window_start + interval '1 second' - clock_timestamp())::float8`, key).Scan(&count, &waitSeconds)
+	if err != nil {
+		return 0, fmt.Errorf("throttle %s: %w", key, err)
+	}
+	if count <= perSecond {
+		return 0, nil
+	}
+	// Spread the waiters over the next window instead of waking together.
+	wait := time.Duration(max(waitSeconds, 0) * float64(time.Second))
+	over := count - perSecond
+	spread := time.Duration((over-1)/perSecond) * time.Second
+	return wait + spread + time.Duration(rand.Int64N(int64(50*time.Millisecond))), nil
+}
+
+// sweepThrottle deletes windows older than a minute.
+func sweepThrottle(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, `DELETE FROM throttle_window WHERE window_start < now() - interval '1 minute'`)
+	return err
+}
