@@ -48,6 +48,8 @@ type stack struct {
 	dbURL     string
 	pool      *pgxpool.Pool
 	ingestURL string
+	// ingestAdmin and workerAdmin serve /metrics, /healthz, /readyz.
+	ingestAdmin, workerAdmin string
 	ingest    *proc
 	worker    *proc
 	env       []string
@@ -84,10 +86,12 @@ func startStack(t testing.TB, dbURL string, workerArgs ...string) *stack {
 	migrate(t, env)
 	s := &stack{dbURL: dbURL, env: env}
 	var lines <-chan string
-	s.ingest, lines = start(t, "ingest", env, "--addr", "127.0.0.1:0")
+	s.ingest, lines = start(t, "ingest", env, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
 	s.ingestURL = "http://" + waitLine(t, lines, "listening on ", 30*time.Second)
-	s.worker, lines = start(t, "worker", env, append([]string{"run", "--fetch-cooldown", "5ms", "--fetch-poll-interval", "50ms"}, workerArgs...)...)
+	s.ingestAdmin = "http://" + waitLine(t, lines, "admin listening on ", 30*time.Second)
+	s.worker, lines = start(t, "worker", env, append([]string{"run", "--fetch-cooldown", "5ms", "--fetch-poll-interval", "50ms", "--admin-addr", "127.0.0.1:0"}, workerArgs...)...)
 	waitLine(t, lines, "worker started", 30*time.Second)
+	s.workerAdmin = "http://" + waitLine(t, lines, "admin listening on ", 30*time.Second)
 	pool, err := pgxpool.New(context.Background(), dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -206,6 +210,40 @@ func TestEndToEndAllProvidersWithDuplicates(t *testing.T) {
 	require.EqualValues(t, 5*12345-5*1000, s.scalar(t, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'e2e.myshopify.com' AND account = 'psp_clearing' AND currency = 'KWD'`))
 	// Each attempt is audited.
 	require.EqualValues(t, len(all), s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome IN ('done', 'ignored')"))
+
+	// A bad signature and an unknown source, for the metrics.
+	bad := all[len(all)-2].d
+	bad.Secret = "not-the-secret"
+	code, err := s.send(bad, all[len(all)-2].source)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, err = s.send(all[0].d, "nope")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, code)
+
+	// Metrics: each with the value this run must have produced.
+	requireHealthy(t, s.ingestAdmin)
+	requireHealthy(t, s.workerAdmin)
+	im := scrape(t, s.ingestAdmin)
+	require.EqualValues(t, 11, metricSum(t, im, "inbox_ingest_requests_total", "source", "stripe", "outcome", "accepted"))
+	require.EqualValues(t, len(all), metricSum(t, im, "inbox_ingest_requests_total", "outcome", "accepted"))
+	require.EqualValues(t, len(all)*(copies-1), metricSum(t, im, "inbox_ingest_duplicates_total"))
+	require.EqualValues(t, 1, metricSum(t, im, "inbox_ingest_signature_failures_total", "source", "github", "reason", "no signature matches"))
+	require.EqualValues(t, 1, metricSum(t, im, "inbox_ingest_requests_total", "source", "unknown", "outcome", "unknown_source"))
+	require.EqualValues(t, 0, metricSum(t, im, "inbox_ingest_conflicts_total"))
+	require.EqualValues(t, len(all)*copies+2, metricSum(t, im, "inbox_ingest_request_duration_seconds"))
+	require.True(t, hasPrefix(im, "go_goroutines"))
+	wm := scrape(t, s.workerAdmin)
+	require.EqualValues(t, len(all)-1, metricSum(t, wm, "inbox_worker_attempts_total", "outcome", "done"))
+	require.EqualValues(t, 1, metricSum(t, wm, "inbox_worker_attempts_total", "outcome", "ignored"))
+	require.EqualValues(t, len(all), metricSum(t, wm, "inbox_processing_latency_seconds"))
+	require.EqualValues(t, 15, metricSum(t, wm, "inbox_ledger_postings_total", "kind", "payment", "result", "posted"))
+	require.EqualValues(t, 15, metricSum(t, wm, "inbox_ledger_postings_total", "kind", "refund", "result", "posted"))
+	require.EqualValues(t, len(all)-1, metricSum(t, wm, "inbox_envelopes", "status", "done"))
+	require.EqualValues(t, 0, metricSum(t, wm, "inbox_envelopes", "status", "pending"))
+	require.EqualValues(t, 0, metricSum(t, wm, "inbox_oldest_pending_age_seconds"))
+	require.EqualValues(t, 1, metricSum(t, wm, "inbox_envelope_stats_up"))
+	require.EqualValues(t, s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome = 'snoozed'"), metricSum(t, wm, "inbox_worker_snoozes_total", "cause", "not_ready"))
 
 	require.NoError(t, s.ingest.stop(30*time.Second), "ingest exits 0 on SIGTERM")
 	require.NoError(t, s.worker.stop(45*time.Second), "worker exits 0 on SIGTERM")

@@ -78,6 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	reg := metrics.NewRegistry()
 	m := metrics.NewIngest(reg)
+	m.Init(cfg.Names())
 	srv, err := ingest.New(cfg, envelope.NewStore(pool, riverClient), logger, ingest.Options{StoreTimeout: *storeTimeout, Observe: m.Observe})
 	if err != nil {
 		return err

@@ -62,6 +62,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runWorker(ctx, args, getenv, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, args, getenv, stdout, stderr)
+	case "replay":
+		return runReplay(ctx, args, getenv, stdout, stderr)
+	case "envelopes":
+		return runEnvelopes(ctx, args, getenv, stdout, stderr)
+	case "stats":
+		return runStats(ctx, args, getenv, stdout, stderr)
+	case "purge":
+		return runPurge(ctx, args, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil

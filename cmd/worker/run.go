@@ -2,13 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"time"
 
+	"riverqueue.com/riverui"
+
 	"github.com/inboxhq/inbox/internal/cli"
+	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/worker"
 )
@@ -26,6 +33,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	drain := fs.Duration("shutdown-timeout", "WORKER_SHUTDOWN_TIMEOUT", 30*time.Second, "how long SIGTERM lets running jobs finish")
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
+	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file (per-source backoff, throttle, forwarding; optional)")
+	adminAddr := fs.String("admin-addr", "WORKER_ADMIN_ADDR", ":9090", "listen address of /metrics, /healthz, /readyz and River UI (empty: off)")
+	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (needs RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -39,6 +49,37 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if *maxWorkers < 1 {
 		return usageError{errors.New("--max-workers must be at least 1")}
 	}
+	if getenv("WORKER_RIVERUI") == "true" {
+		*riverUI = true
+	}
+	uiUser, uiPassword := getenv("RIVERUI_USER"), getenv("RIVERUI_PASSWORD")
+	if uiUser == "" {
+		uiUser = "admin"
+	}
+	if *riverUI && (uiPassword == "" || *adminAddr == "") {
+		return usageError{errors.New("--riverui needs RIVERUI_PASSWORD set (River UI can cancel and delete jobs) and an --admin-addr")}
+	}
+	sources := map[string]worker.SourcePolicy{}
+	registry := handlers.Builtin()
+	if *cfgPath != "" {
+		cfg, err := config.Load(*cfgPath, getenv)
+		if err != nil {
+			return err
+		}
+		for name, src := range cfg.Sources {
+			sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max}
+			if src.Throttle != nil {
+				sp.ThrottlePerSecond, sp.ThrottleKey = src.Throttle.PerSecond, src.Throttle.Key
+			}
+			sources[name] = sp
+		}
+		if registry, err = handlers.WithForwarding(registry, cfg, nil); err != nil {
+			return err
+		}
+		if longest := forwardBudget(cfg); longest >= *jobTimeout {
+			return usageError{fmt.Errorf("forward timeouts of one source add up to %s, not less than --job-timeout %s: raise the job timeout or lower the forward timeouts", longest, *jobTimeout)}
+		}
+	}
 	pool, err := pg.Open(ctx, getenv("DATABASE_URL"), pg.Options{
 		MaxConns:        int32(*maxWorkers + 5),
 		IdleInTxTimeout: *jobTimeout + 10*time.Second,
@@ -48,7 +89,10 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	defer pool.Close()
-	client, err := worker.NewClient(pool, handlers.Builtin(), worker.Config{
+	reg := metrics.NewRegistry()
+	client, err := worker.NewClient(pool, registry, worker.Config{
+		Sources: sources,
+		Metrics: metrics.NewWorker(reg, pool, logger),
 		Policy: worker.Policy{
 			SnoozeDefault: *snoozeDefault,
 			MaxSnooze:     *maxSnooze,
@@ -70,7 +114,37 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	logger.Info("worker started", "max_workers", *maxWorkers, "job_timeout", jobTimeout.String(), "database", pg.Redact(getenv("DATABASE_URL")))
 	fmt.Fprintln(stdout, "worker started")
-	<-ctx.Done()
+	var adminErr <-chan error
+	if *adminAddr != "" {
+		mux := metrics.AdminMux(reg, pool.Ping)
+		if *riverUI {
+			ui, err := riverui.NewHandler(&riverui.HandlerOpts{
+				Endpoints: riverui.NewEndpoints(client, nil),
+				Logger:    logger,
+				Prefix:    "/riverui",
+			})
+			if err != nil {
+				return fmt.Errorf("river ui: %w", err)
+			}
+			if err := ui.Start(ctx); err != nil {
+				return fmt.Errorf("river ui: %w", err)
+			}
+			mux.Handle("/riverui/", basicAuth(uiUser, uiPassword, ui))
+		}
+		adminSrv, bound, aerr, err := cli.Listen(*adminAddr, mux, 60*time.Second)
+		if err != nil {
+			return err
+		}
+		defer adminSrv.Close()
+		adminErr = aerr
+		logger.Info("admin listening", "addr", bound, "riverui", *riverUI)
+		fmt.Fprintf(stdout, "admin listening on %s\n", bound)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-adminErr:
+		logger.Error("admin listener stopped", "error", err)
+	}
 
 	logger.Info("worker stopping: no new jobs, waiting for running ones", "timeout", drain.String())
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
@@ -85,4 +159,35 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	logger.Info("worker stopped")
 	return nil
+}
+
+// basicAuth guards h with HTTP basic authentication, comparing in constant
+// time. River UI has no authentication of its own and can cancel and delete
+// jobs.
+func basicAuth(user, password string, h http.Handler) http.Handler {
+	wantUser, wantPass := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		gotUser, gotPass := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
+		if !ok || subtle.ConstantTimeCompare(gotUser[:], wantUser[:])&subtle.ConstantTimeCompare(gotPass[:], wantPass[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="inbox admin", charset="UTF-8"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// forwardBudget is the largest sum of forward timeouts of any one source: a
+// delivery to every destination of a source must fit in one job attempt.
+func forwardBudget(cfg *config.Config) time.Duration {
+	var longest time.Duration
+	for _, src := range cfg.Sources {
+		var sum time.Duration
+		for _, f := range src.Forward {
+			sum += f.Timeout
+		}
+		longest = max(longest, sum)
+	}
+	return longest
 }

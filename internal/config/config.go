@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"sort"
@@ -39,6 +40,46 @@ type Source struct {
 	// MaxAttempts is how many times processing is tried before the envelope
 	// fails; 0 means the worker's default.
 	MaxAttempts int `yaml:"max_attempts"`
+	// Backoff bounds the wait between retries after a transient error:
+	// exponential from Min, capped at Max, with jitter. Zero values keep
+	// the worker's defaults.
+	Backoff Backoff `yaml:"backoff"`
+	// Throttle limits how many envelopes per second are processed per key
+	// (merchant by default), across every worker process.
+	Throttle *Throttle `yaml:"throttle"`
+	// Forward sends verified deliveries on to internal HTTP endpoints.
+	Forward []*Forward `yaml:"forward"`
+}
+
+// Backoff is a source's retry schedule.
+type Backoff struct {
+	Min time.Duration `yaml:"min"`
+	Max time.Duration `yaml:"max"`
+}
+
+// Throttle is a per-key rate limit.
+type Throttle struct {
+	// PerSecond is the most envelopes per key processed in one second.
+	PerSecond int `yaml:"per_second"`
+	// Key is what is limited: "merchant" (default) or "source".
+	Key string `yaml:"key"`
+}
+
+// Forward is one destination a source's deliveries are forwarded to.
+type Forward struct {
+	// URL receives a POST with the original body and content type, an
+	// Idempotency-Key and a Standard Webhooks signature.
+	URL string `yaml:"url"`
+	// Secret signs forwarded requests (Standard Webhooks: whsec_ + base64).
+	Secret string `yaml:"secret"`
+	// Events limits forwarding to these event types ("*" suffix matches a
+	// prefix, e.g. "payment.*"); empty forwards every event.
+	Events []string `yaml:"events"`
+	// Mode is "besides" (default: the built-in handler runs too) or
+	// "instead" (only forwarding).
+	Mode string `yaml:"mode"`
+	// Timeout bounds one forwarding request. Default 10 s.
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 var (
@@ -130,6 +171,77 @@ func (s *Source) validate() error {
 	// provider.New checks the provider name and the secrets.
 	if _, err := s.Verifier(); err != nil {
 		return err
+	}
+	for i, f := range s.Forward {
+		if f == nil {
+			return fmt.Errorf("forward[%d]: empty definition", i)
+		}
+		if err := f.Validate(); err != nil {
+			return fmt.Errorf("forward[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Forwarding modes and limits.
+const (
+	// ForwardBesides runs the built-in handler after forwarding (default).
+	ForwardBesides = "besides"
+	// ForwardInstead forwards only.
+	ForwardInstead = "instead"
+	// DefaultForwardTimeout bounds a forwarding request that sets no timeout.
+	DefaultForwardTimeout = 10 * time.Second
+	// MaxForwardTimeout is the largest timeout a destination may set: the
+	// request runs inside the worker's transaction and job timeout.
+	MaxForwardTimeout = 60 * time.Second
+)
+
+// Validate checks a forwarding destination and fills in its defaults (Mode
+// besides, Timeout DefaultForwardTimeout). Its errors never contain the
+// secret, nor the URL (which may carry credentials).
+func (f *Forward) Validate() error {
+	u, err := url.Parse(f.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		return errors.New("url must be an absolute http or https URL")
+	}
+	if f.Secret == "" {
+		return errors.New("secret is required")
+	}
+	if _, err := provider.New(provider.Config{Provider: provider.Standard, Secrets: []string{f.Secret}}); err != nil {
+		return fmt.Errorf("secret must be a Standard Webhooks secret (whsec_ and base64): %w", err)
+	}
+	switch f.Mode {
+	case "":
+		f.Mode = ForwardBesides
+	case ForwardBesides, ForwardInstead:
+	default:
+		return fmt.Errorf("mode %q: want %s or %s", f.Mode, ForwardBesides, ForwardInstead)
+	}
+	switch {
+	case f.Timeout < 0:
+		return errors.New("timeout must not be negative")
+	case f.Timeout == 0:
+		f.Timeout = DefaultForwardTimeout
+	case f.Timeout > MaxForwardTimeout:
+		return fmt.Errorf("timeout %s exceeds the maximum of %s", f.Timeout, MaxForwardTimeout)
+	}
+	for i, p := range f.Events {
+		if err := CheckEventPattern(p); err != nil {
+			return fmt.Errorf("events[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// CheckEventPattern checks one event pattern: an exact event type, or a
+// prefix followed by a single trailing "*" ("payment.*"; "*" alone matches
+// every event).
+func CheckEventPattern(p string) error {
+	switch {
+	case p == "":
+		return errors.New("event pattern is empty")
+	case strings.Contains(strings.TrimSuffix(p, "*"), "*"):
+		return fmt.Errorf("event pattern %q: '*' is allowed only at the end", p)
 	}
 	return nil
 }

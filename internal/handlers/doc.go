@@ -8,8 +8,8 @@
 // envelope's result and status and the job's completion commit together or
 // not at all. Handlers never begin, commit or roll back.
 //
-// The package may import envelope, ledger, pgx and the standard library; it
-// must not import worker, ingest or cmd.
+// The package may import config, envelope, ledger, provider, pgx and the
+// standard library; it must not import worker, ingest or cmd.
 //
 // # Built-in handlers
 //

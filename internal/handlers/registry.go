@@ -40,11 +40,14 @@ type route struct{ provider, eventType string }
 type Registry struct {
 	mu       sync.RWMutex
 	handlers map[route]Handler
+	// sources holds per-source routes (forwarding), in registration order;
+	// see RegisterSource.
+	sources map[string][]sourceRoute
 }
 
 // NewRegistry returns an empty Registry.
 func NewRegistry() *Registry {
-	return &Registry{handlers: make(map[route]Handler)}
+	return &Registry{handlers: make(map[route]Handler), sources: make(map[string][]sourceRoute)}
 }
 
 // Register routes the provider's eventType to h; eventType Wildcard ("*")

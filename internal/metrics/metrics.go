@@ -59,6 +59,16 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 	return m
 }
 
+// Init creates the zero series of each configured source, so dashboards and
+// alerts see 0 rather than nothing before the first event.
+func (m *Ingest) Init(sources []string) {
+	for _, s := range sources {
+		m.Duplicates.WithLabelValues(s)
+		m.Conflicts.WithLabelValues(s)
+		m.Requests.WithLabelValues(s, "accepted")
+	}
+}
+
 // Observe records one webhook request.
 func (m *Ingest) Observe(source, outcome, signatureReason string, elapsed time.Duration) {
 	m.Requests.WithLabelValues(source, outcome).Inc()

@@ -109,7 +109,7 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 			// or a replay's job raced): only the job needs completing.
 			outcomeLog = "already_" + string(env.Status)
 		default:
-			h, ok := w.Registry.Lookup(env.Provider, env.EventType)
+			h, ok := w.Registry.LookupEnvelope(env)
 			if !ok {
 				a.Outcome = envelope.OutcomeIgnored
 				res, _ := json.Marshal(map[string]string{"reason": "no handler for " + env.Provider + " event " + env.EventType})
@@ -141,7 +141,7 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 	})
 	if err == nil {
 		log.Info("envelope processed", "source", env.Source, "delivery_id", env.DeliveryID,
-			"event_type", env.EventType, "outcome", outcomeLog, "duration", time.Since(start))
+			"event_type", env.EventType, "outcome", outcomeLog, "duration_ms", float64(time.Since(start).Microseconds())/1000)
 		w.observeFinal(env, outcomeLog, startedAt, result)
 		return nil
 	}

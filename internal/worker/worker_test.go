@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/pgtest"
@@ -313,4 +316,76 @@ func TestStaleAttemptIsFencedOff(t *testing.T) {
 	require.Equal(t, envelope.StatusPending, e.Status)
 	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_transaction"))
 	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM envelope_attempt"))
+}
+
+// A forwarding destination that asks to wait (503 + Retry-After) snoozes the
+// envelope, then a 2xx completes it with the response in the result.
+func TestForwardRetryAfterThenDone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, `{"received":true}`)
+	}))
+	t.Cleanup(srv.Close)
+	cfg, err := config.Parse([]byte(`
+sources:
+  src:
+    provider: github
+    secrets: ["gh-secret"]
+    forward:
+      - url: `+srv.URL+`/hooks
+        secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+        mode: instead
+        timeout: 2s
+`), nil)
+	require.NoError(t, err)
+	b.registry, err = handlers.WithForwarding(handlers.Builtin(), cfg, nil)
+	require.NoError(t, err)
+	b.run(t, worker.Policy{})
+	id := b.insert(t, "github", "gh-fwd", "push", webhooktest.GitHubPush("refs/heads/main"), 0)
+	e := b.waitFinal(t, id)
+	require.Equal(t, envelope.StatusDone, e.Status)
+	require.Equal(t, 1, e.Attempts, "a snooze uses no attempt")
+	require.Equal(t, []string{"snoozed", "done"}, b.outcomes(t, id))
+	require.Contains(t, string(e.Result), `"status": 200`)
+	require.Contains(t, string(e.Result), `received`)
+	state, _ := b.jobState(t, id)
+	require.Equal(t, "completed", state)
+	require.EqualValues(t, 2, calls.Load())
+}
+
+// A forwarding destination that refuses the delivery (4xx) fails it for good.
+func TestForwardClientErrorFailsPermanently(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no such hook", http.StatusNotFound)
+	}))
+	t.Cleanup(srv.Close)
+	cfg, err := config.Parse([]byte(`
+sources:
+  src:
+    provider: github
+    secrets: ["gh-secret"]
+    forward:
+      - url: `+srv.URL+`/hooks
+        secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+`), nil)
+	require.NoError(t, err)
+	b.registry, err = handlers.WithForwarding(handlers.Builtin(), cfg, nil)
+	require.NoError(t, err)
+	b.run(t, worker.Policy{})
+	id := b.insert(t, "github", "gh-fwd-404", "push", webhooktest.GitHubPush("refs/heads/main"), 0)
+	e := b.waitFinal(t, id)
+	require.Equal(t, envelope.StatusFailed, e.Status)
+	require.Contains(t, *e.LastError, "404")
+	require.Equal(t, []string{"failed"}, b.outcomes(t, id))
+	state, _ := b.jobState(t, id)
+	require.Equal(t, "cancelled", state)
 }

@@ -1,0 +1,106 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inboxhq/inbox/internal/config"
+)
+
+// The brief's Standard Webhooks known-answer secret.
+const forwardSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// parseForward parses a sources file whose source "payments" has the given
+// forward list (YAML, indented under "forward:").
+func parseForward(forward string) (*config.Config, error) {
+	env := map[string]string{"FORWARD_SECRET": forwardSecret, "SOURCE_SECRET": forwardSecret}
+	return config.Parse([]byte(`
+sources:
+  payments:
+    provider: standard
+    secrets: ["${SOURCE_SECRET}"]
+    forward:
+`+forward), func(k string) string { return env[k] })
+}
+
+func TestForwardDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseForward(`
+      - url: https://internal.example/hooks/payments
+        secret: ${FORWARD_SECRET}
+      - url: http://10.0.0.7:8080/in
+        secret: ${FORWARD_SECRET}
+        events: ["payment.*", "refund.created", "*"]
+        mode: instead
+        timeout: 60s
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := cfg.Sources["payments"].Forward
+	if len(fw) != 2 {
+		t.Fatalf("got %d destinations, want 2", len(fw))
+	}
+	if fw[0].Mode != config.ForwardBesides || fw[0].Timeout != config.DefaultForwardTimeout || fw[0].Secret != forwardSecret || len(fw[0].Events) != 0 {
+		t.Errorf("first destination = %+v, want besides, 10s, the expanded secret, every event", *fw[0])
+	}
+	if fw[1].Mode != config.ForwardInstead || fw[1].Timeout != time.Minute || len(fw[1].Events) != 3 {
+		t.Errorf("second destination = %+v", *fw[1])
+	}
+}
+
+func TestForwardInvalid(t *testing.T) {
+	t.Parallel()
+	const bad = "whsec_c2VjcmV0*not-base64"
+	for _, tt := range []struct {
+		name, entry, want string
+	}{
+		{"no url", `secret: ${FORWARD_SECRET}`, "url must be an absolute http or https URL"},
+		{"relative url", `{url: /hooks, secret: "${FORWARD_SECRET}"}`, "url must be"},
+		{"other scheme", `{url: "ftp://files.example/x", secret: "${FORWARD_SECRET}"}`, "url must be"},
+		{"no host", `{url: "http:///x", secret: "${FORWARD_SECRET}"}`, "url must be"},
+		{"unparsable url with credentials", `{url: "http://user:p%zz@host/", secret: "${FORWARD_SECRET}"}`, "url must be"},
+		{"no secret", `{url: "http://h/"}`, "secret is required"},
+		{"bad secret", `{url: "http://h/", secret: "` + bad + `"}`, "secret must be a Standard Webhooks secret"},
+		{"secret with a newline", `{url: "http://h/", secret: "` + forwardSecret + `\n"}`, "secret must be"},
+		{"mode", `{url: "http://h/", secret: "${FORWARD_SECRET}", mode: Instead}`, `mode "Instead"`},
+		{"negative timeout", `{url: "http://h/", secret: "${FORWARD_SECRET}", timeout: -1s}`, "timeout must not be negative"},
+		{"long timeout", `{url: "http://h/", secret: "${FORWARD_SECRET}", timeout: 61s}`, "exceeds the maximum of 1m0s"},
+		{"empty pattern", `{url: "http://h/", secret: "${FORWARD_SECRET}", events: ["payment.*", ""]}`, "events[1]: event pattern is empty"},
+		{"inner wildcard", `{url: "http://h/", secret: "${FORWARD_SECRET}", events: ["pay*.x"]}`, "'*' is allowed only at the end"},
+		{"null entry", `~`, "empty definition"},
+		{"unknown key", `{url: "http://h/", secret: "${FORWARD_SECRET}", retries: 3}`, "field retries not found"},
+	} {
+		// The bad entry is second: the error names its index.
+		_, err := parseForward("      - {url: \"http://h/ok\", secret: \"${FORWARD_SECRET}\"}\n      - " + tt.entry + "\n")
+		if err == nil {
+			t.Errorf("%s: accepted", tt.name)
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, tt.want) {
+			t.Errorf("%s: error %q does not contain %q", tt.name, msg, tt.want)
+		}
+		if tt.name != "unknown key" && !strings.Contains(msg, `source "payments": forward[1]: `) {
+			t.Errorf("%s: error %q does not name the source and destination", tt.name, msg)
+		}
+		for _, secret := range []string{forwardSecret, strings.TrimPrefix(forwardSecret, "whsec_"), "c2VjcmV0", "p%zz"} {
+			if strings.Contains(msg, secret) {
+				t.Errorf("%s: error %q shows %q", tt.name, msg, secret)
+			}
+		}
+	}
+}
+
+func TestCheckEventPattern(t *testing.T) {
+	t.Parallel()
+	for p, ok := range map[string]bool{
+		"payment.succeeded": true, "payment.*": true, "*": true, "orders/paid": true,
+		"": false, "**": false, "*.succeeded": false, "pay*ment": false,
+	} {
+		if err := config.CheckEventPattern(p); (err == nil) != ok {
+			t.Errorf("CheckEventPattern(%q) = %v, want ok %v", p, err, ok)
+		}
+	}
+}

@@ -1,0 +1,667 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/provider"
+)
+
+// The brief's Standard Webhooks known-answer secret.
+const forwardSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// forwardBody is deliberately not in jsonb's canonical form (spacing, key
+// order), so a re-encoded payload would not match it byte for byte.
+const forwardBody = `{"type":"payment.succeeded",  "data":{"z":1, "a":"é"}}`
+
+func forwardEnvelope() *envelope.Envelope {
+	return &envelope.Envelope{
+		ID: 42, Source: "payments", Provider: "standard", DeliveryID: "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W",
+		EventType: "payment.succeeded", Body: []byte(forwardBody), Payload: json.RawMessage(forwardBody),
+		Headers: map[string]string{"Content-Type": "application/json; charset=utf-8"},
+	}
+}
+
+// received is one request as the test receiver saw it, after verifying its
+// signature.
+type received struct {
+	header   http.Header
+	body     []byte
+	delivery provider.Delivery
+	err      error // signature or format error
+	user     string
+	password string
+}
+
+// receiver is a local HTTP server that verifies forwarded requests with the
+// Standard Webhooks verifier and answers with respond.
+type receiver struct {
+	*httptest.Server
+	mu   sync.Mutex
+	reqs []received
+}
+
+func newReceiver(t *testing.T, respond http.HandlerFunc) *receiver {
+	t.Helper()
+	v, err := provider.New(provider.Config{Provider: provider.Standard, Secrets: []string{forwardSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &receiver{}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		d, verr := v.Verify(r.Header, body, time.Now())
+		user, pass, _ := r.BasicAuth()
+		rc.mu.Lock()
+		rc.reqs = append(rc.reqs, received{header: r.Header.Clone(), body: body, delivery: d, err: verr, user: user, password: pass})
+		rc.mu.Unlock()
+		if respond == nil {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		respond(w, r)
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *receiver) requests() []received {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]received(nil), rc.reqs...)
+}
+
+func newForwarder(t *testing.T, url string, timeout time.Duration) *handlers.Forwarder {
+	t.Helper()
+	f, err := handlers.NewForwarder(&config.Forward{URL: url, Secret: forwardSecret, Timeout: timeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestForwardDelivers(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("ok ", 1000) // over 1 KiB: the result keeps the first 1 KiB
+	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, long)
+	})
+	f := newForwarder(t, rc.URL+"/hooks/payments", 0)
+	env := forwardEnvelope()
+
+	// Twice, as a retry would: the receiver must see the same keys.
+	for range 2 {
+		res, err := f.Handle(context.Background(), nil, env)
+		if err != nil {
+			t.Fatalf("Handle: %v", err)
+		}
+		var got handlers.ForwardResult
+		if err := json.Unmarshal(res, &got); err != nil {
+			t.Fatalf("result %s: %v", res, err)
+		}
+		want := handlers.ForwardResult{URL: rc.URL + "/hooks/payments", Status: http.StatusAccepted, Response: long[:1024]}
+		if got != want {
+			t.Fatalf("result = %+v, want %+v", got, want)
+		}
+	}
+
+	reqs := rc.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("receiver got %d requests, want 2", len(reqs))
+	}
+	for _, r := range reqs {
+		if r.err != nil {
+			t.Fatalf("receiver rejected the signature: %v", r.err)
+		}
+		for name, want := range map[string]string{
+			"Idempotency-Key":     "payments:msg_2KWPBgLlAfxdpx2AI54pPJ85f4W",
+			"Content-Type":        "application/json; charset=utf-8",
+			"User-Agent":          "inbox-forwarder/1",
+			"X-Inbox-Source":      "payments",
+			"X-Inbox-Event-Type":  "payment.succeeded",
+			"X-Inbox-Envelope-Id": "42",
+		} {
+			if got := r.header.Get(name); got != want {
+				t.Errorf("%s = %q, want %q", name, got, want)
+			}
+		}
+		if r.delivery.DeliveryID != "payments:msg_2KWPBgLlAfxdpx2AI54pPJ85f4W" || r.delivery.EventType != "payment.succeeded" {
+			t.Errorf("verified delivery = %q %q", r.delivery.DeliveryID, r.delivery.EventType)
+		}
+		if string(r.body) != forwardBody {
+			t.Errorf("body = %q, want the original bytes %q", r.body, forwardBody)
+		}
+	}
+}
+
+func TestForwardPayloadWhenBodyDropped(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	f := newForwarder(t, rc.URL, 0)
+	env := forwardEnvelope()
+	env.Body = nil // retention dropped it
+	env.Payload = json.RawMessage(`{"data": {"a": "é", "z": 1}, "type": "payment.succeeded"}`)
+	env.Headers = map[string]string{}
+	if _, err := f.Handle(context.Background(), nil, env); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	r := rc.requests()[0]
+	if r.err != nil || string(r.body) != string(env.Payload) || r.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("receiver got body %q, content type %q, verify error %v", r.body, r.header.Get("Content-Type"), r.err)
+	}
+
+	env.Payload = nil
+	_, err := f.Handle(context.Background(), nil, env)
+	var pe *handlers.PermanentError
+	if !errors.As(err, &pe) {
+		t.Fatalf("no body and no payload: err = %v, want permanent", err)
+	}
+}
+
+// class names how the worker's outcome map treats an error.
+type class string
+
+const (
+	classOK         class = "ok"
+	classRetry      class = "retry"
+	classRetryAfter class = "retry-after"
+	classPermanent  class = "permanent"
+)
+
+func classOf(err error) (class, time.Duration) {
+	var pe *handlers.PermanentError
+	var re *handlers.RetryAfterError
+	var ne *handlers.NotReadyError
+	switch {
+	case err == nil:
+		return classOK, 0
+	case errors.As(err, &pe):
+		return classPermanent, 0
+	case errors.As(err, &re):
+		return classRetryAfter, re.After
+	case errors.As(err, &ne):
+		return "not-ready", 0
+	default:
+		return classRetry, 0
+	}
+}
+
+func TestForwardOutcomes(t *testing.T) {
+	t.Parallel()
+	in30s := time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat)
+	for _, tt := range []struct {
+		name       string
+		status     int
+		retryAfter string
+		body       string
+		want       class
+		after      [2]time.Duration // bounds of RetryAfterError.After
+		inError    string           // the error text contains it
+	}{
+		{name: "200", status: 200, want: classOK},
+		{name: "204", status: 204, want: classOK},
+		{name: "503 Retry-After seconds", status: 503, retryAfter: "7", want: classRetryAfter, after: [2]time.Duration{7 * time.Second, 7 * time.Second}},
+		{name: "429 Retry-After seconds", status: 429, retryAfter: "120", want: classRetryAfter, after: [2]time.Duration{2 * time.Minute, 2 * time.Minute}},
+		{name: "503 Retry-After date", status: 503, retryAfter: in30s, want: classRetryAfter, after: [2]time.Duration{25 * time.Second, 30 * time.Second}},
+		{name: "503 Retry-After date past", status: 503, retryAfter: "Sun, 06 Nov 1994 08:49:37 GMT", want: classRetryAfter},
+		{name: "429 no Retry-After", status: 429, want: classRetry, inError: "status 429"},
+		{name: "503 no Retry-After", status: 503, want: classRetry},
+		{name: "503 bad Retry-After", status: 503, retryAfter: "soon", want: classRetry},
+		{name: "500 Retry-After ignored", status: 500, retryAfter: "7", want: classRetry},
+		{name: "408", status: 408, want: classRetry},
+		{name: "500", status: 500, body: "boom", want: classRetry, inError: "status 500: boom"},
+		{name: "502", status: 502, want: classRetry},
+		{name: "404", status: 404, body: "no such\nhook\x00", want: classPermanent, inError: "status 404: no such hook"},
+		{name: "400 long body", status: 400, body: strings.Repeat("x", 5000), want: classPermanent, inError: "status 400: xxx"},
+		{name: "422", status: 422, want: classPermanent},
+		{name: "307 not followed", status: 307, want: classPermanent, inError: "redirect"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+				if tt.retryAfter != "" {
+					w.Header().Set("Retry-After", tt.retryAfter)
+				}
+				if tt.status == 307 {
+					w.Header().Set("Location", "/elsewhere")
+				}
+				w.WriteHeader(tt.status)
+				io.WriteString(w, tt.body)
+			})
+			_, err := newForwarder(t, rc.URL, 0).Handle(context.Background(), nil, forwardEnvelope())
+			got, after := classOf(err)
+			if got != tt.want {
+				t.Fatalf("error %v is %s, want %s", err, got, tt.want)
+			}
+			if after < tt.after[0] || after > tt.after[1] {
+				t.Errorf("After = %s, want within %s", after, tt.after)
+			}
+			if tt.inError != "" && !strings.Contains(err.Error(), tt.inError) {
+				t.Errorf("error %q does not contain %q", err, tt.inError)
+			}
+			if err != nil && len(err.Error()) > 512 {
+				t.Errorf("error is %d bytes long: the excerpt is not bounded", len(err.Error()))
+			}
+			if n := len(rc.requests()); n != 1 {
+				t.Errorf("receiver got %d requests, want 1", n)
+			}
+		})
+	}
+}
+
+func TestForwardTimeout(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) }) // runs before rc.Close
+
+	start := time.Now()
+	_, err := newForwarder(t, rc.URL, 100*time.Millisecond).Handle(context.Background(), nil, forwardEnvelope())
+	if c, _ := classOf(err); c != classRetry {
+		t.Fatalf("error %v is %s, want %s", err, c, classRetry)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no response within 100ms") {
+		t.Errorf("error %q: want a deadline naming the timeout", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Handle took %s with a 100ms timeout", d)
+	}
+}
+
+func TestForwardConnectionRefused(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL + "/hook?token=s3cr3t-token"
+	srv.Close()
+	_, err := newForwarder(t, url, 0).Handle(context.Background(), nil, forwardEnvelope())
+	if c, _ := classOf(err); c != classRetry {
+		t.Fatalf("error %v is %s, want %s", err, c, classRetry)
+	}
+	if strings.Contains(err.Error(), "s3cr3t-token") {
+		t.Errorf("error %q shows the URL's query", err)
+	}
+}
+
+// The URL's user info is used (basic auth) but never shown, nor its query,
+// nor the secret.
+func TestForwardRedacts(t *testing.T) {
+	t.Parallel()
+	var status atomic.Int32
+	status.Store(http.StatusOK)
+	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(int(status.Load())) })
+	dest := strings.Replace(rc.URL, "http://", "http://hookuser:hook-pass-9@", 1) + "/in?token=tok-7781#frag"
+	f := newForwarder(t, dest, 0)
+	if want := rc.URL + "/in"; f.URL() != want {
+		t.Errorf("URL() = %q, want %q", f.URL(), want)
+	}
+
+	res, err := f.Handle(context.Background(), nil, forwardEnvelope())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rc.requests()[0]
+	if r.user != "hookuser" || r.password != "hook-pass-9" || r.err != nil {
+		t.Errorf("receiver got basic auth %q:%q, verify error %v", r.user, r.password, r.err)
+	}
+	status.Store(http.StatusForbidden)
+	_, err = f.Handle(context.Background(), nil, forwardEnvelope())
+	if err == nil {
+		t.Fatal("403 succeeded")
+	}
+	for _, text := range []string{string(res), err.Error()} {
+		for _, secret := range []string{"hook-pass-9", "tok-7781", "frag", forwardSecret, strings.TrimPrefix(forwardSecret, "whsec_")} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%q shows %q", text, secret)
+			}
+		}
+	}
+}
+
+func TestNewForwarderRejects(t *testing.T) {
+	t.Parallel()
+	if _, err := handlers.NewForwarder(nil, nil); err == nil {
+		t.Error("nil destination accepted")
+	}
+	for name, dest := range map[string]config.Forward{
+		"relative url":   {URL: "/hook", Secret: forwardSecret},
+		"ftp url":        {URL: "ftp://example.com/hook", Secret: forwardSecret},
+		"no secret":      {URL: "http://example.com"},
+		"bad secret":     {URL: "http://example.com", Secret: "whsec_not*base64!"},
+		"long timeout":   {URL: "http://example.com", Secret: forwardSecret, Timeout: 2 * time.Minute},
+		"bad mode":       {URL: "http://example.com", Secret: forwardSecret, Mode: "sometimes"},
+		"empty pattern":  {URL: "http://example.com", Secret: forwardSecret, Events: []string{""}},
+		"inner wildcard": {URL: "http://example.com", Secret: forwardSecret, Events: []string{"pay*.x"}},
+	} {
+		_, err := handlers.NewForwarder(&dest, nil)
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		if strings.Contains(err.Error(), "not*base64") {
+			t.Errorf("%s: error %q shows the secret", name, err)
+		}
+	}
+
+	// Defaults are the forwarder's; the caller's value is left alone.
+	dest := &config.Forward{URL: "https://example.com/hook", Secret: forwardSecret}
+	if _, err := handlers.NewForwarder(dest, nil); err != nil {
+		t.Fatal(err)
+	}
+	if dest.Mode != "" || dest.Timeout != 0 {
+		t.Errorf("NewForwarder changed its argument: %+v", dest)
+	}
+}
+
+// recorder is a test handler that records the order of calls.
+type recorder struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (rec *recorder) add(s string) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.calls = append(rec.calls, s)
+}
+
+func (rec *recorder) got() string {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return strings.Join(rec.calls, ",")
+}
+
+func (rec *recorder) handler(name string, err error) handlers.Handler {
+	return handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+		rec.add(name)
+		if err != nil {
+			return nil, err
+		}
+		return json.RawMessage(`{"handler":"` + name + `"}`), nil
+	})
+}
+
+func TestLookupEnvelopeRoutes(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	r := handlers.NewRegistry()
+	r.Register("standard", "payment.succeeded", rec.handler("builtin", nil))
+	r.RegisterSource("payments", []string{"payment.*"}, handlers.Besides, rec.handler("prefix", nil))
+	r.RegisterSource("payments", []string{"refund.created", "dispute.*"}, handlers.Besides, rec.handler("exact", nil))
+	r.RegisterSource("payments", nil, handlers.Besides, rec.handler("all", nil))
+	r.RegisterSource("billing", []string{"*"}, handlers.Instead, rec.handler("billing", nil))
+
+	for _, tt := range []struct {
+		source, event string
+		want          string // the calls, in order; "" for no handler
+	}{
+		{"payments", "payment.succeeded", "prefix,all,builtin"},
+		{"payments", "payment.refunded", "prefix,all"},
+		{"payments", "payments.x", "all"}, // "payment.*" is the prefix "payment."
+		{"payments", "payment", "all"},
+		{"payments", "refund.created", "exact,all"},
+		{"payments", "refund.created.v2", "all"},
+		{"payments", "dispute.opened", "exact,all"},
+		{"billing", "payment.succeeded", "billing"}, // instead: no builtin
+		{"other", "payment.succeeded", "builtin"},   // no source route: Lookup
+		{"other", "payment.refunded", ""},
+	} {
+		rec.mu.Lock()
+		rec.calls = nil
+		rec.mu.Unlock()
+		env := &envelope.Envelope{Source: tt.source, Provider: "standard", EventType: tt.event}
+		h, ok := r.LookupEnvelope(env)
+		if !ok {
+			if tt.want != "" {
+				t.Errorf("%s %s: no handler, want %s", tt.source, tt.event, tt.want)
+			}
+			continue
+		}
+		if _, err := h.Handle(context.Background(), nil, env); err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.got(); got != tt.want {
+			t.Errorf("%s %s: calls %q, want %q", tt.source, tt.event, got, tt.want)
+		}
+	}
+
+	// Lookup ignores source routes.
+	if _, ok := r.Lookup("standard", "payment.refunded"); ok {
+		t.Error("Lookup found a handler for an event only a source route takes")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("RegisterSource with an inner wildcard did not panic")
+		}
+	}()
+	r.RegisterSource("payments", []string{"a*b"}, handlers.Besides, rec.handler("x", nil))
+}
+
+func TestLookupEnvelopeResults(t *testing.T) {
+	t.Parallel()
+	env := &envelope.Envelope{Source: "s", Provider: "standard", EventType: "e"}
+	fwd := handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+		return json.RawMessage(`{"url":"u","status":200}`), nil
+	})
+	for _, tt := range []struct {
+		name    string
+		builtin json.RawMessage // nil: none
+		want    string
+	}{
+		{"object", json.RawMessage(`{"posted":true,"ledger_transaction_id":7}`), `{"forwarded":[{"url":"u","status":200}],"ledger_transaction_id":7,"posted":true}`},
+		{"no builtin", nil, `{"forwarded":[{"url":"u","status":200}]}`},
+		{"not an object", json.RawMessage(`"done"`), `{"forwarded":[{"url":"u","status":200}],"result":"done"}`},
+		{"key taken", json.RawMessage(`{"forwarded":1}`), `{"forwarded":[{"url":"u","status":200}],"result":{"forwarded":1}}`},
+	} {
+		r := handlers.NewRegistry()
+		if tt.builtin != nil {
+			r.Register("standard", "e", handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+				return tt.builtin, nil
+			}))
+		}
+		r.RegisterSource("s", nil, handlers.Besides, fwd)
+		h, _ := r.LookupEnvelope(env)
+		res, err := h.Handle(context.Background(), nil, env)
+		if err != nil || string(res) != tt.want {
+			t.Errorf("%s: result %s, %v; want %s", tt.name, res, err, tt.want)
+		}
+	}
+}
+
+// forwardConfig parses a sources file with one forwarding source,
+// "payments", and one without, "other".
+func forwardConfig(t *testing.T, forward string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(`
+sources:
+  payments:
+    provider: standard
+    secrets: ["`+forwardSecret+`"]
+    forward:
+`+forward+`
+  other:
+    provider: standard
+    secrets: ["`+forwardSecret+`"]
+`), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestWithForwarding(t *testing.T) {
+	t.Parallel()
+	type bundle struct {
+		rec *recorder
+		rc  *receiver
+		reg *handlers.Registry
+	}
+	setup := func(t *testing.T, mode string, status int) *bundle {
+		t.Helper()
+		b := &bundle{rec: &recorder{}}
+		b.rc = newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+			b.rec.add("forward:" + r.URL.Path)
+			w.WriteHeader(status)
+		})
+		builtin := handlers.NewRegistry()
+		builtin.Register("standard", "payment.succeeded", b.rec.handler("builtin", nil))
+		cfg := forwardConfig(t, `
+      - url: `+b.rc.URL+`/one
+        secret: `+forwardSecret+`
+        events: ["payment.*"]
+        mode: `+mode+`
+      - url: `+b.rc.URL+`/two
+        secret: `+forwardSecret+`
+        events: ["payment.succeeded"]
+        mode: `+mode)
+		reg, err := handlers.WithForwarding(builtin, cfg, b.rc.Client())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.reg = reg
+		// The registry given is left as it was.
+		if h, ok := builtin.LookupEnvelope(forwardEnvelope()); !ok {
+			t.Fatal("builtin lost its handler")
+		} else if _, err := h.Handle(context.Background(), nil, forwardEnvelope()); err != nil || b.rec.got() != "builtin" {
+			t.Fatalf("builtin registry routes to %q (%v), want the built-in handler only", b.rec.got(), err)
+		}
+		b.rec.mu.Lock()
+		b.rec.calls = nil
+		b.rec.mu.Unlock()
+		return b
+	}
+	run := func(t *testing.T, b *bundle, env *envelope.Envelope) (json.RawMessage, error) {
+		t.Helper()
+		h, ok := b.reg.LookupEnvelope(env)
+		if !ok {
+			t.Fatalf("no handler for %s %s", env.Source, env.EventType)
+		}
+		return h.Handle(context.Background(), nil, env)
+	}
+
+	t.Run("besides", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "besides", http.StatusOK)
+		res, err := run(t, b, forwardEnvelope())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.rec.got(); got != "forward:/one,forward:/two,builtin" {
+			t.Errorf("calls %q, want both forwards, then the built-in handler", got)
+		}
+		var out struct {
+			Handler   string                   `json:"handler"`
+			Forwarded []handlers.ForwardResult `json:"forwarded"`
+		}
+		if err := json.Unmarshal(res, &out); err != nil {
+			t.Fatal(err)
+		}
+		if out.Handler != "builtin" || len(out.Forwarded) != 2 || out.Forwarded[0].URL != b.rc.URL+"/one" || out.Forwarded[1].Status != 200 {
+			t.Errorf("result %s", res)
+		}
+	})
+
+	t.Run("besides, no built-in handler", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "besides", http.StatusOK)
+		env := forwardEnvelope()
+		env.EventType = "payment.refunded"
+		if _, err := run(t, b, env); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.rec.got(); got != "forward:/one" {
+			t.Errorf("calls %q, want the matching forward only", got)
+		}
+	})
+
+	t.Run("instead", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "instead", http.StatusOK)
+		res, err := run(t, b, forwardEnvelope())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.rec.got(); got != "forward:/one,forward:/two" {
+			t.Errorf("calls %q, want the forwards only", got)
+		}
+		if strings.Contains(string(res), "builtin") {
+			t.Errorf("result %s has the built-in handler's", res)
+		}
+	})
+
+	t.Run("forward fails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "besides", http.StatusBadGateway)
+		_, err := run(t, b, forwardEnvelope())
+		if c, _ := classOf(err); c != classRetry {
+			t.Fatalf("error %v is %s, want %s", err, c, classRetry)
+		}
+		if got := b.rec.got(); got != "forward:/one" {
+			t.Errorf("calls %q, want the first forward only, and no built-in handler", got)
+		}
+	})
+
+	t.Run("other source and unmatched events", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "instead", http.StatusOK)
+		env := forwardEnvelope()
+		env.Source = "other"
+		if _, err := run(t, b, env); err != nil {
+			t.Fatal(err)
+		}
+		env = forwardEnvelope()
+		env.EventType = "refund.created"
+		if _, ok := b.reg.LookupEnvelope(env); ok {
+			t.Error("an unmatched event without a built-in handler found one")
+		}
+		if _, ok := b.reg.Lookup("standard", "payment.succeeded"); !ok {
+			t.Error("Lookup lost the built-in handler")
+		}
+		if got := b.rec.got(); got != "builtin" {
+			t.Errorf("calls %q, want the built-in handler only", got)
+		}
+	})
+}
+
+func TestWithForwardingErrors(t *testing.T) {
+	t.Parallel()
+	cfg := forwardConfig(t, `
+      - url: http://example.com/ok
+        secret: `+forwardSecret)
+	// Break the parsed destination, as code building a config could.
+	cfg.Sources["payments"].Forward = append(cfg.Sources["payments"].Forward, &config.Forward{URL: "http://example.com", Secret: "whsec_????"})
+	_, err := handlers.WithForwarding(handlers.Builtin(), cfg, nil)
+	if err == nil {
+		t.Fatal("a bad secret was accepted")
+	}
+	if msg := err.Error(); !strings.Contains(msg, `source "payments": forward[1]`) || strings.Contains(msg, "????") {
+		t.Errorf("error %q: want the source and index, not the secret", msg)
+	}
+
+	reg, err := handlers.WithForwarding(handlers.Builtin(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := reg.Lookup("stripe", "charge.refunded"); !ok {
+		t.Error("WithForwarding without config lost the built-in handlers")
+	}
+}
