@@ -50,9 +50,9 @@ type stack struct {
 	ingestURL string
 	// ingestAdmin and workerAdmin serve /metrics, /healthz, /readyz.
 	ingestAdmin, workerAdmin string
-	ingest    *proc
-	worker    *proc
-	env       []string
+	ingest                   *proc
+	worker                   *proc
+	env                      []string
 }
 
 func writeConfig(t testing.TB) string {
