@@ -1,8 +1,12 @@
 // Command worker processes envelopes (the default subcommand) and holds the
-// admin subcommands: migrate, ...
+// admin subcommands:
 //
 //	worker [run] [flags]        process envelopes until SIGTERM
 //	worker migrate [status]     apply the schema (safe to run twice) / list versions
+//	worker replay ...           re-process envelopes, recorded in envelope_replay
+//	worker envelopes list|show  inspect envelopes
+//	worker stats                counts, oldest pending, failures, duplicates
+//	worker purge [--dry-run]    retention: drop old bodies, delete old tombstones
 package main
 
 import (
@@ -48,6 +52,11 @@ commands:
   run                 process envelopes until SIGTERM (the default)
   migrate             apply every pending migration (safe to run twice)
   migrate status      list migration versions and whether each is applied
+  replay              re-process envelopes, by id or by filter, with a recorded reason
+  envelopes list      list envelopes (filters, newest first, paging)
+  envelopes show ID   one envelope with its attempts, replays, conflicts and ledger postings
+  stats               counts by source and status, oldest pending, failures, duplicates
+  purge               apply retention now (--dry-run shows what it would do)
 
 Run 'worker COMMAND -h' for a command's flags. Every command reads DATABASE_URL.
 `

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
 	"github.com/inboxhq/inbox/internal/cli"
@@ -17,6 +18,7 @@ import (
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/pg"
+	"github.com/inboxhq/inbox/internal/retention"
 	"github.com/inboxhq/inbox/internal/worker"
 )
 
@@ -35,6 +37,10 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file (per-source backoff, throttle, forwarding; optional)")
 	adminAddr := fs.String("admin-addr", "WORKER_ADMIN_ADDR", ":9090", "listen address of /metrics, /healthz, /readyz and River UI (empty: off)")
+	purgeEvery := fs.Duration("purge-interval", "WORKER_PURGE_INTERVAL", time.Hour, "how often the retention purge runs (0: never)")
+	purgeBodyAfter := fs.Duration("purge-body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter, "drop bodies of done/ignored envelopes processed longer ago than this")
+	purgeDeleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "delete done/ignored envelope rows (tombstones) processed longer ago than this (at least --purge-body-after)")
+	purgeBatch := fs.Int("purge-batch-size", "WORKER_PURGE_BATCH_SIZE", retention.DefaultBatchSize, "envelopes per purge transaction")
 	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (needs RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -48,6 +54,20 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if *maxWorkers < 1 {
 		return usageError{errors.New("--max-workers must be at least 1")}
+	}
+	if *purgeEvery < 0 || (*purgeEvery > 0 && *purgeEvery < time.Minute) {
+		return usageError{errors.New("--purge-interval must be 0 (off) or at least 1m")}
+	}
+	if *purgeBodyAfter <= 0 || *purgeDeleteAfter <= 0 || *purgeBatch <= 0 {
+		return usageError{errors.New("--purge-body-after, --purge-delete-after and --purge-batch-size must be positive")}
+	}
+	purgeArgs := retention.PurgeArgs{BodyAfter: *purgeBodyAfter, DeleteAfter: *purgeDeleteAfter, BatchSize: *purgeBatch}
+	if _, err := purgeArgs.Config().WithDefaults(); err != nil {
+		return usageError{err}
+	}
+	var periodic []*river.PeriodicJob
+	if *purgeEvery > 0 {
+		periodic = append(periodic, retention.PeriodicJob(*purgeEvery, purgeArgs))
 	}
 	if getenv("WORKER_RIVERUI") == "true" {
 		*riverUI = true
@@ -91,8 +111,14 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	defer pool.Close()
 	reg := metrics.NewRegistry()
 	client, err := worker.NewClient(pool, registry, worker.Config{
-		Sources: sources,
-		Metrics: metrics.NewWorker(reg, pool, logger),
+		Sources:      sources,
+		Metrics:      metrics.NewWorker(reg, pool, logger),
+		PeriodicJobs: periodic,
+		Register: func(w *river.Workers) error {
+			// Always registered, so a purge job inserted by hand or by an
+			// earlier configuration still runs.
+			return river.AddWorkerSafely(w, &retention.PurgeWorker{Pool: pool, Logger: logger, JobTimeout: *jobTimeout})
+		},
 		Policy: worker.Policy{
 			SnoozeDefault: *snoozeDefault,
 			MaxSnooze:     *maxSnooze,

@@ -1,0 +1,289 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Defaults of a zero Config.
+const (
+	DefaultBodyAfter   = 30 * 24 * time.Hour
+	DefaultDeleteAfter = 90 * 24 * time.Hour
+	DefaultBatchSize   = 1000
+)
+
+// ErrInvalidConfig is wrapped by every configuration error.
+var ErrInvalidConfig = errors.New("invalid retention config")
+
+// Config says what Purge drops. Zero fields take the defaults.
+type Config struct {
+	// BodyAfter: the body and parsed payload of a done or ignored envelope
+	// are dropped once it was processed longer ago than this (default 30
+	// days). The row stays as a tombstone.
+	BodyAfter time.Duration
+	// DeleteAfter: the tombstone itself, with its attempts, replays and
+	// conflicts, is deleted once processed longer ago than this (default 90
+	// days). Must be at least BodyAfter. After it, a redelivered id is
+	// accepted as new: keep it longer than any provider redelivers.
+	DeleteAfter time.Duration
+	// BatchSize is how many envelopes one transaction changes (default 1000).
+	BatchSize int
+	// DryRun counts what would change and changes nothing.
+	DryRun bool
+}
+
+// WithDefaults returns c with zero fields set to the defaults, or an error
+// wrapping ErrInvalidConfig.
+func (c Config) WithDefaults() (Config, error) {
+	bad := func(format string, args ...any) (Config, error) {
+		return c, fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.BodyAfter < 0:
+		return bad("body-after %s must be positive", c.BodyAfter)
+	case c.DeleteAfter < 0:
+		return bad("delete-after %s must be positive", c.DeleteAfter)
+	case c.BatchSize < 0:
+		return bad("batch size %d must be positive", c.BatchSize)
+	}
+	if c.BodyAfter == 0 {
+		c.BodyAfter = DefaultBodyAfter
+	}
+	if c.DeleteAfter == 0 {
+		c.DeleteAfter = DefaultDeleteAfter
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.DeleteAfter < c.BodyAfter {
+		return bad("delete-after %s is shorter than body-after %s: tombstones must outlive bodies", c.DeleteAfter, c.BodyAfter)
+	}
+	return c, nil
+}
+
+// Report says what Purge did, or, for a dry run, would do.
+type Report struct {
+	DryRun bool `json:"dry_run"`
+	// Now is the database's now() when the purge started; the cutoffs are
+	// computed from it once, so every batch applies the same ones.
+	Now time.Time `json:"now"`
+	// BodyCutoff: done/ignored envelopes processed before it lose their body.
+	BodyCutoff time.Time `json:"body_cutoff"`
+	// DeleteCutoff: done/ignored envelopes processed before it are deleted.
+	DeleteCutoff time.Time `json:"delete_cutoff"`
+	// BodiesDropped counts envelopes whose body and payload were set to NULL.
+	BodiesDropped int64 `json:"bodies_dropped"`
+	// EnvelopesDeleted counts deleted envelope rows; the three after it,
+	// their dependent rows deleted with them.
+	EnvelopesDeleted int64 `json:"envelopes_deleted"`
+	AttemptsDeleted  int64 `json:"attempts_deleted"`
+	ReplaysDeleted   int64 `json:"replays_deleted"`
+	ConflictsDeleted int64 `json:"conflicts_deleted"`
+	// Batches counts the transactions that changed (or would change) at
+	// least one envelope.
+	Batches int `json:"batches"`
+}
+
+// cursor is a position in (processed_at, id) order.
+type cursor struct {
+	at time.Time
+	id int64
+}
+
+// Purge drops old bodies and deletes old tombstones, in batches of
+// cfg.BatchSize envelopes, each batch in its own short transaction: it first
+// deletes done/ignored envelopes processed before now() - DeleteAfter (with
+// their envelope_attempt, envelope_replay and envelope_conflict rows), then
+// sets body and payload to NULL and body_purged_at to now() on the remaining
+// done/ignored envelopes processed before now() - BodyAfter. Each phase
+// walks the envelopes in (processed_at, id) order and stops after a batch
+// smaller than the batch size.
+//
+// It never touches a pending or failed envelope, nor one referenced by a
+// ledger transaction. Rows locked by someone else (a replay, a duplicate
+// being counted) are skipped, and left for the next run.
+//
+// Safe to call concurrently and to call again: an interrupted purge (a
+// cancelled ctx) keeps the batches it committed, returns the report so far
+// with the error, and the next call carries on. A dry run reads the same
+// batches and changes nothing; without concurrent writes it reports exactly
+// what a real run would.
+func Purge(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{DryRun: cfg.DryRun}
+	err = pool.QueryRow(ctx, `
+		SELECT now(), now() - $1::bigint * interval '1 microsecond', now() - $2::bigint * interval '1 microsecond'`,
+		cfg.BodyAfter.Microseconds(), cfg.DeleteAfter.Microseconds(),
+	).Scan(&rep.Now, &rep.BodyCutoff, &rep.DeleteCutoff)
+	if err != nil {
+		return rep, fmt.Errorf("read clock: %w", err)
+	}
+
+	// Tombstones first: an envelope old enough to be deleted is not first
+	// stripped of its body. The body phase starts where this one ends.
+	after := cursor{}
+	for {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		n, last, err := deleteBatch(ctx, pool, cfg, rep.DeleteCutoff, after, &rep)
+		if err != nil {
+			return rep, err
+		}
+		if n > 0 {
+			rep.Batches++
+			after = last
+		}
+		if n < cfg.BatchSize {
+			break
+		}
+	}
+
+	after = cursor{at: rep.DeleteCutoff}
+	for {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		n, last, err := bodyBatch(ctx, pool, cfg, rep.BodyCutoff, after)
+		if err != nil {
+			return rep, err
+		}
+		if n > 0 {
+			rep.Batches++
+			rep.BodiesDropped += int64(n)
+			after = last
+		}
+		if n < cfg.BatchSize {
+			break
+		}
+	}
+	return rep, nil
+}
+
+// candidates selects the next batch of final envelopes processed before
+// $1, after the cursor ($2, $3), that no ledger transaction references. The
+// predicates repeat the partial indexes' of migration 00104 so the planner
+// uses them.
+const candidates = `
+	SELECT e.id, e.processed_at
+	  FROM envelope e
+	 WHERE e.status IN ('done', 'ignored')%s
+	   AND e.processed_at < $1
+	   AND (e.processed_at, e.id) > ($2, $3)
+	   AND NOT EXISTS (SELECT 1 FROM ledger_transaction t WHERE t.envelope_id = e.id)
+	 ORDER BY e.processed_at, e.id
+	 LIMIT $4`
+
+// lockRows makes a real run lock its batch, skipping rows another
+// transaction holds; FOR UPDATE also rechecks the predicates on the row's
+// latest version (a replayed envelope is pending, or processed anew).
+const lockRows = `
+	   FOR UPDATE OF e SKIP LOCKED`
+
+func deleteBatch(ctx context.Context, pool *pgxpool.Pool, cfg Config, cutoff time.Time, after cursor, rep *Report) (int, cursor, error) {
+	var n int
+	var last cursor
+	var attempts, replays, conflicts, envelopes int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		q := fmt.Sprintf(candidates, "")
+		if !cfg.DryRun {
+			q += lockRows
+		}
+		rows, err := tx.Query(ctx, q, cutoff, after.at, after.id, cfg.BatchSize)
+		if err != nil {
+			return fmt.Errorf("select tombstones: %w", err)
+		}
+		var ids []int64
+		var c cursor
+		_, err = pgx.ForEachRow(rows, []any{&c.id, &c.at}, func() error {
+			ids = append(ids, c.id)
+			last = c
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("select tombstones: %w", err)
+		}
+		n = len(ids)
+		if n == 0 {
+			return nil
+		}
+		if cfg.DryRun {
+			err := tx.QueryRow(ctx, `
+				SELECT (SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1)),
+				       (SELECT count(*) FROM envelope_replay WHERE envelope_id = ANY($1)),
+				       (SELECT count(*) FROM envelope_conflict WHERE envelope_id = ANY($1))`, ids,
+			).Scan(&attempts, &replays, &conflicts)
+			if err != nil {
+				return fmt.Errorf("count dependent rows: %w", err)
+			}
+			envelopes = int64(n)
+		} else {
+			for _, d := range []struct {
+				table string
+				count *int64
+			}{{"envelope_attempt", &attempts}, {"envelope_replay", &replays}, {"envelope_conflict", &conflicts}} {
+				tag, err := tx.Exec(ctx, `DELETE FROM `+d.table+` WHERE envelope_id = ANY($1)`, ids)
+				if err != nil {
+					return fmt.Errorf("delete from %s: %w", d.table, err)
+				}
+				*d.count = tag.RowsAffected()
+			}
+			tag, err := tx.Exec(ctx, `DELETE FROM envelope WHERE id = ANY($1)`, ids)
+			if err != nil {
+				return fmt.Errorf("delete envelopes: %w", err)
+			}
+			envelopes = tag.RowsAffected()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, cursor{}, err
+	}
+	// Counted only once the batch committed.
+	rep.EnvelopesDeleted += envelopes
+	rep.AttemptsDeleted += attempts
+	rep.ReplaysDeleted += replays
+	rep.ConflictsDeleted += conflicts
+	return n, last, nil
+}
+
+func bodyBatch(ctx context.Context, pool *pgxpool.Pool, cfg Config, cutoff time.Time, after cursor) (int, cursor, error) {
+	q := fmt.Sprintf(candidates, "\n\t   AND e.body_purged_at IS NULL")
+	if !cfg.DryRun {
+		// One statement: its own transaction.
+		q = `
+	WITH c AS (` + q + lockRows + `
+	)
+	UPDATE envelope e
+	   SET body = NULL, payload = NULL, body_purged_at = now()
+	  FROM c
+	 WHERE e.id = c.id
+	RETURNING e.id, c.processed_at`
+	}
+	rows, err := pool.Query(ctx, q, cutoff, after.at, after.id, cfg.BatchSize)
+	if err != nil {
+		return 0, cursor{}, fmt.Errorf("drop bodies: %w", err)
+	}
+	var n int
+	var c, last cursor
+	_, err = pgx.ForEachRow(rows, []any{&c.id, &c.at}, func() error {
+		n++
+		// RETURNING has no order: keep the largest position.
+		if c.at.After(last.at) || (c.at.Equal(last.at) && c.id > last.id) {
+			last = c
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, cursor{}, fmt.Errorf("drop bodies: %w", err)
+	}
+	return n, last, nil
+}

@@ -1,0 +1,560 @@
+package retention_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/ledger"
+	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/retention"
+)
+
+type bundle struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	return &bundle{ctx: context.Background(), pool: pgtest.NewPool(t)}
+}
+
+var deliveries atomic.Int64
+
+// row describes one envelope to seed.
+type row struct {
+	status string // pending, done, failed, ignored
+	// age is how many days ago the envelope was processed (received one
+	// hour before that); a pending envelope was received age days ago.
+	age    int
+	ledger bool // a ledger transaction references it
+	purged bool // its body was dropped already
+	// dependent rows
+	attempts, replays, conflicts int
+}
+
+// seed inserts r and returns its id.
+func (b *bundle) seed(t *testing.T, r row) int64 {
+	t.Helper()
+	n := deliveries.Add(1)
+	body := fmt.Appendf(nil, `{"delivery":%d}`, n)
+	var id int64
+	err := b.pool.QueryRow(b.ctx, `
+		INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, payload, body_sha256, body_size,
+		                      received_at, processed_at, attempts, result, last_error)
+		VALUES ('src', 'standard', $1, 'payment.succeeded', $2::text, $3::bytea, convert_from($3, 'UTF8')::jsonb, sha256($3), length($3),
+		        now() - $4::int * interval '1 day' - interval '1 hour',
+		        CASE WHEN $2::text = 'pending' THEN NULL ELSE now() - $4::int * interval '1 day' END,
+		        $5, '{"ok":true}', CASE WHEN $2::text = 'failed' THEN 'permanent: bad payload' END)
+		RETURNING id`, fmt.Sprintf("msg_%d", n), r.status, body, r.age, r.attempts).Scan(&id)
+	require.NoError(t, err)
+	if r.purged {
+		_, err := b.pool.Exec(b.ctx, `UPDATE envelope SET body = NULL, payload = NULL, body_purged_at = processed_at + interval '30 days' WHERE id = $1`, id)
+		require.NoError(t, err)
+	}
+	for i := 1; i <= r.attempts; i++ {
+		_, err := b.pool.Exec(b.ctx, `
+			INSERT INTO envelope_attempt (envelope_id, job_id, attempt, outcome, started_at, finished_at, worker)
+			SELECT id, 1, $2, CASE WHEN $2 = attempts THEN 'done' ELSE 'retry' END, received_at, received_at, 'test'
+			  FROM envelope WHERE id = $1`, id, i)
+		require.NoError(t, err)
+	}
+	for i := 0; i < r.replays; i++ {
+		_, err := b.pool.Exec(b.ctx, `
+			INSERT INTO envelope_replay (envelope_id, actor, reason, prior_status, replayed_at)
+			VALUES ($1, 'alice', 'test', 'failed', now() - $2::int * interval '1 day')`, id, r.age)
+		require.NoError(t, err)
+	}
+	for i := 0; i < r.conflicts; i++ {
+		_, err := b.pool.Exec(b.ctx, `
+			INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body)
+			SELECT id, source, delivery_id, sha256('other'::bytea), 5, 'other' FROM envelope WHERE id = $1`, id)
+		require.NoError(t, err)
+	}
+	if r.ledger {
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := ledger.Post(b.ctx, tx, id, ledger.Posting{
+				Kind: ledger.KindPayment, IdempotencyKey: fmt.Sprintf("standard:m:payment:%d", n),
+				Merchant: "m", Currency: "USD", AmountMinor: 100,
+			})
+			return err
+		})
+		require.NoError(t, err)
+	}
+	return id
+}
+
+// snapshot returns every row of the envelope tables and the ledger, as JSON
+// keyed by table and id.
+func (b *bundle) snapshot(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, table := range []string{"envelope", "envelope_attempt", "envelope_replay", "envelope_conflict", "ledger_transaction", "ledger_entry"} {
+		rows, err := b.pool.Query(b.ctx, `SELECT id, to_jsonb(x)::text FROM `+table+` x`)
+		require.NoError(t, err)
+		var id int64
+		var js string
+		_, err = pgx.ForEachRow(rows, []any{&id, &js}, func() error {
+			out[fmt.Sprintf("%s/%d", table, id)] = js
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	return out
+}
+
+func (b *bundle) envelopeJSON(t *testing.T, id int64) map[string]any {
+	t.Helper()
+	var m map[string]any
+	err := b.pool.QueryRow(b.ctx, `SELECT to_jsonb(e) FROM envelope e WHERE id = $1`, id).Scan(&m)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	require.NoError(t, err)
+	return m
+}
+
+// deps lists the ids of the envelope's attempts, replays and conflicts.
+func (b *bundle) deps(t *testing.T, id int64) string {
+	t.Helper()
+	var out []string
+	for _, table := range []string{"envelope_attempt", "envelope_replay", "envelope_conflict"} {
+		rows, err := b.pool.Query(b.ctx, `SELECT id FROM `+table+` WHERE envelope_id = $1 ORDER BY id`, id)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		out = append(out, fmt.Sprint(ids))
+	}
+	return strings.Join(out, " ")
+}
+
+func (b *bundle) count(t *testing.T, q string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, q, args...).Scan(&n))
+	return n
+}
+
+func purge(t *testing.T, b *bundle, cfg retention.Config) retention.Report {
+	t.Helper()
+	rep, err := retention.Purge(b.ctx, b.pool, cfg)
+	require.NoError(t, err)
+	return rep
+}
+
+// counts is a report without its clock readings.
+func counts(r retention.Report) retention.Report {
+	r.Now, r.BodyCutoff, r.DeleteCutoff, r.DryRun = time.Time{}, time.Time{}, time.Time{}, false
+	return r
+}
+
+func TestPurgeDropsBodiesAndDeletesTombstonesOnlyWhereAllowed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	untouched := map[string]int64{
+		"pending, received 100 days ago":   b.seed(t, row{status: "pending", age: 100, attempts: 3}),
+		"failed 100 days ago":              b.seed(t, row{status: "failed", age: 100, attempts: 1, conflicts: 1}),
+		"failed 40 days ago":               b.seed(t, row{status: "failed", age: 40, attempts: 1}),
+		"done 100 days ago, in the ledger": b.seed(t, row{status: "done", age: 100, ledger: true, attempts: 1, replays: 1}),
+		"done 40 days ago, in the ledger":  b.seed(t, row{status: "done", age: 40, ledger: true, attempts: 1}),
+		"done 10 days ago":                 b.seed(t, row{status: "done", age: 10, attempts: 1}),
+		"ignored 29 days ago":              b.seed(t, row{status: "ignored", age: 29, attempts: 1}),
+		"done 40 days ago, body purged":    b.seed(t, row{status: "done", age: 40, purged: true, attempts: 1}),
+	}
+	bodyDropped := map[string]int64{
+		"done 40 days ago":    b.seed(t, row{status: "done", age: 40, attempts: 2, replays: 1, conflicts: 1}),
+		"ignored 31 days ago": b.seed(t, row{status: "ignored", age: 31, attempts: 1}),
+		"done 89 days ago":    b.seed(t, row{status: "done", age: 89, attempts: 1}),
+	}
+	deleted := map[string]int64{
+		"done 100 days ago":              b.seed(t, row{status: "done", age: 100, attempts: 2, replays: 2, conflicts: 1}),
+		"ignored 91 days ago":            b.seed(t, row{status: "ignored", age: 91, attempts: 1}),
+		"done 365 days ago, body purged": b.seed(t, row{status: "done", age: 365, purged: true, attempts: 1, conflicts: 1}),
+	}
+	before := b.snapshot(t)
+	depsBefore := map[int64]string{}
+	for _, id := range untouched {
+		depsBefore[id] = b.deps(t, id)
+	}
+
+	rep := purge(t, b, retention.Config{})
+
+	require.Equal(t, retention.Report{
+		BodiesDropped: 3, EnvelopesDeleted: 3, AttemptsDeleted: 4, ReplaysDeleted: 2, ConflictsDeleted: 2, Batches: 2,
+	}, counts(rep))
+	require.False(t, rep.DryRun)
+	require.WithinDuration(t, rep.Now.Add(-retention.DefaultBodyAfter), rep.BodyCutoff, 0)
+	require.WithinDuration(t, rep.Now.Add(-retention.DefaultDeleteAfter), rep.DeleteCutoff, 0)
+
+	after := b.snapshot(t)
+	for name, id := range untouched {
+		key := fmt.Sprintf("envelope/%d", id)
+		require.Equal(t, before[key], after[key], "%s: row changed", name)
+		require.Equal(t, depsBefore[id], b.deps(t, id), "%s: dependent rows changed", name)
+	}
+	for name, id := range bodyDropped {
+		was := map[string]any{}
+		require.NoError(t, json.Unmarshal([]byte(before[fmt.Sprintf("envelope/%d", id)]), &was))
+		now := b.envelopeJSON(t, id)
+		require.NotNil(t, now, "%s: row deleted", name)
+		require.Nil(t, now["body"], name)
+		require.Nil(t, now["payload"], name)
+		require.NotNil(t, now["body_purged_at"], name)
+		require.Nil(t, was["body_purged_at"], name)
+		// Everything else, the hash and the delivery id included, is kept.
+		for _, col := range []string{"body", "payload", "body_purged_at"} {
+			delete(was, col)
+			delete(now, col)
+		}
+		require.Equal(t, was, now, "%s: tombstone lost a column", name)
+	}
+	for name, id := range deleted {
+		require.Nil(t, b.envelopeJSON(t, id), "%s: not deleted", name)
+		require.Equal(t, "[] [] []", b.deps(t, id), "%s: dependent rows left", name)
+	}
+	for k, v := range before {
+		if strings.HasPrefix(k, "ledger_") {
+			require.Equal(t, v, after[k], "ledger row %s changed", k)
+		}
+	}
+	for k := range after {
+		if strings.HasPrefix(k, "ledger_") {
+			require.Contains(t, before, k, "ledger row %s appeared", k)
+		}
+	}
+
+	// Safe to run again: nothing left to do.
+	require.Equal(t, retention.Report{}, counts(purge(t, b, retention.Config{})))
+}
+
+func TestPurgeWorksInBatches(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		rows    []row
+		batch   int
+		want    retention.Report
+		wantAll bool
+	}{
+		{"five tombstones, batch of 2", rep(5, row{status: "done", age: 100}), 2,
+			retention.Report{EnvelopesDeleted: 5, Batches: 3}, true},
+		{"five bodies, batch of 2", rep(5, row{status: "ignored", age: 40}), 2,
+			retention.Report{BodiesDropped: 5, Batches: 3}, true},
+		{"four bodies, batch of 2", rep(4, row{status: "done", age: 40}), 2,
+			retention.Report{BodiesDropped: 4, Batches: 2}, true},
+		{"three of each, batch of 3", append(rep(3, row{status: "done", age: 100, attempts: 1}), rep(3, row{status: "done", age: 40})...), 3,
+			retention.Report{EnvelopesDeleted: 3, AttemptsDeleted: 3, BodiesDropped: 3, Batches: 2}, true},
+		{"ledger rows among them are skipped, not counted", append(rep(3, row{status: "done", age: 100, ledger: true}), rep(3, row{status: "done", age: 100})...), 2,
+			retention.Report{EnvelopesDeleted: 3, Batches: 2}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			for _, r := range tc.rows {
+				b.seed(t, r)
+			}
+			require.Equal(t, tc.want, counts(purge(t, b, retention.Config{BatchSize: tc.batch})))
+			if tc.wantAll {
+				require.Zero(t, b.count(t, `SELECT count(*) FROM envelope WHERE body IS NOT NULL`))
+			}
+		})
+	}
+}
+
+func rep(n int, r row) []row {
+	out := make([]row, n)
+	for i := range out {
+		out[i] = r
+	}
+	return out
+}
+
+func TestPurgeDryRunChangesNothingAndPredictsTheRealRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, r := range []row{
+		{status: "pending", age: 200},
+		{status: "failed", age: 200, attempts: 2},
+		{status: "done", age: 200, ledger: true, attempts: 1},
+		{status: "done", age: 200, attempts: 3, replays: 1, conflicts: 2},
+		{status: "ignored", age: 120, attempts: 1},
+		{status: "done", age: 95, purged: true, attempts: 1},
+		{status: "done", age: 60, attempts: 1, replays: 1},
+		{status: "ignored", age: 45},
+		{status: "done", age: 35, attempts: 1},
+		{status: "done", age: 35, purged: true},
+		{status: "done", age: 5},
+	} {
+		b.seed(t, r)
+	}
+	before := b.snapshot(t)
+
+	dry := purge(t, b, retention.Config{BatchSize: 2, DryRun: true})
+	require.True(t, dry.DryRun)
+	require.Equal(t, before, b.snapshot(t), "a dry run changed rows")
+	require.Equal(t, retention.Report{
+		EnvelopesDeleted: 3, AttemptsDeleted: 5, ReplaysDeleted: 1, ConflictsDeleted: 2,
+		BodiesDropped: 3, Batches: 4,
+	}, counts(dry))
+
+	real := purge(t, b, retention.Config{BatchSize: 2})
+	require.False(t, real.DryRun)
+	require.Equal(t, counts(dry), counts(real))
+	require.NotEqual(t, before, b.snapshot(t))
+}
+
+func TestPurgeSkipsRowsLockedByOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	locked := b.seed(t, row{status: "done", age: 100})
+	free := b.seed(t, row{status: "done", age: 100})
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	_, err = tx.Exec(b.ctx, `SELECT 1 FROM envelope WHERE id = $1 FOR UPDATE`, locked)
+	require.NoError(t, err)
+
+	done := make(chan retention.Report, 1)
+	go func() {
+		r, err := retention.Purge(b.ctx, b.pool, retention.Config{})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		require.Equal(t, retention.Report{EnvelopesDeleted: 1, Batches: 1}, counts(r))
+	case <-time.After(20 * time.Second):
+		t.Fatal("purge waited for a locked row instead of skipping it")
+	}
+	require.Nil(t, b.envelopeJSON(t, free))
+	require.NotNil(t, b.envelopeJSON(t, locked))
+
+	require.NoError(t, tx.Rollback(b.ctx))
+	require.Equal(t, retention.Report{EnvelopesDeleted: 1, Batches: 1}, counts(purge(t, b, retention.Config{})))
+	require.Nil(t, b.envelopeJSON(t, locked))
+}
+
+func TestPurgeStopsWhenTheContextEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.seed(t, row{status: "done", age: 100})
+	ctx, cancel := context.WithCancel(b.ctx)
+	cancel()
+	_, err := retention.Purge(ctx, b.pool, retention.Config{})
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotNil(t, b.envelopeJSON(t, id))
+}
+
+func TestConfigDefaultsAndValidation(t *testing.T) {
+	t.Parallel()
+	got, err := retention.Config{}.WithDefaults()
+	require.NoError(t, err)
+	require.Equal(t, retention.Config{BodyAfter: 30 * 24 * time.Hour, DeleteAfter: 90 * 24 * time.Hour, BatchSize: 1000}, got)
+
+	got, err = retention.Config{BodyAfter: time.Hour, DeleteAfter: time.Hour, BatchSize: 1, DryRun: true}.WithDefaults()
+	require.NoError(t, err)
+	require.Equal(t, retention.Config{BodyAfter: time.Hour, DeleteAfter: time.Hour, BatchSize: 1, DryRun: true}, got)
+
+	for _, tc := range []struct {
+		cfg  retention.Config
+		want string
+	}{
+		{retention.Config{BodyAfter: -time.Hour}, "body-after -1h0m0s must be positive"},
+		{retention.Config{DeleteAfter: -time.Hour}, "delete-after -1h0m0s must be positive"},
+		{retention.Config{BatchSize: -1}, "batch size -1 must be positive"},
+		{retention.Config{BodyAfter: 48 * time.Hour, DeleteAfter: 24 * time.Hour}, "delete-after 24h0m0s is shorter than body-after 48h0m0s"},
+		{retention.Config{BodyAfter: 100 * 24 * time.Hour}, "delete-after 2160h0m0s is shorter than body-after 2400h0m0s"},
+	} {
+		_, err := tc.cfg.WithDefaults()
+		require.ErrorIs(t, err, retention.ErrInvalidConfig, "%+v", tc.cfg)
+		require.ErrorContains(t, err, tc.want)
+	}
+	// Purge refuses before touching the database.
+	_, err = retention.Purge(context.Background(), nil, retention.Config{BatchSize: -5})
+	require.ErrorIs(t, err, retention.ErrInvalidConfig)
+}
+
+// A tombstone keeps the delivery id and the body's hash, so a redelivery of
+// a GitHub or Shopify delivery (no signed timestamp: the id is their only
+// replay defence) is still caught after its body is gone.
+func TestTombstoneStillBlocksARedeliveredID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc, err := envelope.NewInsertClient(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	store := envelope.NewStore(b.pool, rc)
+	body := []byte(`{"ref":"refs/heads/main","repository":{"full_name":"octo/repo"},"commits":[]}`)
+	delivery := envelope.NewDelivery{
+		Source: "gh", Provider: "github", DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958", EventType: "push",
+		Body: body, Payload: body, Headers: map[string]string{"X-GitHub-Event": "push"},
+	}
+	first, err := store.Insert(b.ctx, delivery)
+	require.NoError(t, err)
+	require.False(t, first.Duplicate)
+	// Processed 40 days ago (as the worker would have), then purged.
+	_, err = b.pool.Exec(b.ctx, `
+		UPDATE envelope SET status = 'done', attempts = 1, received_at = now() - interval '40 days',
+		                    processed_at = now() - interval '40 days' WHERE id = $1`, first.EnvelopeID)
+	require.NoError(t, err)
+	require.Equal(t, retention.Report{BodiesDropped: 1, Batches: 1}, counts(purge(t, b, retention.Config{})))
+	tomb := b.envelopeJSON(t, first.EnvelopeID)
+	require.Nil(t, tomb["body"])
+	require.NotNil(t, tomb["body_purged_at"])
+	jobs := b.count(t, `SELECT count(*) FROM river_job`)
+
+	again, err := store.Insert(b.ctx, delivery)
+	require.NoError(t, err)
+	require.Equal(t, envelope.InsertResult{EnvelopeID: first.EnvelopeID, Duplicate: true}, again)
+	require.Equal(t, jobs, b.count(t, `SELECT count(*) FROM river_job`), "a redelivery enqueued a job")
+	require.Equal(t, 1, b.count(t, `SELECT duplicates FROM envelope WHERE id = $1`, first.EnvelopeID))
+
+	other := delivery
+	other.Body = []byte(`{"ref":"refs/heads/evil","repository":{"full_name":"octo/repo"},"commits":[]}`)
+	other.Payload = other.Body
+	_, err = store.Insert(b.ctx, other)
+	var conflict *envelope.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, first.EnvelopeID, conflict.EnvelopeID)
+	require.Equal(t, jobs, b.count(t, `SELECT count(*) FROM river_job`))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1`, first.EnvelopeID))
+	require.Nil(t, b.envelopeJSON(t, first.EnvelopeID)["body"], "the conflict restored a body")
+
+	// Once the tombstone window is over too, the id is forgotten.
+	_, err = b.pool.Exec(b.ctx, `UPDATE envelope SET processed_at = now() - interval '91 days' WHERE id = $1`, first.EnvelopeID)
+	require.NoError(t, err)
+	require.Equal(t, retention.Report{EnvelopesDeleted: 1, ConflictsDeleted: 1, Batches: 1}, counts(purge(t, b, retention.Config{})))
+	fresh, err := store.Insert(b.ctx, delivery)
+	require.NoError(t, err)
+	require.False(t, fresh.Duplicate)
+	require.NotEqual(t, first.EnvelopeID, fresh.EnvelopeID)
+}
+
+// startClient runs a River client with only the purge worker registered.
+func startClient(t *testing.T, b *bundle, cfg *river.Config) *river.Client[pgx.Tx] {
+	t.Helper()
+	workers := river.NewWorkers()
+	require.NoError(t, river.AddWorkerSafely(workers, &retention.PurgeWorker{Pool: b.pool, JobTimeout: 30 * time.Second}))
+	cfg.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}}
+	cfg.Workers = workers
+	cfg.FetchCooldown = 5 * time.Millisecond
+	cfg.FetchPollInterval = 20 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	client, err := river.NewClient(riverpgxv5.New(b.pool), cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(b.ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Stop(ctx)
+	})
+	return client
+}
+
+// waitJob waits for the purge job id to finish and returns its state and
+// recorded output.
+func (b *bundle) waitJob(t *testing.T, id int64) (string, retention.Report) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var state string
+		var output []byte
+		err := b.pool.QueryRow(b.ctx, `SELECT state::text, metadata->'output' FROM river_job WHERE id = $1`, id).Scan(&state, &output)
+		require.NoError(t, err)
+		switch state {
+		case "completed", "cancelled", "discarded":
+			var rep retention.Report
+			if len(output) > 0 && string(output) != "null" {
+				require.NoError(t, json.Unmarshal(output, &rep))
+			}
+			return state, rep
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("purge job %d still %s", id, state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestPurgeWorkerRunsAsARiverJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := b.seed(t, row{status: "done", age: 100, attempts: 1})
+	stale := b.seed(t, row{status: "ignored", age: 40})
+	kept := b.seed(t, row{status: "failed", age: 100})
+	client := startClient(t, b, &river.Config{})
+
+	res, err := client.Insert(b.ctx, retention.PurgeArgs{BatchSize: 1}, nil)
+	require.NoError(t, err)
+	state, rep := b.waitJob(t, res.Job.ID)
+	require.Equal(t, "completed", state)
+	require.Equal(t, retention.Report{EnvelopesDeleted: 1, AttemptsDeleted: 1, BodiesDropped: 1, Batches: 2}, counts(rep))
+	require.Nil(t, b.envelopeJSON(t, old))
+	require.NotNil(t, b.envelopeJSON(t, stale)["body_purged_at"])
+	require.NotNil(t, b.envelopeJSON(t, kept)["body"])
+
+	// A bad configuration is cancelled, not retried.
+	res, err = client.Insert(b.ctx, retention.PurgeArgs{BodyAfter: 48 * time.Hour, DeleteAfter: time.Hour}, nil)
+	require.NoError(t, err)
+	state, _ = b.waitJob(t, res.Job.ID)
+	require.Equal(t, "cancelled", state)
+}
+
+func TestPurgePeriodicJobRunsOnStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.seed(t, row{status: "done", age: 40})
+	startClient(t, b, &river.Config{
+		PeriodicJobs: []*river.PeriodicJob{retention.PeriodicJob(time.Hour, retention.PurgeArgs{BatchSize: 10})},
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	var jobID int64
+	for jobID == 0 {
+		err := b.pool.QueryRow(b.ctx, `SELECT id FROM river_job WHERE kind = 'purge_envelopes'`).Scan(&jobID)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			require.NoError(t, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no purge job was inserted on start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	state, rep := b.waitJob(t, jobID)
+	require.Equal(t, "completed", state)
+	require.Equal(t, int64(1), rep.BodiesDropped)
+	require.NotNil(t, b.envelopeJSON(t, id)["body_purged_at"])
+	require.Equal(t, 10, b.count(t, `SELECT (args->>'batch_size')::int FROM river_job WHERE id = $1`, jobID))
+}
+
+func TestPurgeArgsAreUniqueWhileOneIsLive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	first, err := client.Insert(b.ctx, retention.PurgeArgs{}, nil)
+	require.NoError(t, err)
+	second, err := client.Insert(b.ctx, retention.PurgeArgs{DryRun: true}, nil)
+	require.NoError(t, err)
+	require.True(t, second.UniqueSkippedAsDuplicate)
+	require.Equal(t, first.Job.ID, second.Job.ID)
+	require.Equal(t, "purge_envelopes", first.Job.Kind)
+}
