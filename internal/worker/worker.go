@@ -149,6 +149,9 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 		// The database, the fence or the envelope's CAS failed: nothing was
 		// committed; River retries (and a lost race finds the envelope final).
 		log.Warn("envelope attempt rolled back", "error", err)
+		if errors.Is(err, envelope.ErrNotFound) {
+			return river.JobCancel(err) // nothing to process, ever
+		}
 		return err
 	}
 	return w.fail(ctx, job, env, startedAt, handlerErr, log)
@@ -182,10 +185,11 @@ func (w *ProcessWorker) fail(ctx context.Context, job *river.Job[envelope.Proces
 	log.Log(ctx, lvl, "envelope attempt failed", "source", env.Source, "delivery_id", env.DeliveryID,
 		"event_type", env.EventType, "outcome", string(act.outcome), "error", act.reason)
 	if err != nil {
+		// The outcome is not recorded, so River must not take the action
+		// (a cancel or snooze would leave the envelope pending with no
+		// reason): a plain error retries the attempt and decides again.
 		log.Error("record attempt", "error", err)
-		if errors.Is(err, errLostRace) || errors.Is(err, envelope.ErrNotPending) {
-			return err
-		}
+		return fmt.Errorf("record outcome of envelope %d: %w (handler: %v)", env.ID, err, handlerErr)
 	}
 	return act.riverErr
 }
