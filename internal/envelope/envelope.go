@@ -41,4 +41,15 @@ type Envelope struct {
 	LastError   *string           `json:"last_error,omitempty"`
 	Result      json.RawMessage   `json:"result,omitempty"`
 	Duplicates  int               `json:"duplicates"`
+	// LastReplayedAt is when an operator last replayed the envelope.
+	LastReplayedAt *time.Time `json:"last_replayed_at,omitempty"`
+}
+
+// WaitingSince is when the envelope's current processing began: its last
+// replay, else its receipt. Snoozing is bounded from here.
+func (e *Envelope) WaitingSince() time.Time {
+	if e.LastReplayedAt != nil && e.LastReplayedAt.After(e.ReceivedAt) {
+		return *e.LastReplayedAt
+	}
+	return e.ReceivedAt
 }

@@ -38,14 +38,15 @@ type Attempt struct {
 
 const envelopeColumns = `id, source, provider, delivery_id, event_type, status,
 	body, coalesce(body, convert_to(payload::text, 'UTF8')), headers, body_sha256, signed_at, received_at,
-	processed_at, attempts, last_error, result, duplicates`
+	processed_at, attempts, last_error, result, duplicates,
+	(SELECT max(r.replayed_at) FROM envelope_replay r WHERE r.envelope_id = envelope.id)`
 
 func scanEnvelope(row pgx.Row) (*Envelope, error) {
 	var e Envelope
 	var payload, headers, result []byte
 	err := row.Scan(&e.ID, &e.Source, &e.Provider, &e.DeliveryID, &e.EventType, &e.Status,
 		&e.Body, &payload, &headers, &e.BodySHA256, &e.SignedAt, &e.ReceivedAt,
-		&e.ProcessedAt, &e.Attempts, &e.LastError, &result, &e.Duplicates)
+		&e.ProcessedAt, &e.Attempts, &e.LastError, &result, &e.Duplicates, &e.LastReplayedAt)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +98,8 @@ func Get(ctx context.Context, q interface {
 var ErrNotPending = errors.New("envelope is no longer pending")
 
 // Finish moves a pending envelope to its final status (done, ignored or
-// failed) with its result and error, and records the attempt, inside tx. It
+// failed) with its result and error, and records the attempt, inside tx.
+// last_error is cleared by done and ignored (the attempts keep the history). It
 // is a compare-and-set: when the envelope is not pending it changes nothing
 // and returns ErrNotPending.
 func Finish(ctx context.Context, tx pgx.Tx, id int64, status Status, result json.RawMessage, a Attempt) error {
@@ -115,7 +117,8 @@ func Finish(ctx context.Context, tx pgx.Tx, id int64, status Status, result json
 	tag, err := tx.Exec(ctx, `
 		WITH e AS (
 			UPDATE envelope
-			   SET status = $2, result = $3, last_error = coalesce($4, last_error),
+			   SET status = $2, result = $3,
+			       last_error = CASE WHEN $2 = 'failed' THEN coalesce($4, last_error) END,
 			       processed_at = clock_timestamp(), attempts = attempts + 1
 			 WHERE id = $1 AND status = 'pending'
 			RETURNING id

@@ -159,7 +159,7 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 
 // fail records a failed attempt and returns River's action for it.
 func (w *ProcessWorker) fail(ctx context.Context, job *river.Job[envelope.ProcessArgs], env *envelope.Envelope, startedAt time.Time, handlerErr error, log *slog.Logger) error {
-	act := outcome(handlerErr, job.Attempt, job.MaxAttempts, startedAt.Sub(env.ReceivedAt), w.Policy)
+	act := outcome(handlerErr, job.Attempt, job.MaxAttempts, startedAt.Sub(env.WaitingSince()), w.Policy)
 	a := envelope.Attempt{JobID: job.ID, Attempt: job.Attempt, Outcome: act.outcome, Error: act.reason, StartedAt: startedAt, Worker: w.Name}
 	// The attempt's own transaction may have died with the context; record
 	// with a fresh bound so the audit trail survives a job timeout.

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/admin"
+	"github.com/inboxhq/inbox/internal/envelope"
+)
+
+func TestEnvelopesList(t *testing.T) {
+	t.Parallel()
+	b := admSetup(t)
+	ids := b.seedFailed(t, "gh", 5)
+	b.seedFailed(t, "other", 1)
+
+	out, _, err := b.run(t, "envelopes", "list", "--source", "gh", "--limit", "2")
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Regexp(t, `^ID\s+RECEIVED\s+SOURCE\s+EVENT TYPE\s+STATUS\s+ATTEMPTS\s+DELIVERY ID\s+LAST ERROR$`, lines[0])
+	require.Regexp(t, `^`+admItoa(ids[4])+`\s+\S+\s+gh\s+push\s+failed\s+1\s+gh-5\s+permanent: seeded$`, lines[1])
+	require.True(t, strings.HasPrefix(lines[2], admItoa(ids[3])+" "), "newest first")
+	require.Equal(t, "more: add --before-id "+admItoa(ids[3]), lines[len(lines)-1])
+
+	out, _, err = b.run(t, "envelopes", "list", "--source", "gh", "--limit", "2", "--before-id", admItoa(ids[3]), "--json")
+	require.NoError(t, err)
+	var page admin.ListResult
+	require.NoError(t, json.Unmarshal([]byte(out), &page))
+	require.Len(t, page.Envelopes, 2)
+	require.Equal(t, ids[2], page.Envelopes[0].ID)
+	require.Equal(t, ids[1], page.Envelopes[1].ID)
+	require.Equal(t, ids[1], *page.NextBeforeID)
+	require.Contains(t, out, `"delivery_id": "gh-3"`, "snake_case keys")
+
+	out, _, err = b.run(t, "envelopes", "list", "--status", "done")
+	require.NoError(t, err)
+	require.Equal(t, "no envelopes match\n", out)
+
+	out, _, err = b.run(t, "envelopes", "list", "--json", "--status", "done")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"envelopes": [], "next_before_id": null}`, out)
+
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"envelopes"}, "want a subcommand"},
+		{[]string{"envelopes", "frob"}, `unknown subcommand "frob"`},
+		{[]string{"envelopes", "list", "--bogus"}, "not defined: -bogus"},
+		{[]string{"envelopes", "list", "--limit", "0"}, "--limit 0"},
+		{[]string{"envelopes", "list", "--before-id", "-1"}, "--before-id"},
+		{[]string{"envelopes", "list", "--status", "nope"}, `status "nope"`},
+		{[]string{"envelopes", "list", "--since", "soon"}, "--since"},
+		{[]string{"envelopes", "list", "12"}, "unexpected argument"},
+	} {
+		_, _, err := b.run(t, tc.args...)
+		require.ErrorContains(t, err, tc.msg, tc.args)
+		require.Equal(t, 2, exitCode(err), tc.args)
+	}
+}
+
+func TestEnvelopesShow(t *testing.T) {
+	t.Parallel()
+	b := admSetup(t)
+	ctx := context.Background()
+	body := []byte(`{"ref":"refs/heads/main"}`)
+	id := b.insert(t, "gh", "deliv-1", body)
+	_, err := b.store.Insert(ctx, envelope.NewDelivery{Source: "gh", Provider: "github", DeliveryID: "deliv-1", EventType: "push",
+		Body: []byte(`{"ref":"other"}`), Headers: map[string]string{}})
+	require.Error(t, err, "a conflict")
+	// Finish it as the worker would, then replay it.
+	_, err = b.pool.Exec(ctx, `UPDATE envelope SET status = 'done', processed_at = now(), attempts = 1 WHERE id = $1`, id)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()`)
+	require.NoError(t, err)
+	_, _, err = b.run(t, "replay", "--reason", "look again", "--actor", "bob", admItoa(id))
+	require.NoError(t, err)
+
+	out, _, err := b.run(t, "envelopes", "show", admItoa(id))
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^envelope\s+`+admItoa(id)+`$`, out)
+	require.Regexp(t, `(?m)^status\s+pending$`, out)
+	require.Regexp(t, `(?m)^delivery id\s+deliv-1$`, out)
+	require.Regexp(t, `(?m)^  X-Hub-Signature-256\s+\[redacted\]$`, out)
+	require.Contains(t, out, "\nbody (text):\n"+string(body)+"\n")
+	require.Contains(t, out, "attempts: none")
+	require.Contains(t, out, "replays (1):")
+	require.Regexp(t, `bob\s+done\s+\d+`, out)
+	require.Contains(t, out, "look again")
+	require.Contains(t, out, "conflicts (1):")
+	require.Contains(t, out, "jobs (2):")
+	require.Contains(t, out, "ledger transaction: none")
+
+	out, _, err = b.run(t, "envelopes", "show", "--no-body", admItoa(id))
+	require.NoError(t, err)
+	require.NotContains(t, out, "body (text)")
+	require.NotContains(t, out, "refs/heads/main")
+
+	out, _, err = b.run(t, "envelopes", "show", admItoa(id), "--json")
+	require.NoError(t, err)
+	var d admin.Detail
+	require.NoError(t, json.Unmarshal([]byte(out), &d))
+	require.Equal(t, id, d.Envelope.ID)
+	require.Equal(t, string(body), *d.Envelope.Body)
+	require.Equal(t, "text", d.Envelope.BodyEncoding)
+	require.Len(t, d.Replays, 1)
+	require.Equal(t, "bob", d.Replays[0].Actor)
+	require.Len(t, d.Conflicts, 1)
+	require.Len(t, d.Jobs, 2)
+	require.Nil(t, d.Ledger)
+	require.Contains(t, out, `"ledger_transaction": null`)
+
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"envelopes", "show", "987654"}, 1, "envelope 987654 not found"},
+		{[]string{"envelopes", "show", "--json", "987654"}, 1, "envelope 987654 not found"},
+		{[]string{"envelopes", "show"}, 2, "exactly one envelope ID"},
+		{[]string{"envelopes", "show", "1", "2"}, 2, "exactly one envelope ID"},
+		{[]string{"envelopes", "show", "abc"}, 2, `"abc" is not an envelope id`},
+		{[]string{"envelopes", "show", "0"}, 2, "not an envelope id"},
+		{[]string{"envelopes", "show", "--bogus", "1"}, 2, "not defined: -bogus"},
+	} {
+		_, _, err := b.run(t, tc.args...)
+		require.ErrorContains(t, err, tc.msg, tc.args)
+		require.Equal(t, tc.code, exitCode(err), tc.args)
+	}
+}

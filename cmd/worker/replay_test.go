@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/admin"
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/pgtest"
+)
+
+// admBundle is a migrated database for the admin subcommands' tests.
+type admBundle struct {
+	url   string
+	pool  *pgxpool.Pool
+	store *envelope.Store
+}
+
+func admSetup(t *testing.T) *admBundle {
+	t.Helper()
+	url := pgtest.NewURL(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	rc, err := envelope.NewInsertClient(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	return &admBundle{url: url, pool: pool, store: envelope.NewStore(pool, rc)}
+}
+
+// run runs the worker command line with DATABASE_URL set to the test's
+// database.
+func (b *admBundle) run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	return admRun(context.Background(), b.url, args...)
+}
+
+func admRun(ctx context.Context, url string, args ...string) (string, string, error) {
+	var stdout, stderr bytes.Buffer
+	getenv := func(k string) string {
+		if k == "DATABASE_URL" {
+			return url
+		}
+		return ""
+	}
+	err := run(ctx, args, getenv, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+// seedFailed inserts n failed GitHub envelopes of source, with no jobs.
+func (b *admBundle) seedFailed(t *testing.T, source string, n int) []int64 {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), `
+		INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, payload, headers,
+		                      body_sha256, body_size, received_at, processed_at, attempts, last_error)
+		SELECT $1, 'github', $1 || '-' || g, 'push', 'failed', convert_to(b, 'UTF8'), b::jsonb, '{}',
+		       sha256(convert_to(b, 'UTF8')), octet_length(b), now() - make_interval(secs => $2 - g), now(), 1, 'permanent: seeded'
+		  FROM generate_series(1, $2) AS g, LATERAL (SELECT format('{"ref":"refs/heads/b%s"}', g) AS b) AS body
+		RETURNING id`, source, n)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return ids
+}
+
+func (b *admBundle) insert(t *testing.T, source, deliveryID string, body []byte) int64 {
+	t.Helper()
+	res, err := b.store.Insert(context.Background(), envelope.NewDelivery{
+		Source: source, Provider: "github", DeliveryID: deliveryID, EventType: "push",
+		Body: body, Payload: body, Headers: map[string]string{"X-Hub-Signature-256": "[redacted]", "X-GitHub-Event": "push"},
+	})
+	require.NoError(t, err)
+	return res.EnvelopeID
+}
+
+func (b *admBundle) count(t *testing.T, q string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), q, args...).Scan(&n))
+	return n
+}
+
+func admItoa(id int64) string { return strconv.FormatInt(id, 10) }
+
+// field returns the value printed after label in a two-column table.
+func admField(t *testing.T, out, label string) string {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, label+" ") {
+			return strings.TrimSpace(strings.TrimPrefix(line, label))
+		}
+	}
+	t.Fatalf("no %q line in:\n%s", label, out)
+	return ""
+}
+
+func TestReplayCommandByIDs(t *testing.T) {
+	t.Parallel()
+	b := admSetup(t)
+	ids := b.seedFailed(t, "gh", 3)
+	queued := b.insert(t, "gh", "live", []byte(`{"ref":"x"}`))
+
+	// Flags may follow the ids.
+	out, _, err := b.run(t, "replay", admItoa(ids[0]), admItoa(queued), "--reason", "INC-7 fixed", "--actor", "alice")
+	require.NoError(t, err)
+	require.Equal(t, "2", admField(t, out, "matched"))
+	require.Equal(t, "1", admField(t, out, "replayed"))
+	require.Equal(t, "1 (already queued)", admField(t, out, "skipped"))
+	require.Equal(t, admItoa(queued), admField(t, out, "skipped ids"))
+	require.Equal(t, "1", admField(t, out, "batches"))
+	batchID := admField(t, out, "batch id")
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_replay WHERE envelope_id = $1 AND actor = 'alice'
+		AND reason = 'INC-7 fixed' AND batch_id = $2::uuid AND prior_status = 'failed'`, ids[0], batchID))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_replay`))
+
+	// --json, and the default actor is the OS user.
+	out, _, err = b.run(t, "replay", "--json", "--reason", "again", admItoa(ids[1]))
+	require.NoError(t, err)
+	var res struct {
+		DryRun bool `json:"dry_run"`
+		admin.ReplayResult
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.False(t, res.DryRun)
+	require.Equal(t, 1, res.Replayed)
+	require.Equal(t, 1, res.Matched)
+	require.NotEmpty(t, res.BatchID)
+	require.Contains(t, out, `"skipped_already_queued": 0`)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_replay WHERE envelope_id = $1 AND actor <> ''`, ids[1]))
+}
+
+func TestReplayCommandByFilter(t *testing.T) {
+	t.Parallel()
+	b := admSetup(t)
+	b.seedFailed(t, "gh", 12)
+	b.seedFailed(t, "other", 2)
+
+	out, _, err := b.run(t, "replay", "--dry-run", "--source", "gh", "--status", "failed", "--since", "1h")
+	require.NoError(t, err)
+	require.Equal(t, "12", admField(t, out, "matched"))
+	require.Equal(t, "12", admField(t, out, "would replay"))
+	require.Contains(t, out, "first 10 by id:")
+	require.Contains(t, out, "DELIVERY ID")
+	require.Equal(t, 10, strings.Count(out, " gh-"), "a sample of 10")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`), "a dry run changes nothing")
+
+	out, _, err = b.run(t, "replay", "--dry-run", "--json", "--source", "gh", "--limit", "5")
+	require.NoError(t, err)
+	var dry struct {
+		DryRun bool `json:"dry_run"`
+		admin.DryRunResult
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &dry))
+	require.True(t, dry.DryRun)
+	require.Equal(t, 12, dry.Matched)
+	require.Equal(t, 5, dry.WouldReplay)
+	require.Len(t, dry.Sample, 10)
+
+	out, stderr, err := b.run(t, "replay", "--reason", "bulk", "--source", "gh", "--status", "failed", "--batch-size", "5", "--until", time.Now().Add(time.Hour).Format(time.RFC3339))
+	require.NoError(t, err)
+	require.Equal(t, "12", admField(t, out, "replayed"))
+	require.Equal(t, "3", admField(t, out, "batches"))
+	require.NotContains(t, stderr, "[", "no progress bar when stderr is not a terminal")
+	require.Equal(t, 12, b.count(t, `SELECT count(*) FROM envelope WHERE source = 'gh' AND status = 'pending'`))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE source = 'other' AND status = 'failed'`))
+
+	out, _, err = b.run(t, "replay", "--reason", "capped", "--source", "other", "--limit", "1")
+	require.NoError(t, err)
+	require.Equal(t, "1", admField(t, out, "replayed"))
+	require.Contains(t, admField(t, out, "limit"), "reached")
+}
+
+func TestReplayCommandErrors(t *testing.T) {
+	t.Parallel()
+	b := admSetup(t)
+	ids := b.seedFailed(t, "gh", 1)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"unknown flag", []string{"replay", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{"missing reason", []string{"replay", admItoa(ids[0])}, 2, "--reason is required"},
+		{"blank reason", []string{"replay", "--reason", " ", admItoa(ids[0])}, 2, "--reason is required"},
+		{"no selection", []string{"replay", "--reason", "x"}, 2, "at least one filter flag"},
+		{"bad status", []string{"replay", "--reason", "x", "--status", "weird"}, 2, `status "weird"`},
+		{"bad since", []string{"replay", "--reason", "x", "--since", "yesterday"}, 2, "--since:"},
+		{"bad until", []string{"replay", "--reason", "x", "--source", "gh", "--until", "-3h"}, 2, "--until:"},
+		{"backwards window", []string{"replay", "--reason", "x", "--since", "1h", "--until", "2h"}, 2, "must be before"},
+		{"bad id", []string{"replay", "--reason", "x", "abc"}, 2, `"abc" is not an envelope id`},
+		{"ids and filter", []string{"replay", "--reason", "x", "--source", "gh", admItoa(ids[0])}, 2, "not both"},
+		{"bad batch size", []string{"replay", "--reason", "x", "--source", "gh", "--batch-size", "0"}, 2, "--batch-size"},
+		{"bad limit", []string{"replay", "--reason", "x", "--source", "gh", "--limit", "-1"}, 2, "--limit"},
+		{"not an int", []string{"replay", "--reason", "x", "--source", "gh", "--limit", "many"}, 2, "invalid value"},
+		{"unknown id", []string{"replay", "--reason", "x", admItoa(ids[0]), "987654"}, 1, "envelope 987654 not found"},
+		{"unknown id dry run", []string{"replay", "--dry-run", "987654"}, 1, "envelope 987654 not found"},
+	} {
+		_, _, err := b.run(t, tc.args...)
+		require.Error(t, err, tc.name)
+		require.Equal(t, tc.code, exitCode(err), "%s: %v", tc.name, err)
+		require.ErrorContains(t, err, tc.msg, tc.name)
+	}
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job`))
+}
+
+func TestAdminCommandsHelp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", "-h"}, "usage: worker replay --reason TEXT"},
+		{[]string{"replay", "12", "--help"}, "-dry-run"},
+		{[]string{"envelopes", "-h"}, "usage: worker envelopes list"},
+		{[]string{"envelopes", "list", "-h"}, "-before-id"},
+		{[]string{"envelopes", "show", "-h"}, "-no-body"},
+		{[]string{"stats", "-h"}, "usage: worker stats"},
+	} {
+		// No database is needed, or opened, for help.
+		_, stderr, err := admRun(context.Background(), "", tc.args...)
+		require.ErrorIs(t, err, flag.ErrHelp, tc.args)
+		require.Contains(t, stderr, tc.want, tc.args)
+	}
+}
+
+func TestAdminCommandsNeedDatabaseURL(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"stats"}, {"envelopes", "list"}, {"envelopes", "show", "1"}, {"replay", "--reason", "x", "1"}} {
+		_, _, err := admRun(context.Background(), "", args...)
+		require.ErrorContains(t, err, "DATABASE_URL is not set", args)
+		require.Equal(t, 1, exitCode(err), args)
+	}
+}
+
+func TestReplayCommandInterruptedBeforeStart(t *testing.T) {
+	t.Parallel()
+	b := admSetup(t)
+	ids := b.seedFailed(t, "gh", 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // SIGINT before anything ran
+	_, _, err := admRun(ctx, b.url, "replay", "--reason", "x", "--source", "gh")
+	require.Error(t, err)
+	require.Equal(t, 1, exitCode(err))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'pending' AND id = ANY($1)`, ids))
+}
+
+func TestRenderProgress(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "[=====     ]  50% 1500/3000 replayed 1490 skipped 10 eta 2s",
+		renderProgress(admin.Progress{Total: 3000, Scanned: 1500, Replayed: 1490, Skipped: 10}, 10, 2*time.Second))
+	require.Equal(t, "[==========] 100% 3000/3000 replayed 3000 skipped 0 eta -",
+		renderProgress(admin.Progress{Total: 3000, Scanned: 3000, Replayed: 3000}, 10, 5*time.Second))
+	// More scanned than counted at the start (new arrivals): clamped.
+	require.Equal(t, "[==========] 100% 12/10 replayed 12 skipped 0 eta -",
+		renderProgress(admin.Progress{Total: 10, Scanned: 12, Replayed: 12}, 10, time.Second))
+	require.False(t, isTerminal(&bytes.Buffer{}))
+}
+
+// TestReplayCommandInterrupted cancels the context (as SIGINT does) once the
+// first batch has committed: the summary reports what committed, and the
+// exit status is 1.
+func TestReplayCommandInterrupted(t *testing.T) {
+	t.Parallel()
+	b := admSetup(t)
+	b.seedFailed(t, "gh", 500)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			var n int
+			if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM envelope_replay`).Scan(&n); err == nil && n > 0 {
+				cancel()
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	out, _, err := admRun(ctx, b.url, "replay", "--reason", "x", "--source", "gh", "--batch-size", "1")
+	require.Error(t, err)
+	require.Equal(t, 1, exitCode(err))
+	require.ErrorIs(t, err, admin.ErrInterrupted)
+	require.Contains(t, admField(t, out, "interrupted"), "yes")
+	replayed, err := strconv.Atoi(admField(t, out, "replayed"))
+	require.NoError(t, err)
+	require.Less(t, replayed, 500)
+	require.Equal(t, replayed, b.count(t, `SELECT count(*) FROM envelope_replay`))
+	require.Equal(t, replayed, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'pending'`))
+	require.Equal(t, replayed, b.count(t, `SELECT count(*) FROM river_job`))
+}

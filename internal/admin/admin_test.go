@@ -1,0 +1,134 @@
+package admin
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/webhooktest"
+	"github.com/inboxhq/inbox/internal/worker"
+)
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type bundle struct {
+	pool  *pgxpool.Pool
+	jobs  *river.Client[pgx.Tx]
+	store *envelope.Store
+}
+
+func setup(t testing.TB) *bundle {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	rc, err := envelope.NewInsertClient(pool, discard)
+	require.NoError(t, err)
+	return &bundle{pool: pool, jobs: rc, store: envelope.NewStore(pool, rc)}
+}
+
+// runWorker starts the real worker with the built-in handlers; it stops when
+// the test ends.
+func (b *bundle) runWorker(t *testing.T) {
+	t.Helper()
+	client, err := worker.NewClient(b.pool, handlers.Builtin(), worker.Config{
+		MaxWorkers:        10,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+	}, discard)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Stop(ctx)
+	})
+}
+
+// insert stores a delivery the way ingest does (envelope + job).
+func (b *bundle) insert(t testing.TB, prov, deliveryID, eventType string, body []byte) int64 {
+	t.Helper()
+	res, err := b.store.Insert(context.Background(), envelope.NewDelivery{
+		Source: "src", Provider: prov, DeliveryID: deliveryID, EventType: eventType,
+		Body: body, Payload: body, Headers: map[string]string{"webhook-signature": "[redacted]"},
+	})
+	require.NoError(t, err)
+	return res.EnvelopeID
+}
+
+// seedFailed inserts n failed GitHub push envelopes of source with no River
+// jobs, received one second apart ending now, and returns their ids in order.
+// The worker records such an envelope as done.
+func seedFailed(t testing.TB, pool *pgxpool.Pool, source string, n int) []int64 {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, payload, headers,
+		                      body_sha256, body_size, received_at, processed_at, attempts, last_error)
+		SELECT $1, 'github', $1 || '-' || g || '-' || gen_random_uuid(), 'push', 'failed', convert_to(b, 'UTF8'), b::jsonb,
+		       '{"X-Hub-Signature-256":"[redacted]"}', sha256(convert_to(b, 'UTF8')), octet_length(b),
+		       now() - make_interval(secs => $2 - g), now(), 1, 'attempts exhausted (1 of 1): seeded'
+		  FROM generate_series(1, $2) AS g,
+		       LATERAL (SELECT format('{"ref":"refs/heads/b%s","repository":{"full_name":"octo/repo"},"commits":[]}', g) AS b) AS body
+		RETURNING id`, source, n)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, ids, n)
+	return ids
+}
+
+func (b *bundle) count(t testing.TB, q string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), q, args...).Scan(&n))
+	return n
+}
+
+func (b *bundle) status(t testing.TB, id int64) string {
+	t.Helper()
+	var s string
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status FROM envelope WHERE id = $1`, id).Scan(&s))
+	return s
+}
+
+// eventually polls cond every 10 ms until it holds, or fails after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// jobsPerEnvelope counts process_envelope jobs per envelope, every state.
+func (b *bundle) jobsPerEnvelope(t testing.TB) map[int64]int {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), `
+		SELECT (args->>'envelope_id')::bigint, count(*) FROM river_job WHERE kind = 'process_envelope' GROUP BY 1`)
+	require.NoError(t, err)
+	out := map[int64]int{}
+	var id int64
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { out[id] = n; return nil })
+	require.NoError(t, err)
+	return out
+}
+
+func req(f Filter) ReplayRequest {
+	return ReplayRequest{Filter: f, Actor: "tester", Reason: "test replay"}
+}
+
+func standardPayment(id string) []byte {
+	return webhooktest.StandardPayment(id, "m_1", 1234, "USD")
+}

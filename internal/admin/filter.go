@@ -1,0 +1,253 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+)
+
+// Filter selects envelopes; Replay, DryRun and List share it. Zero fields
+// select everything; set fields combine with AND. IDs select exactly those
+// envelopes and cannot be combined with the other fields.
+type Filter struct {
+	IDs        []int64
+	Source     string
+	Status     envelope.Status
+	EventType  string
+	DeliveryID string
+	// Since and Until bound received_at: Since inclusive, Until exclusive.
+	Since Bound
+	Until Bound
+
+	// replayable limits the selection to envelopes that can be processed
+	// again: those whose body (or parsed payload) retention has not dropped.
+	replayable bool
+}
+
+// Bound is a point in time, either absolute (At) or an age (Ago: that long
+// before the database's now()). The zero Bound is no bound.
+type Bound struct {
+	At  time.Time
+	Ago time.Duration
+}
+
+// IsZero reports whether b bounds nothing.
+func (b Bound) IsZero() bool { return b.At.IsZero() && b.Ago == 0 }
+
+// Time returns the bound's instant given the database's now.
+func (b Bound) Time(now time.Time) time.Time {
+	if b.Ago != 0 {
+		return now.Add(-b.Ago)
+	}
+	return b.At
+}
+
+// String returns the bound as given: an RFC 3339 time or "24h0m0s ago".
+func (b Bound) String() string {
+	switch {
+	case b.IsZero():
+		return ""
+	case b.Ago != 0:
+		return b.Ago.String() + " ago"
+	default:
+		return b.At.Format(time.RFC3339Nano)
+	}
+}
+
+var daysRE = regexp.MustCompile(`^(\d+)d(.*)$`)
+
+// ParseBound parses an RFC 3339 time (2026-01-02T15:04:05Z) or a positive
+// duration meaning "that long ago": Go's syntax (90m, 24h) plus whole days
+// (7d, 1d12h). An empty string is the zero Bound.
+func ParseBound(s string) (Bound, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return Bound{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return Bound{At: t}, nil
+	}
+	d, err := parseAge(s)
+	if err != nil {
+		return Bound{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration (90m, 24h, 7d)", s)
+	}
+	if d <= 0 {
+		return Bound{}, fmt.Errorf("%q: a duration means that long ago and must be positive", s)
+	}
+	return Bound{Ago: d}, nil
+}
+
+func parseAge(s string) (time.Duration, error) {
+	m := daysRE.FindStringSubmatch(s)
+	if m == nil {
+		return time.ParseDuration(s)
+	}
+	days, err := strconv.Atoi(m[1])
+	if err != nil || days > 100000 {
+		return 0, errors.New("too many days")
+	}
+	d := time.Duration(days) * 24 * time.Hour
+	if m[2] != "" {
+		rest, err := time.ParseDuration(m[2])
+		if err != nil || rest < 0 {
+			return 0, errors.New("bad duration")
+		}
+		d += rest
+	}
+	return d, nil
+}
+
+// IsEmpty reports whether f selects every envelope.
+func (f Filter) IsEmpty() bool {
+	return len(f.IDs) == 0 && f.Source == "" && f.Status == "" && f.EventType == "" &&
+		f.DeliveryID == "" && f.Since.IsZero() && f.Until.IsZero()
+}
+
+func (f Filter) hasFields() bool {
+	g := f
+	g.IDs = nil
+	return !g.IsEmpty()
+}
+
+// Validate checks f: a known status, positive ids not combined with other
+// fields, and Since before Until when both are absolute.
+func (f Filter) Validate() error {
+	if len(f.IDs) > 0 && f.hasFields() {
+		return errors.New("select envelopes either by id or by filter flags, not both")
+	}
+	for _, id := range f.IDs {
+		if id <= 0 {
+			return fmt.Errorf("envelope id %d: must be positive", id)
+		}
+	}
+	switch f.Status {
+	case "", envelope.StatusPending, envelope.StatusDone, envelope.StatusFailed, envelope.StatusIgnored:
+	default:
+		return fmt.Errorf("status %q: want pending, done, failed or ignored", f.Status)
+	}
+	if f.Since.Ago < 0 || f.Until.Ago < 0 {
+		return errors.New("a relative time must be positive (how long ago)")
+	}
+	// Bounds of one kind compare now; an absolute and a relative one only
+	// against the database's clock, and an empty window just matches nothing.
+	bad := false
+	switch {
+	case !f.Since.At.IsZero() && !f.Until.At.IsZero():
+		bad = !f.Since.At.Before(f.Until.At)
+	case f.Since.Ago != 0 && f.Until.Ago != 0:
+		bad = f.Since.Ago <= f.Until.Ago
+	}
+	if bad {
+		return fmt.Errorf("since (%s) must be before until (%s)", f.Since, f.Until)
+	}
+	return nil
+}
+
+// Where returns f as a parameterized SQL condition on the envelope table
+// (columns unqualified) and its arguments, numbered from $1; values never
+// enter the SQL text. Relative bounds resolve against now, which should be
+// the database's clock. An empty filter returns "TRUE".
+func (f Filter) Where(now time.Time) (string, []any) {
+	var q sqlBuilder
+	f.appendTo(&q, now)
+	return q.where(), q.args
+}
+
+func (f Filter) appendTo(q *sqlBuilder, now time.Time) {
+	if f.replayable {
+		q.cond("(body IS NOT NULL OR payload IS NOT NULL)")
+	}
+	if len(f.IDs) > 0 {
+		q.cond("id = ANY(" + q.arg(f.IDs) + "::bigint[])")
+	}
+	if f.Source != "" {
+		q.cond("source = " + q.arg(f.Source))
+	}
+	if f.Status != "" {
+		q.cond("status = " + q.arg(string(f.Status)))
+	}
+	if f.EventType != "" {
+		q.cond("event_type = " + q.arg(f.EventType))
+	}
+	if f.DeliveryID != "" {
+		q.cond("delivery_id = " + q.arg(f.DeliveryID))
+	}
+	if !f.Since.IsZero() {
+		q.cond("received_at >= " + q.arg(f.Since.Time(now)))
+	}
+	if !f.Until.IsZero() {
+		q.cond("received_at < " + q.arg(f.Until.Time(now)))
+	}
+}
+
+// record is the filter as stored in envelope_replay.filter: relative bounds
+// resolved to the instants the command used.
+func (f Filter) record(now time.Time, limit int) map[string]any {
+	m := map[string]any{}
+	if len(f.IDs) > 0 {
+		m["ids"] = f.IDs
+	}
+	for k, v := range map[string]string{"source": f.Source, "status": string(f.Status), "event_type": f.EventType, "delivery_id": f.DeliveryID} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	for k, b := range map[string]Bound{"since": f.Since, "until": f.Until} {
+		if b.IsZero() {
+			continue
+		}
+		m[k] = b.Time(now).UTC().Format(time.RFC3339Nano)
+		if b.Ago != 0 {
+			m[k+"_ago"] = b.Ago.String()
+		}
+	}
+	if limit > 0 {
+		m["limit"] = limit
+	}
+	return m
+}
+
+// dedupe returns ids sorted without repeats.
+func dedupe(ids []int64) []int64 {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// customPlan prepends pgx.QueryExecModeExec to args: the query is planned
+// with its values on every call, never with a cached generic plan. A
+// filter's best plan depends on its values (a rare status wants the status
+// index, a common one the primary key), and a generic plan cannot hash an
+// = ANY list.
+func customPlan(args []any) []any {
+	return append([]any{pgx.QueryExecModeExec}, args...)
+}
+
+// sqlBuilder collects AND-ed conditions and their numbered arguments.
+type sqlBuilder struct {
+	conds []string
+	args  []any
+}
+
+// arg adds v as the next argument and returns its placeholder.
+func (q *sqlBuilder) arg(v any) string {
+	q.args = append(q.args, v)
+	return "$" + strconv.Itoa(len(q.args))
+}
+
+func (q *sqlBuilder) cond(c string) { q.conds = append(q.conds, c) }
+
+func (q *sqlBuilder) where() string {
+	if len(q.conds) == 0 {
+		return "TRUE"
+	}
+	return strings.Join(q.conds, " AND ")
+}

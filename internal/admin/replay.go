@@ -1,0 +1,496 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+)
+
+// DefaultBatchSize is how many envelopes one replay transaction handles when
+// ReplayRequest.BatchSize is 0.
+const DefaultBatchSize = 500
+
+// MaxBatchSize caps ReplayRequest.BatchSize.
+const MaxBatchSize = 10000
+
+// SampleSize is how many envelopes DryRun returns as a sample.
+const SampleSize = 10
+
+// maxSkippedIDs caps ReplayResult.SkippedIDs.
+const maxSkippedIDs = 100
+
+// JobInserter inserts River jobs inside a transaction. The River client of
+// envelope.NewInsertClient is one.
+type JobInserter interface {
+	InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
+}
+
+// ReplayRequest says what to replay, who asks, and why.
+type ReplayRequest struct {
+	Filter Filter
+	// Actor and Reason are required; both are stored in envelope_replay.
+	Actor  string
+	Reason string
+	// BatchSize is how many envelopes one transaction handles: DefaultBatchSize
+	// when 0, at most MaxBatchSize.
+	BatchSize int
+	// Limit caps how many envelopes are replayed (skipped ones do not count);
+	// 0 means no cap.
+	Limit int
+	// ProgressFunc, when set, is called after each batch commits, from the
+	// goroutine that called Replay. It may cancel Replay's context: the
+	// committed batches stay, and no further batch starts.
+	ProgressFunc func(Progress)
+
+	// beforeCommit, in tests, runs in each batch just before COMMIT.
+	beforeCommit func(batch int)
+}
+
+// Progress is a replay's state after a committed batch.
+type Progress struct {
+	BatchID string
+	// Total is how many envelopes matched at the start, capped by Limit: the
+	// most that the replay will scan.
+	Total    int
+	Batches  int
+	Scanned  int // replayed + skipped
+	Replayed int
+	Skipped  int
+}
+
+// ReplayResult sums up a replay run. On an error it holds what committed
+// before the error.
+type ReplayResult struct {
+	// BatchID is shared by the run's envelope_replay rows.
+	BatchID string `json:"batch_id"`
+	// Matched is how many envelopes the filter selected at the start.
+	Matched  int `json:"matched"`
+	Replayed int `json:"replayed"`
+	// Skipped envelopes already had a live job (waiting, scheduled, retrying
+	// or running): they were left alone, with no audit row and no new job.
+	Skipped    int     `json:"skipped_already_queued"`
+	SkippedIDs []int64 `json:"skipped_ids"` // the first 100
+	Batches    int     `json:"batches"`
+	// LimitReached is true when the run stopped at ReplayRequest.Limit with
+	// matching envelopes left: run again to replay them.
+	LimitReached bool `json:"limit_reached"`
+	// Interrupted is true when the context ended the run early; every batch
+	// counted here committed whole, and the one in flight rolled back.
+	Interrupted bool          `json:"interrupted"`
+	Duration    time.Duration `json:"-"`
+	DurationMS  float64       `json:"duration_ms"`
+}
+
+// Validate checks r before anything is read or written.
+func (r ReplayRequest) Validate() error {
+	if err := r.Filter.Validate(); err != nil {
+		return err
+	}
+	if r.Filter.IsEmpty() {
+		return errors.New("select envelopes by id or with at least one filter (replaying everything is not allowed)")
+	}
+	if strings.TrimSpace(r.Reason) == "" {
+		return errors.New("a reason is required")
+	}
+	if strings.TrimSpace(r.Actor) == "" {
+		return errors.New("an actor is required")
+	}
+	if r.BatchSize < 0 || r.BatchSize > MaxBatchSize {
+		return fmt.Errorf("batch size %d: want 1 to %d", r.BatchSize, MaxBatchSize)
+	}
+	if r.Limit < 0 {
+		return fmt.Errorf("limit %d: must not be negative", r.Limit)
+	}
+	return nil
+}
+
+// ErrInterrupted is wrapped by Replay's error when its context ended the run.
+var ErrInterrupted = errors.New("replay interrupted")
+
+// Replay re-processes the envelopes req.Filter selects, in id order, in
+// batches of req.BatchSize. Each batch is one transaction that locks its
+// envelope rows (FOR UPDATE, in id order, so concurrent replays serialize
+// instead of deadlocking), and for every envelope without a live job inserts
+// a River job (jobs.InsertManyTx), resets the envelope to pending
+// (processed_at NULL; result and last_error stay until it is processed
+// again) and writes an envelope_replay row (actor, reason, the filter, the
+// run's batch id, the prior status and the job id). A batch commits whole or
+// not at all.
+//
+// An envelope that already has a live job is skipped and counted as already
+// queued, so no envelope ever gets a second waiting job: it is safe to run
+// twice, and concurrently. Replaying a done envelope re-runs its handler,
+// whose idempotent effects (ledger.Post) make that a recorded no-op.
+//
+// Unknown ids in req.Filter.IDs return a *NotFoundError before anything
+// changes. When ctx ends, the batch in flight rolls back, no further batch
+// starts, and Replay returns what committed with an error wrapping
+// ErrInterrupted and ctx's error.
+func Replay(ctx context.Context, pool *pgxpool.Pool, jobs JobInserter, req ReplayRequest) (ReplayResult, error) {
+	start := time.Now()
+	if err := req.Validate(); err != nil {
+		return ReplayResult{}, err
+	}
+	if req.BatchSize == 0 {
+		req.BatchSize = DefaultBatchSize
+	}
+	f := req.Filter
+	f.IDs = dedupe(f.IDs)
+
+	var res ReplayResult
+	var now time.Time
+	if err := pool.QueryRow(ctx, `SELECT now(), gen_random_uuid()::text`).Scan(&now, &res.BatchID); err != nil {
+		return res, fmt.Errorf("start replay: %w", err)
+	}
+	if len(f.IDs) > 0 {
+		missing, err := missingIDs(ctx, pool, f.IDs)
+		if err != nil {
+			return res, err
+		}
+		if len(missing) > 0 {
+			return res, &NotFoundError{IDs: missing}
+		}
+		if err := checkPurged(ctx, pool, f.IDs); err != nil {
+			return res, err
+		}
+	}
+	f.replayable = true
+	where, args := f.Where(now)
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM envelope WHERE `+where, customPlan(args)...).Scan(&res.Matched); err != nil {
+		return res, fmt.Errorf("count envelopes: %w", err)
+	}
+	filterJSON, err := json.Marshal(f.record(now, req.Limit))
+	if err != nil {
+		return res, fmt.Errorf("encode filter: %w", err)
+	}
+	total := res.Matched
+	if req.Limit > 0 && req.Limit < total {
+		total = req.Limit
+	}
+
+	b := batcher{pool: pool, jobs: jobs, filter: f, now: now, req: req, batchID: res.BatchID, filterJSON: filterJSON}
+	var after int64
+	finish := func(err error) (ReplayResult, error) {
+		res.Duration = time.Since(start)
+		res.DurationMS = float64(res.Duration.Microseconds()) / 1000
+		if res.SkippedIDs == nil {
+			res.SkippedIDs = []int64{}
+		}
+		return res, err
+	}
+	for {
+		if req.Limit > 0 && res.Replayed >= req.Limit {
+			// Reached only if the limit left some matching envelope out.
+			var q sqlBuilder
+			f.appendTo(&q, now)
+			q.cond("id > " + q.arg(after))
+			more := `SELECT EXISTS (SELECT 1 FROM envelope WHERE ` + q.where() + `)`
+			if err := pool.QueryRow(ctx, more, customPlan(q.args)...).Scan(&res.LimitReached); err != nil {
+				return finish(fmt.Errorf("look for envelopes beyond the limit: %w", err))
+			}
+			return finish(nil)
+		}
+		if ctx.Err() != nil {
+			res.Interrupted = true
+			return finish(fmt.Errorf("%w after %d batches (%d replayed): %w", ErrInterrupted, res.Batches, res.Replayed, ctx.Err()))
+		}
+		size := req.BatchSize
+		if req.Limit > 0 && req.Limit-res.Replayed < size {
+			size = req.Limit - res.Replayed
+		}
+		out, err := b.run(ctx, res.Batches+1, after, size)
+		if err != nil {
+			if ctx.Err() != nil {
+				res.Interrupted = true
+				return finish(fmt.Errorf("%w after %d batches (%d replayed): %w", ErrInterrupted, res.Batches, res.Replayed, ctx.Err()))
+			}
+			return finish(fmt.Errorf("replay batch %d (after %d replayed): %w", res.Batches+1, res.Replayed, err))
+		}
+		if out.scanned == 0 {
+			return finish(nil)
+		}
+		after = out.lastID
+		res.Batches++
+		res.Replayed += out.replayed
+		res.Skipped += len(out.skipped)
+		for _, id := range out.skipped {
+			if len(res.SkippedIDs) < maxSkippedIDs {
+				res.SkippedIDs = append(res.SkippedIDs, id)
+			}
+		}
+		if req.ProgressFunc != nil {
+			req.ProgressFunc(Progress{BatchID: res.BatchID, Total: total, Batches: res.Batches,
+				Scanned: res.Replayed + res.Skipped, Replayed: res.Replayed, Skipped: res.Skipped})
+		}
+	}
+}
+
+// batcher runs one replay's batches.
+type batcher struct {
+	pool       *pgxpool.Pool
+	jobs       JobInserter
+	filter     Filter
+	now        time.Time
+	req        ReplayRequest
+	batchID    string
+	filterJSON []byte
+}
+
+type batchOutcome struct {
+	scanned  int
+	lastID   int64
+	replayed int
+	skipped  []int64
+}
+
+// run replays the next size envelopes with an id above after, in one
+// transaction. Statements run under ctx, so an interruption aborts the batch;
+// COMMIT runs only if ctx is still live, and is not itself cancelled, so a
+// batch reported committed did commit.
+func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchOutcome, error) {
+	var out batchOutcome
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return out, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after COMMIT
+
+	var q sqlBuilder
+	b.filter.appendTo(&q, b.now)
+	q.cond("id > " + q.arg(after))
+	sel := `SELECT id, status, source FROM envelope WHERE ` + q.where() + ` ORDER BY id LIMIT ` + q.arg(size) + ` FOR UPDATE`
+	rows, err := tx.Query(ctx, sel, customPlan(q.args)...)
+	if err != nil {
+		return out, fmt.Errorf("lock envelopes: %w", err)
+	}
+	var ids []int64
+	prior := map[int64]string{}
+	sources := map[int64]string{}
+	var id int64
+	var status, source string
+	_, err = pgx.ForEachRow(rows, []any{&id, &status, &source}, func() error {
+		ids = append(ids, id)
+		prior[id] = status
+		sources[id] = source
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("lock envelopes: %w", err)
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	out.scanned, out.lastID = len(ids), ids[len(ids)-1]
+
+	live, err := liveJobs(ctx, tx, ids)
+	if err != nil {
+		return out, err
+	}
+	params := make([]river.InsertManyParams, 0, len(ids))
+	for _, id := range ids {
+		if live[id] {
+			out.skipped = append(out.skipped, id)
+			continue
+		}
+		params = append(params, river.InsertManyParams{Args: envelope.ProcessArgs{EnvelopeID: id, Source: sources[id]}})
+	}
+	var replayIDs, jobIDs []int64
+	var priors []string
+	if len(params) > 0 {
+		results, err := b.jobs.InsertManyTx(ctx, tx, params)
+		if err != nil {
+			return out, fmt.Errorf("insert jobs: %w", err)
+		}
+		for _, r := range results {
+			var a envelope.ProcessArgs
+			if err := json.Unmarshal(r.Job.EncodedArgs, &a); err != nil {
+				return out, fmt.Errorf("decode args of job %d: %w", r.Job.ID, err)
+			}
+			if r.UniqueSkippedAsDuplicate {
+				// River's unique opts found a live job our check did not
+				// see (one inserted outside a replay): leave it alone.
+				out.skipped = append(out.skipped, a.EnvelopeID)
+				continue
+			}
+			replayIDs = append(replayIDs, a.EnvelopeID)
+			jobIDs = append(jobIDs, r.Job.ID)
+			priors = append(priors, prior[a.EnvelopeID])
+		}
+	}
+	if len(replayIDs) > 0 {
+		batch := &pgx.Batch{}
+		batch.Queue(`UPDATE envelope SET status = 'pending', processed_at = NULL WHERE id = ANY($1::bigint[])`, replayIDs)
+		batch.Queue(`
+			INSERT INTO envelope_replay (envelope_id, actor, reason, filter, batch_id, prior_status, job_id)
+			SELECT r.envelope_id, $4, $5, $6, $7, r.prior_status, r.job_id
+			  FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS r(envelope_id, prior_status, job_id)`,
+			replayIDs, priors, jobIDs, b.req.Actor, b.req.Reason, b.filterJSON, b.batchID)
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			return out, fmt.Errorf("reset envelopes and record replays: %w", err)
+		}
+	}
+	out.replayed = len(replayIDs)
+	if b.req.beforeCommit != nil {
+		b.req.beforeCommit(n)
+	}
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
+	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
+		return out, fmt.Errorf("commit: %w", err)
+	}
+	return out, nil
+}
+
+// liveStates are the job states in which an envelope's job still waits or
+// runs: those of ProcessArgs' unique opts.
+func liveStates() []string {
+	states := envelope.ProcessArgs{}.InsertOpts().UniqueOpts.ByState
+	out := make([]string, len(states))
+	for i, s := range states {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// liveJobs returns which of ids have a live process_envelope job.
+//
+// It is one scan of river_job's live rows with a hashed membership test (the
+// ids are sent as a constant: QueryExecModeExec plans each call with its
+// values, so the = ANY is hashed, not a linear search per row). Its cost grows
+// with the number of live jobs, not with the table; with 100,000 jobs waiting
+// it takes tens of milliseconds. An index on river_job's envelope id would
+// make it a lookup; this query uses one as soon as it exists. Joins against
+// River's GIN index on args were rejected: their plans depend on statistics
+// that a table filled seconds ago does not have, and each probe scans GIN's
+// pending list.
+func liveJobs(ctx context.Context, tx pgx.Tx, ids []int64) (map[int64]bool, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT DISTINCT (args->>'envelope_id')::bigint
+		  FROM river_job
+		 WHERE kind = $1
+		   AND state = ANY($2::river_job_state[])
+		   AND (args->>'envelope_id')::bigint = ANY($3::bigint[])`,
+		pgx.QueryExecModeExec, envelope.ProcessArgs{}.Kind(), liveStates(), ids)
+	if err != nil {
+		return nil, fmt.Errorf("find live jobs: %w", err)
+	}
+	live := map[int64]bool{}
+	var id int64
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		live[id] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find live jobs: %w", err)
+	}
+	return live, nil
+}
+
+// DryRunResult is what a replay would do now.
+type DryRunResult struct {
+	Matched int `json:"matched"`
+	// AlreadyQueued of them have a live job and would be skipped.
+	AlreadyQueued int `json:"already_queued"`
+	// WouldReplay is Matched - AlreadyQueued, capped by the limit.
+	WouldReplay int `json:"would_replay"`
+	// Sample is the first SampleSize matches, in the order a replay takes them
+	// (by id).
+	Sample []Summary `json:"sample"`
+}
+
+// DryRun reports how many envelopes f selects, how many of them already have
+// a live job, and the first few. It runs in a read-only transaction and
+// changes nothing. Unknown ids in f.IDs return a *NotFoundError.
+func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRunResult, error) {
+	if err := f.Validate(); err != nil {
+		return DryRunResult{}, err
+	}
+	if limit < 0 {
+		return DryRunResult{}, fmt.Errorf("limit %d: must not be negative", limit)
+	}
+	f.IDs = dedupe(f.IDs)
+	var res DryRunResult
+	err := readOnly(ctx, pool, func(tx pgx.Tx, now time.Time) error {
+		if len(f.IDs) > 0 {
+			missing, err := missingIDs(ctx, tx, f.IDs)
+			if err != nil {
+				return err
+			}
+			if len(missing) > 0 {
+				return &NotFoundError{IDs: missing}
+			}
+			if err := checkPurged(ctx, tx, f.IDs); err != nil {
+				return err
+			}
+		}
+		f.replayable = true
+		var q sqlBuilder
+		f.appendTo(&q, now)
+		where := q.where()
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM envelope WHERE `+where, customPlan(q.args)...).Scan(&res.Matched); err != nil {
+			return fmt.Errorf("count envelopes: %w", err)
+		}
+		// Driven by the live jobs (few, normally), each looked up by the
+		// envelope's primary key.
+		queued := `
+			SELECT count(*)
+			  FROM (SELECT DISTINCT (args->>'envelope_id')::bigint AS id
+			          FROM river_job
+			         WHERE kind = ` + q.arg(envelope.ProcessArgs{}.Kind()) + `
+			           AND state = ANY(` + q.arg(liveStates()) + `::river_job_state[])) AS j
+			 WHERE EXISTS (SELECT 1 FROM envelope WHERE envelope.id = j.id AND ` + where + `)`
+		if err := tx.QueryRow(ctx, queued, customPlan(q.args)...).Scan(&res.AlreadyQueued); err != nil {
+			return fmt.Errorf("count queued envelopes: %w", err)
+		}
+		var s sqlBuilder
+		f.appendTo(&s, now)
+		sample := `SELECT ` + summaryColumns + ` FROM envelope WHERE ` + s.where() + ` ORDER BY id LIMIT ` + s.arg(SampleSize)
+		rows, err := tx.Query(ctx, sample, customPlan(s.args)...)
+		if err != nil {
+			return fmt.Errorf("sample envelopes: %w", err)
+		}
+		res.Sample, err = collectSummaries(rows)
+		if err != nil {
+			return fmt.Errorf("sample envelopes: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return DryRunResult{}, err
+	}
+	res.WouldReplay = res.Matched - res.AlreadyQueued
+	if limit > 0 && limit < res.WouldReplay {
+		res.WouldReplay = limit
+	}
+	return res, nil
+}
+
+// checkPurged returns a *PurgedError naming the ids whose body retention
+// dropped.
+func checkPurged(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, ids []int64) error {
+	rows, err := q.Query(ctx, `SELECT id FROM envelope WHERE id = ANY($1::bigint[]) AND body IS NULL AND payload IS NULL ORDER BY id`, ids)
+	if err != nil {
+		return fmt.Errorf("check purged envelopes: %w", err)
+	}
+	purged, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("check purged envelopes: %w", err)
+	}
+	if len(purged) > 0 {
+		return &PurgedError{IDs: purged}
+	}
+	return nil
+}
