@@ -8,8 +8,10 @@ GO ?= go
 INGEST_URL ?= http://127.0.0.1:8080
 # Extra arguments for `make test`, e.g. make test ARGS='-run TestReplay ./internal/worker'.
 ARGS ?=
+# Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
+DRILL ?= Drill
 
-.PHONY: help run test build migrate demo db db-stop db-destroy lint bench generate clean
+.PHONY: help run test drills build migrate demo db db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -21,6 +23,10 @@ run: ## run worker and ingest locally with the example sources (scripts/run-loca
 
 test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; ARGS=... for go test)
 	scripts/test $(ARGS)
+
+drills: ## failure drills at full size, each on its own throwaway PostgreSQL (process logs in .tmp/drills)
+	@mkdir -p .tmp/drills
+	INBOX_DRILL_SCALE=full INBOX_DRILL_LOGS=$(CURDIR)/.tmp/drills $(GO) test -count=1 -timeout 30m -v -run '$(DRILL)' ./e2e
 
 build: ## build bin/ingest, bin/worker and bin/sendhook
 	$(GO) build -o bin/ ./cmd/...

@@ -66,7 +66,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	pool, err := pg.Open(ctx, getenv("DATABASE_URL"), pg.Options{
 		MaxConns:         int32(*maxConns),
 		StatementTimeout: *storeTimeout,
-		ApplicationName:  "inbox-ingest",
+		// A frozen ingest must not keep a delivery id locked: the server
+		// ends its open transaction, and the provider's resend goes through.
+		IdleInTxTimeout: *storeTimeout + 5*time.Second,
+		ApplicationName: "inbox-ingest",
 	})
 	if err != nil {
 		return err

@@ -49,7 +49,7 @@ func classify(err error) (code int, outcome, msg string) {
 	case errors.As(err, &conflict):
 		return http.StatusUnprocessableEntity, "conflict", "delivery id already received with a different body; the original is kept and the conflict recorded"
 	case unavailable(err):
-		return http.StatusServiceUnavailable, "unavailable", "storage unavailable, nothing was stored; retry later"
+		return http.StatusServiceUnavailable, "unavailable", "storage unavailable, delivery not acknowledged; retry later (if it was stored after all, the retry answers 200 duplicate)"
 	default:
 		return http.StatusInternalServerError, "internal_error", "internal error"
 	}
@@ -81,7 +81,9 @@ func unavailable(err error) bool {
 			"40": // serialization failure, deadlock: retry
 			return true
 		}
-		return false
+		// The server ended our session (idle_in_transaction_session_timeout):
+		// the transaction rolled back.
+		return pgErr.Code == "25P03"
 	}
 	// A connection cut under us mid-statement.
 	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
@@ -100,14 +102,14 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, l
 	}
 	lvl := slog.LevelInfo
 	switch {
-	case code >= 500:
+	case code == http.StatusInternalServerError:
 		lvl = slog.LevelError
-	case code == http.StatusUnauthorized || code == http.StatusUnprocessableEntity:
+	case code == http.StatusServiceUnavailable, code == http.StatusUnauthorized, code == http.StatusUnprocessableEntity:
 		lvl = slog.LevelWarn
 	}
 	// err's text is ours (verifier reasons, store errors): never a secret,
 	// a signature value or the body.
-	log.Log(r.Context(), lvl, "delivery rejected", "status", code, "outcome", outcome, "error", err.Error())
+	log.Log(r.Context(), lvl, "delivery not acknowledged", "status", code, "outcome", outcome, "error", err.Error())
 	reason := ""
 	var sigErr *provider.SignatureError
 	if errors.As(err, &sigErr) {

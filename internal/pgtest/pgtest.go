@@ -113,8 +113,12 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	}
 	for _, old := range stale {
 		id := pgx.Identifier{old}.Sanitize()
-		if _, err := admin.Exec(ctx, "ALTER DATABASE "+id+" WITH is_template = false"); err == nil {
-			_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+id)
+		if _, err := admin.Exec(ctx, "ALTER DATABASE "+id+" WITH is_template = false"); err != nil {
+			continue
+		}
+		if _, err := admin.Exec(ctx, "DROP DATABASE "+id); err != nil {
+			// In use (a concurrent run of another checkout): keep it usable.
+			_, _ = admin.Exec(ctx, "ALTER DATABASE "+id+" WITH is_template = true")
 		}
 	}
 	var exists bool
