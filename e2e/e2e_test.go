@@ -193,7 +193,7 @@ func TestEndToEndAllProvidersWithDuplicates(t *testing.T) {
 	})
 
 	require.EqualValues(t, len(all), s.scalar(t, "SELECT count(*) FROM envelope"))
-	require.EqualValues(t, len(all)*(copies-1), s.scalar(t, "SELECT sum(duplicates) FROM envelope"))
+	require.EqualValues(t, len(all)*(copies-1), s.scalar(t, "SELECT count(*) FROM envelope_duplicate"))
 	require.EqualValues(t, 1, s.scalar(t, "SELECT count(*) FROM envelope WHERE status = 'ignored'"))
 	require.EqualValues(t, len(all)-1, s.scalar(t, "SELECT count(*) FROM envelope WHERE status = 'done'"))
 	// One River job per envelope, all completed.

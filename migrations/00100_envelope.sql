@@ -19,8 +19,6 @@ CREATE TABLE envelope (
     attempts          integer     NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     last_error        text,
     result            jsonb,
-    duplicates        integer     NOT NULL DEFAULT 0 CHECK (duplicates >= 0),
-    last_duplicate_at timestamptz,
     body_purged_at    timestamptz,
     CONSTRAINT envelope_source_delivery_id_key UNIQUE (source, delivery_id),
     CONSTRAINT envelope_processed_when_final CHECK ((status = 'pending') = (processed_at IS NULL))
@@ -46,6 +44,17 @@ CREATE TABLE envelope_conflict (
 
 CREATE INDEX envelope_conflict_envelope_id_idx ON envelope_conflict (envelope_id);
 
+-- One row per redelivery of a stored delivery id with the same body (a
+-- provider's retry). Append-only, so counting a retry never waits for the
+-- worker that holds the envelope's row.
+CREATE TABLE envelope_duplicate (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    envelope_id bigint      NOT NULL REFERENCES envelope (id),
+    received_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX envelope_duplicate_envelope_id_idx ON envelope_duplicate (envelope_id, received_at);
+
 -- One row per processing attempt and its outcome.
 CREATE TABLE envelope_attempt (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -64,5 +73,6 @@ CREATE INDEX envelope_attempt_envelope_id_idx ON envelope_attempt (envelope_id, 
 
 -- +goose Down
 DROP TABLE envelope_attempt;
+DROP TABLE envelope_duplicate;
 DROP TABLE envelope_conflict;
 DROP TABLE envelope;

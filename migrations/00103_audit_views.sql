@@ -29,8 +29,8 @@ SELECT e.id,
        e.body_size,
        e.body IS NOT NULL AS body_kept,
        e.body_purged_at,
-       e.duplicates,
-       e.last_duplicate_at,
+       d.duplicates,
+       d.last_duplicate_at,
        a.attempt_rows,
        la.outcome AS last_outcome,
        la.finished_at AS last_attempt_at,
@@ -49,6 +49,8 @@ SELECT e.id,
        t.posted_at AS ledger_posted_at
   FROM envelope e
  CROSS JOIN LATERAL (SELECT count(*) AS attempt_rows FROM envelope_attempt x WHERE x.envelope_id = e.id) a
+ CROSS JOIN LATERAL (SELECT count(*) AS duplicates, max(x.received_at) AS last_duplicate_at
+                       FROM envelope_duplicate x WHERE x.envelope_id = e.id) d
   LEFT JOIN LATERAL (SELECT x.outcome, x.finished_at, x.error, x.job_id, x.worker
                        FROM envelope_attempt x
                       WHERE x.envelope_id = e.id
@@ -131,14 +133,15 @@ SELECT p.id AS transaction_id,
 -- time window, query envelope_audit with a WHERE on received_at instead.
 CREATE VIEW envelope_retry_stats AS
 WITH c AS (SELECT envelope_id, count(*) AS n FROM envelope_conflict GROUP BY envelope_id),
+     d AS (SELECT envelope_id, count(*) AS n FROM envelope_duplicate GROUP BY envelope_id),
      r AS (SELECT envelope_id, count(*) AS n FROM envelope_replay GROUP BY envelope_id),
      s AS (SELECT envelope_id, count(*) AS n FROM envelope_attempt WHERE outcome = 'snoozed' GROUP BY envelope_id)
 SELECT e.source,
        e.provider,
        count(*) AS deliveries,
-       coalesce(sum(e.duplicates), 0)::bigint AS duplicates_received,
-       count(*) FILTER (WHERE e.duplicates > 0) AS deliveries_with_duplicates,
-       coalesce(max(e.duplicates), 0) AS max_duplicates,
+       coalesce(sum(d.n), 0)::bigint AS duplicates_received,
+       count(*) FILTER (WHERE d.n > 0) AS deliveries_with_duplicates,
+       coalesce(max(d.n), 0)::bigint AS max_duplicates,
        coalesce(sum(e.attempts), 0)::bigint AS attempts,
        count(*) FILTER (WHERE e.attempts > 1) AS deliveries_retried,
        coalesce(max(e.attempts), 0) AS max_attempts,
@@ -153,6 +156,7 @@ SELECT e.source,
        max(e.received_at) AS last_received_at
   FROM envelope e
   LEFT JOIN c ON c.envelope_id = e.id
+  LEFT JOIN d ON d.envelope_id = e.id
   LEFT JOIN r ON r.envelope_id = e.id
   LEFT JOIN s ON s.envelope_id = e.id
  GROUP BY e.source, e.provider;

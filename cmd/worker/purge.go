@@ -23,7 +23,7 @@ func runPurge(ctx context.Context, args []string, getenv func(string) string, st
 	bodyAfter := fs.Duration("body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter,
 		"drop the body and payload of done/ignored envelopes processed longer ago than this")
 	deleteAfter := fs.Duration("delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter,
-		"delete done/ignored envelope rows (tombstones) processed longer ago than this, with their attempts, replays and conflicts; at least --body-after")
+		"delete done/ignored envelope rows (tombstones) processed longer ago than this, with their attempts, replays, conflicts and duplicates; at least --body-after")
 	batchSize := fs.Int("batch-size", "WORKER_PURGE_BATCH_SIZE", retention.DefaultBatchSize, "envelopes changed per transaction")
 	dryRun := fs.Bool("dry-run", false, "count what would change, change nothing")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -112,6 +112,7 @@ func printPurgeReport(w io.Writer, cfg retention.Config, rep retention.Report, a
 	fmt.Fprintf(tw, "  attempts\t%d\n", rep.AttemptsDeleted)
 	fmt.Fprintf(tw, "  replays\t%d\n", rep.ReplaysDeleted)
 	fmt.Fprintf(tw, "  conflicts\t%d\n", rep.ConflictsDeleted)
+	fmt.Fprintf(tw, "  duplicates\t%d\n", rep.DuplicatesDeleted)
 	fmt.Fprintf(tw, "batches\t%d\tof up to %d envelopes, one transaction each\n", rep.Batches, cfg.BatchSize)
 	return tw.Flush()
 }

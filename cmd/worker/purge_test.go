@@ -149,12 +149,13 @@ func TestPurgePrintsAnAlignedTable(t *testing.T) {
 	stdout, _, err := runPurgeCmd(t, env, "--dry-run")
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
-	require.Len(t, lines, 7, stdout)
+	require.Len(t, lines, 8, stdout)
 	require.Contains(t, lines[0], "dry run: nothing was changed")
 	require.Regexp(t, `^bodies to drop +3 +done/ignored, processed before \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ \(body-after 36h0m0s\)$`, lines[1])
 	require.Regexp(t, `^envelopes to delete +3 +done/ignored, processed before .* \(delete-after 960h0m0s\)$`, lines[2])
 	require.Regexp(t, `^  attempts +3$`, strings.TrimRight(lines[3], " "))
-	require.Regexp(t, `^batches +2 +of up to 1000 envelopes, one transaction each$`, lines[6])
+	require.Regexp(t, `^  duplicates +0$`, strings.TrimRight(lines[6], " "))
+	require.Regexp(t, `^batches +2 +of up to 1000 envelopes, one transaction each$`, lines[7])
 	// Aligned: every count starts in the same column.
 	col := strings.IndexAny(lines[1], "0123456789")
 	for _, l := range lines[2:] {

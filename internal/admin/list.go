@@ -30,7 +30,8 @@ type Summary struct {
 }
 
 const summaryColumns = `id, source, provider, delivery_id, event_type, status, received_at,
-	processed_at, attempts, last_error, duplicates, body_size`
+	processed_at, attempts, last_error,
+	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id), body_size`
 
 func collectSummaries(rows pgx.Rows) ([]Summary, error) {
 	out := []Summary{}

@@ -189,7 +189,8 @@ func loadEnvelope(ctx context.Context, tx pgx.Tx, id int64, opts ShowOptions, e 
 	var sum, body, result []byte
 	err := tx.QueryRow(ctx, `
 		SELECT `+summaryColumns+`, headers, body_sha256, CASE WHEN $2 THEN NULL ELSE body END,
-		       body_purged_at, signed_at, result, last_duplicate_at
+		       body_purged_at, signed_at, result,
+		       (SELECT max(d.received_at) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id)
 		  FROM envelope WHERE id = $1`, id, opts.NoBody).Scan(
 		&e.ID, &e.Source, &e.Provider, &e.DeliveryID, &e.EventType, &e.Status, &e.ReceivedAt,
 		&e.ProcessedAt, &e.Attempts, &e.LastError, &e.Duplicates, &e.BodySize,

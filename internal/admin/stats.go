@@ -83,15 +83,17 @@ func GetStats(ctx context.Context, pool *pgxpool.Pool) (*Stats, error) {
 				       count(*) FILTER (WHERE status = 'done')    AS done,
 				       count(*) FILTER (WHERE status = 'failed')  AS failed,
 				       count(*) FILTER (WHERE status = 'ignored') AS ignored,
-				       count(*)                                   AS total,
-				       coalesce(sum(duplicates), 0)::bigint        AS duplicates
+				       count(*)                                   AS total
 				  FROM envelope GROUP BY source
+			), d AS (
+				SELECT e.source, count(*) AS duplicates
+				  FROM envelope_duplicate x JOIN envelope e ON e.id = x.envelope_id GROUP BY e.source
 			), c AS (
 				SELECT source, count(*) AS conflicts FROM envelope_conflict GROUP BY source
 			)
 			SELECT coalesce(e.source, c.source), coalesce(pending, 0), coalesce(done, 0), coalesce(failed, 0),
 			       coalesce(ignored, 0), coalesce(total, 0), coalesce(duplicates, 0), coalesce(conflicts, 0)
-			  FROM e FULL JOIN c ON c.source = e.source
+			  FROM e LEFT JOIN d ON d.source = e.source FULL JOIN c ON c.source = e.source
 			 ORDER BY 1`)
 		if err != nil {
 			return fmt.Errorf("count by source: %w", err)

@@ -198,11 +198,12 @@ func (s *seeder) shift(id int64, to string) {
 		for _, q := range []string{
 			`SET LOCAL session_replication_role = replica`,
 			`UPDATE envelope SET received_at = received_at + $2::interval, processed_at = processed_at + $2::interval,
-			        signed_at = signed_at + $2::interval, last_duplicate_at = last_duplicate_at + $2::interval,
+			        signed_at = signed_at + $2::interval,
 			        body_purged_at = body_purged_at + $2::interval WHERE id = $1`,
 			`UPDATE envelope_attempt SET started_at = started_at + $2::interval, finished_at = finished_at + $2::interval WHERE envelope_id = $1`,
 			`UPDATE envelope_replay SET replayed_at = replayed_at + $2::interval WHERE envelope_id = $1`,
 			`UPDATE envelope_conflict SET received_at = received_at + $2::interval WHERE envelope_id = $1`,
+			`UPDATE envelope_duplicate SET received_at = received_at + $2::interval WHERE envelope_id = $1`,
 			`UPDATE ledger_transaction SET posted_at = posted_at + $2::interval WHERE envelope_id = $1`,
 		} {
 			args := []any{id, delta}

@@ -38,7 +38,8 @@ type Attempt struct {
 
 const envelopeColumns = `id, source, provider, delivery_id, event_type, status,
 	body, coalesce(body, convert_to(payload::text, 'UTF8')), headers, body_sha256, signed_at, received_at,
-	processed_at, attempts, last_error, result, duplicates,
+	processed_at, attempts, last_error, result,
+	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
 	(SELECT max(r.replayed_at) FROM envelope_replay r WHERE r.envelope_id = envelope.id)`
 
 func scanEnvelope(row pgx.Row) (*Envelope, error) {
@@ -61,7 +62,8 @@ func scanEnvelope(row pgx.Row) (*Envelope, error) {
 }
 
 // Lock loads envelope id inside tx and locks its row until tx ends, so no
-// other worker can process it meanwhile. Payload holds the raw body (or the
+// other worker can process it meanwhile (FOR NO KEY UPDATE: ingest may still
+// record duplicates and conflicts that reference it). Payload holds the raw body (or the
 // stored parsed payload once retention dropped the body). It also returns the
 // database's clock at the time of the lock.
 func Lock(ctx context.Context, tx pgx.Tx, id int64) (*Envelope, time.Time, error) {
@@ -69,7 +71,7 @@ func Lock(ctx context.Context, tx pgx.Tx, id int64) (*Envelope, time.Time, error
 	if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
 		return nil, now, fmt.Errorf("read clock: %w", err)
 	}
-	e, err := scanEnvelope(tx.QueryRow(ctx, `SELECT `+envelopeColumns+` FROM envelope WHERE id = $1 FOR UPDATE`, id))
+	e, err := scanEnvelope(tx.QueryRow(ctx, `SELECT `+envelopeColumns+` FROM envelope WHERE id = $1 FOR NO KEY UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, now, fmt.Errorf("envelope %d: %w", id, ErrNotFound)
 	}

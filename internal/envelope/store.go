@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -64,7 +65,9 @@ func (e *ConflictError) Error() string {
 
 // Insert stores d as a new envelope and enqueues its processing job in the
 // same transaction, and returns only after COMMIT. A delivery id already
-// stored with the same body counts a duplicate and enqueues nothing; with a
+// stored with the same body records a duplicate (a row in
+// envelope_duplicate; it never waits for a worker processing the envelope)
+// and enqueues nothing; with a
 // different body it records a conflict and returns *ConflictError. Safe to
 // call concurrently with the same delivery: exactly one call inserts.
 func (s *Store) Insert(ctx context.Context, d NewDelivery) (InsertResult, error) {
@@ -81,13 +84,36 @@ func (s *Store) Insert(ctx context.Context, d NewDelivery) (InsertResult, error)
 
 	var res InsertResult
 	var conflict *ConflictError
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	for try := 0; ; try++ {
+		res, conflict, err = s.insertTx(ctx, d, sum[:], headers, signedAt, payload)
+		if !errors.Is(err, errVanished) || try == 2 {
+			break
+		}
+	}
+	if err != nil {
+		return InsertResult{}, err
+	}
+	if conflict != nil {
+		return InsertResult{EnvelopeID: conflict.EnvelopeID}, conflict
+	}
+	return res, nil
+}
+
+// errVanished means the stored delivery a conflict pointed at was deleted
+// (retention) before it could be read: the insert is tried again.
+var errVanished = errors.New("stored delivery vanished")
+
+// insertTx is one attempt of Insert, in one transaction.
+func (s *Store) insertTx(ctx context.Context, d NewDelivery, sum, headers []byte, signedAt *time.Time, payload []byte) (InsertResult, *ConflictError, error) {
+	var res InsertResult
+	var conflict *ConflictError
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `
 			INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 			ON CONFLICT (source, delivery_id) DO NOTHING
 			RETURNING id`,
-			d.Source, d.Provider, d.DeliveryID, d.EventType, d.Body, payload, headers, sum[:], len(d.Body), signedAt,
+			d.Source, d.Provider, d.DeliveryID, d.EventType, d.Body, payload, headers, sum, len(d.Body), signedAt,
 		).Scan(&res.EnvelopeID)
 		switch {
 		case err == nil:
@@ -100,37 +126,39 @@ func (s *Store) Insert(ctx context.Context, d NewDelivery) (InsertResult, error)
 			return fmt.Errorf("insert envelope: %w", err)
 		}
 		// The delivery id is taken (ON CONFLICT waited for the other
-		// transaction to commit). Same body: a duplicate.
-		res.Duplicate = true
-		err = tx.QueryRow(ctx, `
-			UPDATE envelope SET duplicates = duplicates + 1, last_duplicate_at = now()
-			WHERE source = $1 AND delivery_id = $2 AND body_sha256 = $3
-			RETURNING id`, d.Source, d.DeliveryID, sum[:]).Scan(&res.EnvelopeID)
-		if err == nil {
+		// transaction to commit). FOR KEY SHARE keeps retention from
+		// deleting the row meanwhile, and does not wait for a worker, which
+		// holds the row FOR NO KEY UPDATE for its whole transaction.
+		var storedSum []byte
+		err = tx.QueryRow(ctx, `SELECT id, body_sha256 FROM envelope WHERE source = $1 AND delivery_id = $2 FOR KEY SHARE`,
+			d.Source, d.DeliveryID).Scan(&res.EnvelopeID, &storedSum)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Deleted by retention between the two statements: insert again.
+			return errVanished
+		}
+		if err != nil {
+			return fmt.Errorf("load stored delivery: %w", err)
+		}
+		if bytes.Equal(storedSum, sum) {
+			res.Duplicate = true
+			if _, err := tx.Exec(ctx, `INSERT INTO envelope_duplicate (envelope_id) VALUES ($1)`, res.EnvelopeID); err != nil {
+				return fmt.Errorf("record duplicate: %w", err)
+			}
 			return nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("count duplicate: %w", err)
-		}
 		// Different body: record the conflict, leave the original alone.
-		conflict = &ConflictError{}
+		conflict = &ConflictError{EnvelopeID: res.EnvelopeID}
 		err = tx.QueryRow(ctx, `
 			INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body, headers)
-			SELECT id, source, delivery_id, $3, $4, $5, $6 FROM envelope WHERE source = $1 AND delivery_id = $2
-			RETURNING envelope_id, id`, d.Source, d.DeliveryID, sum[:], len(d.Body), d.Body, headers,
-		).Scan(&conflict.EnvelopeID, &conflict.ConflictID)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			RETURNING id`, res.EnvelopeID, d.Source, d.DeliveryID, sum, len(d.Body), d.Body, headers,
+		).Scan(&conflict.ConflictID)
 		if err != nil {
 			return fmt.Errorf("record conflict: %w", err)
 		}
 		return nil
 	})
-	if err != nil {
-		return InsertResult{}, err
-	}
-	if conflict != nil {
-		return InsertResult{EnvelopeID: conflict.EnvelopeID}, conflict
-	}
-	return res, nil
+	return res, conflict, err
 }
 
 // storablePayload returns the payload for the jsonb column, or nil when

@@ -84,6 +84,8 @@ type Report struct {
 	AttemptsDeleted  int64 `json:"attempts_deleted"`
 	ReplaysDeleted   int64 `json:"replays_deleted"`
 	ConflictsDeleted int64 `json:"conflicts_deleted"`
+	// DuplicatesDeleted counts envelope_duplicate rows (provider retries).
+	DuplicatesDeleted int64 `json:"duplicates_deleted"`
 	// Batches counts the transactions that changed (or would change) at
 	// least one envelope.
 	Batches int `json:"batches"`
@@ -98,7 +100,8 @@ type cursor struct {
 // Purge drops old bodies and deletes old tombstones, in batches of
 // cfg.BatchSize envelopes, each batch in its own short transaction: it first
 // deletes done/ignored envelopes processed before now() - DeleteAfter (with
-// their envelope_attempt, envelope_replay and envelope_conflict rows), then
+// their envelope_attempt, envelope_replay, envelope_conflict and
+// envelope_duplicate rows), then
 // sets body and payload to NULL and body_purged_at to now() on the remaining
 // done/ignored envelopes processed before now() - BodyAfter. Each phase
 // walks the envelopes in (processed_at, id) order and stops after a batch
@@ -191,7 +194,7 @@ const lockRows = `
 func deleteBatch(ctx context.Context, pool *pgxpool.Pool, cfg Config, cutoff time.Time, after cursor, rep *Report) (int, cursor, error) {
 	var n int
 	var last cursor
-	var attempts, replays, conflicts, envelopes int64
+	var attempts, replays, conflicts, duplicates, envelopes int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		q := fmt.Sprintf(candidates, "")
 		if !cfg.DryRun {
@@ -219,8 +222,9 @@ func deleteBatch(ctx context.Context, pool *pgxpool.Pool, cfg Config, cutoff tim
 			err := tx.QueryRow(ctx, `
 				SELECT (SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1)),
 				       (SELECT count(*) FROM envelope_replay WHERE envelope_id = ANY($1)),
-				       (SELECT count(*) FROM envelope_conflict WHERE envelope_id = ANY($1))`, ids,
-			).Scan(&attempts, &replays, &conflicts)
+				       (SELECT count(*) FROM envelope_conflict WHERE envelope_id = ANY($1)),
+				       (SELECT count(*) FROM envelope_duplicate WHERE envelope_id = ANY($1))`, ids,
+			).Scan(&attempts, &replays, &conflicts, &duplicates)
 			if err != nil {
 				return fmt.Errorf("count dependent rows: %w", err)
 			}
@@ -229,7 +233,7 @@ func deleteBatch(ctx context.Context, pool *pgxpool.Pool, cfg Config, cutoff tim
 			for _, d := range []struct {
 				table string
 				count *int64
-			}{{"envelope_attempt", &attempts}, {"envelope_replay", &replays}, {"envelope_conflict", &conflicts}} {
+			}{{"envelope_attempt", &attempts}, {"envelope_replay", &replays}, {"envelope_conflict", &conflicts}, {"envelope_duplicate", &duplicates}} {
 				tag, err := tx.Exec(ctx, `DELETE FROM `+d.table+` WHERE envelope_id = ANY($1)`, ids)
 				if err != nil {
 					return fmt.Errorf("delete from %s: %w", d.table, err)
@@ -252,6 +256,7 @@ func deleteBatch(ctx context.Context, pool *pgxpool.Pool, cfg Config, cutoff tim
 	rep.AttemptsDeleted += attempts
 	rep.ReplaysDeleted += replays
 	rep.ConflictsDeleted += conflicts
+	rep.DuplicatesDeleted += duplicates
 	return n, last, nil
 }
 

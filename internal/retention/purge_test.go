@@ -425,7 +425,7 @@ func TestTombstoneStillBlocksARedeliveredID(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, envelope.InsertResult{EnvelopeID: first.EnvelopeID, Duplicate: true}, again)
 	require.Equal(t, jobs, b.count(t, `SELECT count(*) FROM river_job`), "a redelivery enqueued a job")
-	require.Equal(t, 1, b.count(t, `SELECT duplicates FROM envelope WHERE id = $1`, first.EnvelopeID))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_duplicate WHERE envelope_id = $1`, first.EnvelopeID))
 
 	other := delivery
 	other.Body = []byte(`{"ref":"refs/heads/evil","repository":{"full_name":"octo/repo"},"commits":[]}`)
@@ -442,7 +442,7 @@ func TestTombstoneStillBlocksARedeliveredID(t *testing.T) {
 	// Once the tombstone window is over too, the id is forgotten.
 	_, err = b.pool.Exec(b.ctx, `UPDATE envelope SET processed_at = now() - interval '91 days' WHERE id = $1`, first.EnvelopeID)
 	require.NoError(t, err)
-	require.Equal(t, retention.Report{EnvelopesDeleted: 1, ConflictsDeleted: 1, Batches: 1}, counts(purge(t, b, retention.Config{})))
+	require.Equal(t, retention.Report{EnvelopesDeleted: 1, ConflictsDeleted: 1, DuplicatesDeleted: 1, Batches: 1}, counts(purge(t, b, retention.Config{})))
 	fresh, err := store.Insert(b.ctx, delivery)
 	require.NoError(t, err)
 	require.False(t, fresh.Duplicate)
