@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -279,11 +280,11 @@ func drillDeliveries(run string, n int) []drillItem {
 				key: "standard:" + merchant + ":payment:" + pay, merchant: merchant, currency: currency})
 		case 7:
 			shop := run + ".myshopify.com"
-			order := int64(1_000_000 + i)
+			order := runBase(run) + int64(i) // Shopify order ids are global: unique per run
 			out = append(out, drillItem{source: "shopify", d: webhooktest.Delivery{Provider: provider.Shopify, Secret: sec("E2E_SHOPIFY_SECRET"),
 				DeliveryID: fmt.Sprintf("%s-order-%d", run, i), EventType: "orders/paid",
 				Header: http.Header{"X-Shopify-Shop-Domain": {shop}}, Body: webhooktest.ShopifyOrderPaid(order, "12.34", "USD")},
-				key: fmt.Sprintf("shopify:%s:order:%d", shop, order), merchant: shop, currency: "USD", delta: 1234})
+				key: fmt.Sprintf("shopify:order:%d", order), merchant: shop, currency: "USD", delta: 1234})
 		case 9:
 			evt := fmt.Sprintf("evt_%s_cus_%d", run, i)
 			out = append(out, drillItem{source: "stripe", d: webhooktest.Delivery{Provider: provider.Stripe, Secret: sec("E2E_STRIPE_SECRET"),
@@ -822,4 +823,12 @@ func (d *drill) verify(l *load, drainTimeout time.Duration) figures {
 		t.Fatalf("drill %s broke invariants:\n  %s", d.name, strings.Join(problems, "\n  "))
 	}
 	return f
+}
+
+// runBase is a per-run offset for ids that must be globally unique (Shopify
+// order ids), so drill runs sharing a database never collide.
+func runBase(run string) int64 {
+	h := fnv.New32a()
+	h.Write([]byte(run))
+	return int64(h.Sum32()) * 1_000_000
 }

@@ -87,7 +87,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			return err
 		}
 		for name, src := range cfg.Sources {
-			sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max}
+			sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max, MaxAttempts: src.MaxAttempts}
 			if src.Throttle != nil {
 				sp.ThrottlePerSecond, sp.ThrottleKey = src.Throttle.PerSecond, src.Throttle.Key
 			}
@@ -137,6 +137,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	// running jobs; SIGTERM goes through Stop instead.
 	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start: %w", err)
+	}
+	if *cfgPath == "" {
+		logger.Warn("no sources file (--config / INBOX_CONFIG): forwarding, per-source backoff, throttle and max_attempts are off; give the worker the same file as ingest")
 	}
 	logger.Info("worker started", "max_workers", *maxWorkers, "job_timeout", jobTimeout.String(), "database", pg.Redact(getenv("DATABASE_URL")))
 	fmt.Fprintln(stdout, "worker started")

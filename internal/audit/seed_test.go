@@ -353,7 +353,7 @@ func seed(t *testing.T, pool *pgxpool.Pool) {
 
 	shop := map[string]string{"X-Shopify-Shop-Domain": "acme.myshopify.com", "X-Shopify-Topic": "orders/paid"}
 	id = s.receive("shop", "shopify", "wh-1", "orders/paid", []byte(`{"id":1001,"name":"#1001","total_price":"19.99","currency":"USD"}`), shop)
-	s.finish(id, 1, done, &ledger.Posting{Kind: ledger.KindPayment, IdempotencyKey: "shopify:acme.myshopify.com:order:1001", Merchant: "acme.myshopify.com", Currency: "USD", AmountMinor: 1999}, "")
+	s.finish(id, 1, done, &ledger.Posting{Kind: ledger.KindPayment, IdempotencyKey: "shopify:order:1001", Merchant: "acme.myshopify.com", Currency: "USD", AmountMinor: 1999}, "")
 	s.shift(id, yesterday+` + interval '16 hours'`)
 
 	s.receive("shop", "shopify", "wh-2", "refunds/create", []byte(`{"id":5001,"order_id":1001,"transactions":[{"amount":"5.00","currency":"USD"}]}`), shop)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,11 @@ import (
 
 // DefaultMaxBodyBytes is the body limit of a source that sets none (1 MiB).
 const DefaultMaxBodyBytes int64 = 1 << 20
+
+// ReservedSourceName is the one valid-looking source name a source may not
+// have: it is the metrics source label of requests to unconfigured sources
+// (metrics.UnknownSource), which a real source would be counted with.
+const ReservedSourceName = "unknown"
 
 // Config is the parsed sources file.
 type Config struct {
@@ -120,11 +126,12 @@ func Parse(b []byte, getenv func(string) string) (*Config, error) {
 	if err := enc.Encode(&root); err != nil {
 		return nil, fmt.Errorf("re-encode YAML: %w", err)
 	}
-	dec := yaml.NewDecoder(&buf)
+	encoded := buf.Bytes()
+	dec := yaml.NewDecoder(bytes.NewReader(encoded))
 	dec.KnownFields(true)
 	var cfg Config
 	if err := dec.Decode(&cfg); err != nil {
-		return nil, fmt.Errorf("decode: %w", err)
+		return nil, fmt.Errorf("decode: %w", redactDecodeError(err, sourceLines(encoded, &root)))
 	}
 	if len(cfg.Sources) == 0 {
 		return nil, errors.New("no sources configured")
@@ -142,6 +149,60 @@ func Parse(b []byte, getenv func(string) string) (*Config, error) {
 	return &cfg, nil
 }
 
+var (
+	// quotedValue is the value yaml quotes in a decode error ("cannot
+	// unmarshal !!str `whsec_S...` into []string"). Greedy, and applied to
+	// one message at a time, so a value holding backticks or newlines is
+	// covered whole.
+	quotedValue = regexp.MustCompile("(?s)`.*`")
+	// errorLine is the line number a decode error starts with.
+	errorLine = regexp.MustCompile(`^line ([0-9]+):`)
+)
+
+// redactDecodeError returns err with every value yaml quoted replaced by "a
+// value", as after expansion a value may be a secret. Field names and types
+// stay; line numbers, which count lines of the re-encoded document, become the
+// file's by lines (see sourceLines) where known.
+func redactDecodeError(err error, lines map[int]int) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		out := &yaml.TypeError{Errors: make([]string, len(te.Errors))}
+		for i, msg := range te.Errors {
+			msg = quotedValue.ReplaceAllLiteralString(msg, "a value")
+			if m := errorLine.FindStringSubmatch(msg); m != nil {
+				if n, err := strconv.Atoi(m[1]); err == nil && lines[n] > 0 {
+					msg = "line " + strconv.Itoa(lines[n]) + msg[len(m[0])-1:]
+				}
+			}
+			out.Errors[i] = msg
+		}
+		return out
+	}
+	return errors.New(quotedValue.ReplaceAllLiteralString(err.Error(), "a value"))
+}
+
+// sourceLines maps the lines of encoded, the re-encoding of root, to the lines
+// of root's nodes in the file, by walking both trees side by side. Where one
+// encoded line holds nodes of several file lines, the first node's wins.
+func sourceLines(encoded []byte, root *yaml.Node) map[int]int {
+	var again yaml.Node
+	if yaml.Unmarshal(encoded, &again) != nil {
+		return nil
+	}
+	lines := make(map[int]int)
+	var walk func(enc, src *yaml.Node)
+	walk = func(enc, src *yaml.Node) {
+		if _, ok := lines[enc.Line]; !ok && src.Line > 0 {
+			lines[enc.Line] = src.Line
+		}
+		for i := range min(len(enc.Content), len(src.Content)) {
+			walk(enc.Content[i], src.Content[i])
+		}
+	}
+	walk(&again, root)
+	return lines
+}
+
 // Names returns the source names, sorted.
 func (c *Config) Names() []string {
 	names := make([]string, 0, len(c.Sources))
@@ -155,6 +216,9 @@ func (c *Config) Names() []string {
 func (s *Source) validate() error {
 	if !sourceName.MatchString(s.Name) {
 		return errors.New("name must be 1-63 characters of a-z, 0-9, '_' or '-', starting with a letter or digit")
+	}
+	if s.Name == ReservedSourceName {
+		return fmt.Errorf("name %q is reserved: it is the metrics source label of requests to unconfigured sources; choose another name", ReservedSourceName)
 	}
 	if s.Tolerance < 0 {
 		return errors.New("tolerance must not be negative")
@@ -185,7 +249,8 @@ func (s *Source) validate() error {
 
 // Forwarding modes and limits.
 const (
-	// ForwardBesides runs the built-in handler after forwarding (default).
+	// ForwardBesides runs the built-in handler, then forwards once it
+	// succeeded (default).
 	ForwardBesides = "besides"
 	// ForwardInstead forwards only.
 	ForwardInstead = "instead"

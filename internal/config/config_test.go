@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/metrics"
 )
 
 // The brief's Standard Webhooks known-answer secret.
@@ -102,5 +103,119 @@ func TestCheckEventPattern(t *testing.T) {
 		if err := config.CheckEventPattern(p); (err == nil) != ok {
 			t.Errorf("CheckEventPattern(%q) = %v, want ok %v", p, err, ok)
 		}
+	}
+}
+
+// A YAML type error must not quote the value: after ${VAR} expansion it may
+// be a secret (here: a secret given where a list is expected).
+func TestDecodeErrorsDoNotQuoteValues(t *testing.T) {
+	t.Parallel()
+	const (
+		long  = "whsec_S3cr3tDoNotLeakMe0123456789"
+		short = "hunt2r"           // under yaml's 10-byte cut: quoted whole
+		ticks = "a`b`c\nd` into x" // backticks and a newline inside the value
+	)
+	for _, tt := range []struct {
+		name, value, doc string
+		want             []string // the error keeps these
+	}{
+		{"secret as secrets", long, `
+sources:
+  payments:
+    provider: standard
+    secrets: ${X}
+`, []string{"line 5", "cannot unmarshal !!str a value into []string"}},
+		{"short value", short, `
+sources:
+  payments:
+    provider: standard
+    secrets: ["` + forwardSecret + `"]
+    max_attempts: ${X}
+`, []string{"line 6", "a value into int"}},
+		{"duration", long, `
+sources:
+  payments:
+    provider: standard
+    secrets: ["` + forwardSecret + `"]
+    tolerance: ${X}
+`, []string{"line 6", "a value into time.Duration"}},
+		{"value with backticks", ticks, `
+sources:
+  payments:
+    provider: standard
+    secrets: ["` + forwardSecret + `"]
+    forward: ${X}
+`, []string{"line 6", "a value into []*config.Forward"}},
+		{"two errors", long, `
+sources:
+  payments:
+    provider: standard
+    secrets: ${X}
+    max_attempts: ${X}
+    retries: 3
+`, []string{"line 5: cannot unmarshal !!str a value into []string", "line 6: cannot unmarshal !!str a value into int", "line 7: field retries not found"}},
+		// Lines count in the file, comments and blank lines included, not in
+		// the re-encoded document the decoder reads.
+		{"file lines", long, `# Sources.
+
+sources:
+  # The payments service.
+  payments:
+    provider: standard
+
+    # From the environment.
+    secrets: ${X}
+`, []string{"line 9: cannot unmarshal !!str a value into []string"}},
+	} {
+		_, err := config.Parse([]byte(tt.doc), func(string) string { return tt.value })
+		if err == nil {
+			t.Errorf("%s: accepted", tt.name)
+			continue
+		}
+		msg := err.Error()
+		for _, w := range tt.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: error %q does not contain %q", tt.name, msg, w)
+			}
+		}
+		if strings.Contains(msg, "`") {
+			t.Errorf("%s: error %q quotes a value", tt.name, msg)
+		}
+		for _, leak := range []string{tt.value[:4], "S3cr3t", short, "b`c", "d` into x"} {
+			if strings.Contains(msg, leak) {
+				t.Errorf("%s: error %q shows %q of the value", tt.name, msg, leak)
+			}
+		}
+	}
+}
+
+// "unknown" is the metrics label of requests to unconfigured sources: a
+// source of that name would be counted with them.
+func TestReservedSourceName(t *testing.T) {
+	t.Parallel()
+	_, err := config.Parse([]byte(`
+sources:
+  unknown:
+    provider: standard
+    secrets: ["`+forwardSecret+`"]
+`), func(string) string { return "" })
+	if err == nil {
+		t.Fatal(`a source named "unknown" was accepted`)
+	}
+	if msg := err.Error(); !strings.Contains(msg, `source "unknown"`) || !strings.Contains(msg, "reserved") || !strings.Contains(msg, "metrics") {
+		t.Errorf("error %q: want the source, that the name is reserved, and why", msg)
+	}
+	if config.ReservedSourceName != metrics.UnknownSource {
+		t.Errorf("ReservedSourceName = %q, metrics.UnknownSource = %q", config.ReservedSourceName, metrics.UnknownSource)
+	}
+
+	// Names that merely contain it are fine.
+	if _, err := config.Parse([]byte(`
+sources:
+  unknown-shop:
+    provider: standard
+    secrets: ["`+forwardSecret+`"]
+`), func(string) string { return "" }); err != nil {
+		t.Errorf("unknown-shop: %v", err)
 	}
 }

@@ -29,8 +29,8 @@
 //	stripe:refund:<charge id>:<cumulative amount_refunded>
 //	standard:<merchant>:payment:<payment_id>
 //	standard:<merchant>:refund:<refund_id>
-//	shopify:<shop>:order:<order id>
-//	shopify:<shop>:refund:<refund id>
+//	shopify:order:<order id>    (Shopify ids are global; the shop header is unsigned)
+//	shopify:refund:<refund id>  (a zero-total order is a no-op)
 //
 // Stripe states amounts in its own smallest unit, which differs from ISO 4217
 // minor units for a few currencies (ISK is two-decimal at Stripe, MGA

@@ -23,13 +23,16 @@ import (
 
 // Forwarding sends a verified delivery on to an internal HTTP endpoint. It
 // is configured per source (config.Source.Forward), so it lives in a
-// per-source layer of the Registry, consulted by LookupEnvelope before the
+// per-source layer of the Registry, which LookupEnvelope combines with the
 // (provider, event type) routes.
 //
-// Delivery is at least once: a forward that succeeded is sent again when the
-// rest of the attempt (another destination, the built-in handler, the commit)
-// fails and the envelope is retried or replayed. Every request of one
-// envelope carries the same Idempotency-Key and webhook-id,
+// In mode Besides the built-in handler runs first and the forwards only once
+// it succeeded, so an envelope the built-in handler is not ready for (a
+// refund ahead of its payment, snoozed and tried again for hours) is not
+// forwarded on every attempt. Delivery is still at least once: a forward that
+// succeeded is sent again when the rest of the attempt (a later destination,
+// the commit) fails and the envelope is retried, or when it is replayed. Every
+// request of one envelope carries the same Idempotency-Key and webhook-id,
 // "<source>:<delivery id>", for the receiver to deduplicate on.
 
 // SourceMode says how a source route combines with the handler registered
@@ -37,8 +40,8 @@ import (
 type SourceMode int
 
 const (
-	// Besides runs the source routes, then the (provider, event type)
-	// handler if there is one.
+	// Besides runs the (provider, event type) handler if there is one,
+	// then, once it succeeded, the source routes.
 	Besides SourceMode = iota
 	// Instead runs only the source routes.
 	Instead
@@ -88,8 +91,8 @@ func matchEvent(pattern, eventType string) bool {
 }
 
 // RegisterSource routes source's envelopes whose event type matches any of
-// events (every event type when events is empty) to h, ahead of the
-// (provider, event type) routes; see LookupEnvelope. Patterns are exact event
+// events (every event type when events is empty) to h, besides or instead of
+// the (provider, event type) routes; see LookupEnvelope. Patterns are exact event
 // types or a prefix with a trailing "*" ("payment.*"). Routes of one source
 // run in the order they were registered. It panics on an empty source, an
 // invalid pattern, an unknown mode or a nil handler, which are programming
@@ -109,10 +112,13 @@ func (r *Registry) RegisterSource(source string, events []string, mode SourceMod
 }
 
 // LookupEnvelope returns the handler for env: when routes registered with
-// RegisterSource for env.Source match env.EventType, a handler that runs them
-// in order and then, unless one of them is Instead, the (provider, event
-// type) handler (see Lookup) if there is one; it stops at the first error and
-// returns it, so the attempt rolls back as a whole. Its result is the
+// RegisterSource for env.Source match env.EventType, a handler that runs,
+// unless one of them is Instead, the (provider, event type) handler (see
+// Lookup) if there is one, and then the matching routes in order. All run in
+// the same call and transaction; it stops at the first error and returns it,
+// so the attempt rolls back as a whole (ledger postings included) and is
+// retried: a failing built-in handler means no route runs, a failing route
+// undoes the built-in handler's effects. Its result is the
 // (provider, event type) handler's JSON object with the source routes'
 // results added as an array under "forwarded" (or {"forwarded": [...],
 // "result": ...} when that result is not an object or already has the key).
@@ -132,38 +138,38 @@ func (r *Registry) LookupEnvelope(env *envelope.Envelope) (Handler, bool) {
 	if len(matched) == 0 {
 		return r.Lookup(env.Provider, env.EventType)
 	}
-	c := &combined{before: matched}
+	c := &combined{routes: matched}
 	if !instead {
-		c.after, _ = r.Lookup(env.Provider, env.EventType)
+		c.builtin, _ = r.Lookup(env.Provider, env.EventType)
 	}
 	return c, true
 }
 
-// combined runs a source's matching routes, then the (provider, event type)
-// handler.
+// combined runs the (provider, event type) handler, then a source's matching
+// routes.
 type combined struct {
-	before []Handler
-	after  Handler // nil: none, or mode Instead
+	builtin Handler // nil: none, or mode Instead
+	routes  []Handler
 }
 
 func (c *combined) Handle(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	forwarded := make([]json.RawMessage, 0, len(c.before))
-	for _, h := range c.before {
-		res, err := h.Handle(ctx, tx, env)
+	var res json.RawMessage
+	if c.builtin != nil {
+		var err error
+		if res, err = c.builtin.Handle(ctx, tx, env); err != nil {
+			return nil, err
+		}
+	}
+	forwarded := make([]json.RawMessage, 0, len(c.routes))
+	for _, h := range c.routes {
+		fres, err := h.Handle(ctx, tx, env)
 		if err != nil {
 			return nil, err
 		}
-		if len(res) == 0 {
-			res = json.RawMessage("null")
+		if len(fres) == 0 {
+			fres = json.RawMessage("null")
 		}
-		forwarded = append(forwarded, res)
-	}
-	var res json.RawMessage
-	if c.after != nil {
-		var err error
-		if res, err = c.after.Handle(ctx, tx, env); err != nil {
-			return nil, err
-		}
+		forwarded = append(forwarded, fres)
 	}
 	return mergeForwarded(forwarded, res)
 }

@@ -201,9 +201,13 @@ func classOf(err error) (class, time.Duration) {
 	}
 }
 
+// retryAfterIn30s, as a test's Retry-After, is resolved by the receiver when
+// it answers, to the HTTP date 30 s later: a date computed when the table is
+// built is already stale when a parallel subtest runs under load.
+const retryAfterIn30s = "date+30s"
+
 func TestForwardOutcomes(t *testing.T) {
 	t.Parallel()
-	in30s := time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat)
 	for _, tt := range []struct {
 		name       string
 		status     int
@@ -217,7 +221,7 @@ func TestForwardOutcomes(t *testing.T) {
 		{name: "204", status: 204, want: classOK},
 		{name: "503 Retry-After seconds", status: 503, retryAfter: "7", want: classRetryAfter, after: [2]time.Duration{7 * time.Second, 7 * time.Second}},
 		{name: "429 Retry-After seconds", status: 429, retryAfter: "120", want: classRetryAfter, after: [2]time.Duration{2 * time.Minute, 2 * time.Minute}},
-		{name: "503 Retry-After date", status: 503, retryAfter: in30s, want: classRetryAfter, after: [2]time.Duration{25 * time.Second, 30 * time.Second}},
+		{name: "503 Retry-After date", status: 503, retryAfter: retryAfterIn30s, want: classRetryAfter, after: [2]time.Duration{25 * time.Second, 30 * time.Second}},
 		{name: "503 Retry-After date past", status: 503, retryAfter: "Sun, 06 Nov 1994 08:49:37 GMT", want: classRetryAfter},
 		{name: "429 no Retry-After", status: 429, want: classRetry, inError: "status 429"},
 		{name: "503 no Retry-After", status: 503, want: classRetry},
@@ -234,7 +238,11 @@ func TestForwardOutcomes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
-				if tt.retryAfter != "" {
+				switch tt.retryAfter {
+				case "":
+				case retryAfterIn30s:
+					w.Header().Set("Retry-After", time.Now().Add(30*time.Second).UTC().Format(http.TimeFormat))
+				default:
 					w.Header().Set("Retry-After", tt.retryAfter)
 				}
 				if tt.status == 307 {
@@ -414,7 +422,7 @@ func TestLookupEnvelopeRoutes(t *testing.T) {
 		source, event string
 		want          string // the calls, in order; "" for no handler
 	}{
-		{"payments", "payment.succeeded", "prefix,all,builtin"},
+		{"payments", "payment.succeeded", "builtin,prefix,all"}, // the built-in handler first
 		{"payments", "payment.refunded", "prefix,all"},
 		{"payments", "payments.x", "all"}, // "payment.*" is the prefix "payment."
 		{"payments", "payment", "all"},
@@ -565,8 +573,8 @@ func TestWithForwarding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := b.rec.got(); got != "forward:/one,forward:/two,builtin" {
-			t.Errorf("calls %q, want both forwards, then the built-in handler", got)
+		if got := b.rec.got(); got != "builtin,forward:/one,forward:/two" {
+			t.Errorf("calls %q, want the built-in handler, then both forwards", got)
 		}
 		var out struct {
 			Handler   string                   `json:"handler"`
@@ -615,8 +623,33 @@ func TestWithForwarding(t *testing.T) {
 		if c, _ := classOf(err); c != classRetry {
 			t.Fatalf("error %v is %s, want %s", err, c, classRetry)
 		}
-		if got := b.rec.got(); got != "forward:/one" {
-			t.Errorf("calls %q, want the first forward only, and no built-in handler", got)
+		if got := b.rec.got(); got != "builtin,forward:/one" {
+			t.Errorf("calls %q, want the built-in handler, then the first forward only", got)
+		}
+	})
+
+	t.Run("built-in handler fails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "besides", http.StatusOK)
+		for _, berr := range []error{
+			handlers.NotReady(errors.New("payment not posted yet")),
+			handlers.Permanent(errors.New("bad payload")),
+			errors.New("database gone"),
+		} {
+			b.rec.mu.Lock()
+			b.rec.calls = nil
+			b.rec.mu.Unlock()
+			b.reg.Register("standard", "payment.succeeded", b.rec.handler("builtin", berr))
+			_, err := run(t, b, forwardEnvelope())
+			if !errors.Is(err, berr) {
+				t.Fatalf("error %v, want the built-in handler's %v", err, berr)
+			}
+			if got := b.rec.got(); got != "builtin" {
+				t.Errorf("built-in error %v: calls %q, want no forward", berr, got)
+			}
+		}
+		if n := len(b.rc.requests()); n != 0 {
+			t.Errorf("receiver got %d requests, want none", n)
 		}
 	})
 
@@ -664,4 +697,70 @@ func TestWithForwardingErrors(t *testing.T) {
 	if _, ok := reg.Lookup("stripe", "charge.refunded"); !ok {
 		t.Error("WithForwarding without config lost the built-in handlers")
 	}
+}
+
+// In mode besides the built-in handler runs first, in the same transaction:
+// a refund that arrives before its payment is not ready, and is not forwarded
+// on each of its attempts; a forward that fails rolls the built-in handler's
+// ledger posting back with it.
+func TestForwardBesidesAfterBuiltinHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var status atomic.Int32
+	status.Store(http.StatusOK)
+	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(int(status.Load())) })
+	reg, err := handlers.WithForwarding(handlers.Builtin(), forwardConfig(t, `
+      - url: `+rc.URL+`
+        secret: `+forwardSecret), rc.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// run is one attempt, as the worker makes it: the handler in a
+	// transaction that commits only when it succeeds.
+	run := func(env *envelope.Envelope) error {
+		t.Helper()
+		h, ok := reg.LookupEnvelope(env)
+		if !ok {
+			t.Fatalf("no handler for %s %s", env.Source, env.EventType)
+		}
+		return pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := h.Handle(b.ctx, tx, env)
+			return err
+		})
+	}
+	events := func() string {
+		var got []string
+		for _, r := range rc.requests() {
+			got = append(got, r.header.Get("X-Inbox-Event-Type"))
+		}
+		return strings.Join(got, ",")
+	}
+
+	refund := b.envelope(t, "payments", "standard", "payment.refunded", fixture(t, "standard_payment_refunded.json"), nil)
+	for attempt := range 3 { // the refund snoozes, and is tried again
+		if c, _ := classOf(run(refund)); c != "not-ready" {
+			t.Fatalf("attempt %d of the refund: %s, want not-ready", attempt+1, c)
+		}
+	}
+	if got := events(); got != "" {
+		t.Fatalf("forwarded %q while the refund was not ready, want nothing", got)
+	}
+
+	// A forward that fails undoes the payment's posting: retried as a whole.
+	payment := b.envelope(t, "payments", "standard", "payment.succeeded", fixture(t, "standard_payment_succeeded.json"), nil)
+	status.Store(http.StatusBadGateway)
+	if c, _ := classOf(run(payment)); c != classRetry {
+		t.Fatalf("payment with a failing forward: %s, want %s", c, classRetry)
+	}
+	equal(t, "ledger transactions after a failed forward", b.count(t, "ledger_transaction"), 0)
+
+	status.Store(http.StatusOK)
+	if err := run(payment); err != nil {
+		t.Fatalf("payment: %v", err)
+	}
+	if err := run(refund); err != nil {
+		t.Fatalf("refund once the payment is posted: %v", err)
+	}
+	equal(t, "forwarded events", events(), "payment.succeeded,payment.succeeded,payment.refunded")
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 2)
 }

@@ -337,7 +337,7 @@ func TestShopifyOrderPaidAndRefund(t *testing.T) {
 	b := setup(t)
 	headers := map[string]string{"X-Shopify-Shop-Domain": "jsmith.myshopify.com", "X-Shopify-Topic": "orders/paid"}
 	// The order id exceeds 2^53: decoding it as a float would change the key.
-	const orderKey = "shopify:jsmith.myshopify.com:order:820982911946154508"
+	const orderKey = "shopify:order:820982911946154508"
 	order := b.envelope(t, "shop", "shopify", "orders/paid", fixture(t, "shopify_orders_paid.json"), headers)
 	res := b.mustHandle(t, order)
 	tr := b.transaction(t, orderKey)
@@ -350,7 +350,7 @@ func TestShopifyOrderPaidAndRefund(t *testing.T) {
 	refund := b.envelope(t, "shop", "shopify", "refunds/create", fixture(t, "shopify_refunds_create.json"),
 		map[string]string{"x-shopify-shop-domain": "jsmith.myshopify.com"})
 	res = b.mustHandle(t, refund)
-	const refundKey = "shopify:jsmith.myshopify.com:refund:929361462"
+	const refundKey = "shopify:refund:929361462"
 	tr = b.transaction(t, refundKey)
 	// 41.94 + 10.00 succeeded; the failed 5.00 is not money moved.
 	equal(t, "refund", tr, txRow{tr.ID, refund.ID, "refund", "jsmith.myshopify.com", orderKey, "USD", 5194})
@@ -367,9 +367,57 @@ func TestShopifyFallbacks(t *testing.T) {
 	body = edit(t, body, "total_price", "1500")
 	res := b.mustHandle(t, b.envelope(t, "shop", "shopify", "orders/paid", body, nil))
 	equal(t, "result", res, handlers.PostingResult{
-		Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "payment", IdempotencyKey: "shopify:shop:order:820982911946154508",
+		Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "payment", IdempotencyKey: "shopify:order:820982911946154508",
 		Merchant: "shop", AmountMinor: 1500, Currency: "JPY",
 	})
+}
+
+// Shopify signs the body only, not X-Shopify-Shop-Domain: a signed body
+// replayed under a new webhook id with another shop header must not post the
+// order (or its refund) a second time.
+func TestShopifyReplayUnderAnotherShopPostsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	shop := func(domain string) map[string]string {
+		return map[string]string{"X-Shopify-Shop-Domain": domain, "X-Shopify-Webhook-Id": fmt.Sprintf("wh_%d", deliveries.Add(1))}
+	}
+	for _, tt := range []struct{ event, file string }{
+		{"orders/paid", "shopify_orders_paid.json"},
+		{"refunds/create", "shopify_refunds_create.json"},
+	} {
+		body := fixture(t, tt.file)
+		first := b.mustHandle(t, b.envelope(t, "shop", "shopify", tt.event, body, shop("jsmith.myshopify.com")))
+		equal(t, tt.event+" first posted", first.Posted, true)
+
+		raw, err := b.handle(t, b.envelope(t, "shop", "shopify", tt.event, body, shop("other.myshopify.com")))
+		// ledger.Post finds the key posted for another merchant: a permanent
+		// error; a no-op would do too. Never a second posting.
+		var pe *handlers.PermanentError
+		switch {
+		case errors.As(err, &pe):
+		case err == nil:
+			if res := decodeResult(t, raw); res.Posted {
+				t.Fatalf("%s replayed under another shop: posted again: %+v", tt.event, res)
+			}
+		default:
+			t.Fatalf("%s replayed under another shop: %v, want a permanent error or a no-op", tt.event, err)
+		}
+	}
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 2)
+	equal(t, "other shop's balances", fmt.Sprint(b.balances(t, "other.myshopify.com")), "[]")
+}
+
+// A free order (or one paid by gift card) has total_price "0.00": no money
+// moved, nothing to post, and no reason to fail.
+func TestShopifyZeroTotalIsNoop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, total := range []string{"0.00", "0"} {
+		body := edit(t, fixture(t, "shopify_orders_paid.json"), "total_price", total)
+		res := b.mustHandle(t, b.envelope(t, "shop", "shopify", "orders/paid", body, nil))
+		equal(t, "result of total "+total, res, handlers.PostingResult{Kind: "payment", Merchant: "shop", Currency: "USD", Reason: "zero amount"})
+	}
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
 }
 
 func TestShopifyRefundWithoutMoneyIsNoop(t *testing.T) {

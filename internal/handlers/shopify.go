@@ -13,7 +13,9 @@ import (
 )
 
 // shopifyShop is the shop's domain from the X-Shopify-Shop-Domain header,
-// else the source.
+// else the source. It names the merchant (the ledger accounts' owner), never
+// a business key: Shopify's HMAC covers the body only, so the header of a
+// replayed signed body can say anything.
 func shopifyShop(env *envelope.Envelope) string {
 	if shop := header(env, "X-Shopify-Shop-Domain"); shop != "" {
 		return shop
@@ -21,15 +23,27 @@ func shopifyShop(env *envelope.Envelope) string {
 	return env.Source
 }
 
-func shopifyOrderKey(shop, orderID string) string { return "shopify:" + shop + ":order:" + orderID }
+// shopifyOrderKey is the business key of an order's payment. Shopify order
+// ids are globally unique, so the key is the id alone: a signed body replayed
+// under another shop header maps to the same key, and ledger.Post refuses it
+// (a different merchant) or finds it posted.
+func shopifyOrderKey(orderID string) string { return "shopify:order:" + orderID }
+
+// shopifyRefundKey is the business key of a refund; refund ids are globally
+// unique too.
+func shopifyRefundKey(refundID string) string { return "shopify:refund:" + refundID }
 
 // shopifyOrderPaid posts the order's total_price, a decimal string in the
 // order's currency (else its presentment_currency), as a payment keyed by the
-// shop and order id.
+// order id, for the shop (see shopifyShop). An order with a zero total (a
+// free order, one paid by gift card) moves no money: a no-op.
 func shopifyOrderPaid(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	p, err := shopifyPayment(env)
 	if err != nil {
 		return nil, Permanent(fmt.Errorf("shopify %s: %w", env.EventType, err))
+	}
+	if p.AmountMinor == 0 {
+		return noop(ledger.KindPayment, p.Merchant, p.Currency, "zero amount")
 	}
 	return post(ctx, tx, env, p)
 }
@@ -64,11 +78,10 @@ func shopifyPayment(env *envelope.Envelope) (ledger.Posting, error) {
 	if err != nil {
 		return ledger.Posting{}, fmt.Errorf("total_price: %w", err)
 	}
-	shop := shopifyShop(env)
 	return ledger.Posting{
 		Kind:           ledger.KindPayment,
-		IdempotencyKey: shopifyOrderKey(shop, id),
-		Merchant:       shop,
+		IdempotencyKey: shopifyOrderKey(id),
+		Merchant:       shopifyShop(env),
 		Currency:       currency,
 		AmountMinor:    amount,
 		Description:    fmt.Sprintf("shopify orders/paid %s %s", id, o.Name),
@@ -76,8 +89,9 @@ func shopifyPayment(env *envelope.Envelope) (ledger.Posting, error) {
 }
 
 // shopifyRefundCreated posts the sum of the refund's successful "refund"
-// transactions as a refund of its order, keyed by the shop and refund id. A
-// refund with no money moved (a restock-only refund) is a no-op.
+// transactions as a refund of its order, keyed by the refund id, for the shop
+// (see shopifyShop). A refund with no money moved (a restock-only refund) is a
+// no-op.
 func shopifyRefundCreated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	p, err := shopifyRefund(env)
 	if err != nil {
@@ -134,12 +148,11 @@ func shopifyRefund(env *envelope.Envelope) (ledger.Posting, error) {
 		}
 		total += amount
 	}
-	shop := shopifyShop(env)
 	return ledger.Posting{
 		Kind:           ledger.KindRefund,
-		IdempotencyKey: "shopify:" + shop + ":refund:" + id,
-		PaymentKey:     shopifyOrderKey(shop, orderID),
-		Merchant:       shop,
+		IdempotencyKey: shopifyRefundKey(id),
+		PaymentKey:     shopifyOrderKey(orderID),
+		Merchant:       shopifyShop(env),
 		Currency:       currency,
 		AmountMinor:    total,
 		Description:    fmt.Sprintf("shopify refunds/create %s of order %s", id, orderID),

@@ -22,6 +22,13 @@ var (
 	errTooLarge      = errors.New("body exceeds the source's limit")
 )
 
+// readError is a failure to read the request body: the client stopped
+// sending, or sent too slowly. It is the client's, not the database's.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return "read body: " + e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
+
 // errorBody is every error response's JSON.
 type errorBody struct {
 	Error      string `json:"error"`
@@ -42,6 +49,12 @@ func classify(err error) (code int, outcome, msg string) {
 		return http.StatusNotFound, "unknown_source", "unknown source"
 	case errors.Is(err, errTooLarge), errors.As(err, &maxBytes):
 		return http.StatusRequestEntityTooLarge, "too_large", errTooLarge.Error()
+	case errors.As(err, new(*readError)):
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return http.StatusRequestTimeout, "read_timeout", "request body not received in time"
+		}
+		return http.StatusBadRequest, "bad_request", "request body could not be read"
 	case errors.As(err, &sigErr):
 		return http.StatusUnauthorized, "bad_signature", sigErr.Error()
 	case errors.As(err, &fmtErr):

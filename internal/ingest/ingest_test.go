@@ -1,12 +1,14 @@
 package ingest_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -501,4 +503,35 @@ func TestDuplicateWhileWorkerHoldsEnvelope(t *testing.T) {
 	d.Body = webhooktest.StripePayment("evt_held", "pi_other", 1, "usd")
 	r = b.send(t, source, d)
 	require.Equal(t, http.StatusUnprocessableEntity, r.code, r.raw)
+}
+
+// A client that stops sending mid-body gets a client error, not a 503 that
+// would look like a database outage.
+func TestTruncatedBodyIsAClientError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, d := sample(provider.GitHub, "gh-truncated")
+	h, err := d.Headers()
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	var req bytes.Buffer
+	fmt.Fprintf(&req, "POST /webhooks/github HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n", len(d.Body)+100)
+	for k, vs := range h {
+		for _, v := range vs {
+			fmt.Fprintf(&req, "%s: %s\r\n", k, v)
+		}
+	}
+	req.WriteString("\r\n")
+	req.Write(d.Body) // 100 bytes short
+	_, err = conn.Write(req.Bytes())
+	require.NoError(t, err)
+	require.NoError(t, conn.(*net.TCPConn).CloseWrite())
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	env, jobs, _ := b.stored(t)
+	require.Equal(t, [2]int{0, 0}, [2]int{env, jobs})
 }

@@ -30,6 +30,7 @@ type action struct {
 //     or the default, using no attempt.
 //   - *handlers.RetryAfterError: the job snoozes for After, capped at
 //     maxSnooze.
+//   - a throttle slot refused: the job snoozes to the key's next window.
 //   - anything else: River retries with backoff; on the last attempt the
 //     envelope fails with "attempts exhausted".
 //
@@ -43,7 +44,10 @@ func outcome(err error, attempt, maxAttempts int, age time.Duration, p Policy) a
 	wait, snooze := time.Duration(0), false
 	var notReady *handlers.NotReadyError
 	var retryAfter *handlers.RetryAfterError
+	var throttled *throttledError
 	switch {
+	case errors.As(err, &throttled):
+		wait, snooze = throttled.wait, true
 	case errors.As(err, &notReady):
 		wait, snooze = notReady.Wait, true
 		if wait <= 0 {

@@ -23,6 +23,22 @@ type SourcePolicy struct {
 	ThrottlePerSecond int
 	// ThrottleKey is "merchant" (default) or "source".
 	ThrottleKey string
+	// MaxAttempts, when set and lower than the job's own, is when the
+	// envelope fails "attempts exhausted" (it also bounds replayed and
+	// reconciled jobs, which are inserted with River's default).
+	MaxAttempts int
+}
+
+// throttledError is a throttle slot refused: the job waits for a window.
+type throttledError struct {
+	key  string
+	wait time.Duration
+	rate int
+	at   time.Time // the database's clock when the slot was refused
+}
+
+func (e *throttledError) Error() string {
+	return fmt.Sprintf("throttled: %s is over %d/s", e.key, e.rate)
 }
 
 // retryPolicy applies a source's backoff, else the fallback.
@@ -60,27 +76,28 @@ func backoff(minWait, maxWait time.Duration, attempt int) time.Duration {
 
 // takeThrottleSlot counts one envelope for key in the current one-second
 // window (the database's clock, shared by every worker process) and returns
-// how long to wait when the window is already full.
-func takeThrottleSlot(ctx context.Context, pool *pgxpool.Pool, key string, perSecond int) (time.Duration, error) {
+// how long to wait when the window is already full, and the database's time.
+func takeThrottleSlot(ctx context.Context, pool *pgxpool.Pool, key string, perSecond int) (time.Duration, time.Time, error) {
 	var count int
 	var waitSeconds float64
+	var now time.Time
 	err := pool.QueryRow(ctx, `
 		WITH w AS (SELECT date_trunc('second', clock_timestamp()) AS start)
 		INSERT INTO throttle_window AS t (key, window_start, count)
 		SELECT $1, w.start, 1 FROM w
 		ON CONFLICT (key, window_start) DO UPDATE SET count = t.count + 1
-		RETURNING t.count, extract(epoch FROM t.window_start + interval '1 second' - clock_timestamp())::float8`, key).Scan(&count, &waitSeconds)
+		RETURNING t.count, extract(epoch FROM t.window_start + interval '1 second' - clock_timestamp())::float8, clock_timestamp()`, key).Scan(&count, &waitSeconds, &now)
 	if err != nil {
-		return 0, fmt.Errorf("throttle %s: %w", key, err)
+		return 0, now, fmt.Errorf("throttle %s: %w", key, err)
 	}
 	if count <= perSecond {
-		return 0, nil
+		return 0, now, nil
 	}
 	// Spread the waiters over the next window instead of waking together.
 	wait := time.Duration(max(waitSeconds, 0) * float64(time.Second))
 	over := count - perSecond
 	spread := time.Duration((over-1)/perSecond) * time.Second
-	return wait + spread + time.Duration(rand.Int64N(int64(50*time.Millisecond))), nil
+	return wait + spread + time.Duration(rand.Int64N(int64(50*time.Millisecond))), now, nil
 }
 
 // sweepThrottle deletes windows older than a minute.

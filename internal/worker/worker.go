@@ -78,12 +78,16 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 	id := job.Args.EnvelopeID
 	log := w.Logger.With("envelope_id", id, "job_id", job.ID, "attempt", job.Attempt)
 	start := time.Now()
-	if wait, err := w.throttle(ctx, job); err != nil {
-		return err
-	} else if wait > 0 {
-		w.countSnooze(job.Args.Source, "throttled")
-		log.Debug("throttled", "wait", wait)
-		return river.JobSnooze(wait)
+	if env, terr := w.throttle(ctx, job); terr != nil {
+		var throttled *throttledError
+		if errors.As(terr, &throttled) {
+			// Recorded and bounded like any snooze.
+			return w.fail(ctx, job, env, throttled.at, terr, log)
+		}
+		if errors.Is(terr, envelope.ErrNotFound) {
+			return river.JobCancel(terr)
+		}
+		return terr
 	}
 
 	var (
@@ -159,7 +163,15 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 
 // fail records a failed attempt and returns River's action for it.
 func (w *ProcessWorker) fail(ctx context.Context, job *river.Job[envelope.ProcessArgs], env *envelope.Envelope, startedAt time.Time, handlerErr error, log *slog.Logger) error {
-	act := outcome(handlerErr, job.Attempt, job.MaxAttempts, startedAt.Sub(env.WaitingSince()), w.Policy)
+	maxAttempts := job.MaxAttempts
+	if sp := w.Sources[env.Source]; sp.MaxAttempts > 0 && sp.MaxAttempts < maxAttempts {
+		maxAttempts = sp.MaxAttempts
+	}
+	act := outcome(handlerErr, job.Attempt, maxAttempts, startedAt.Sub(env.WaitingSince()), w.Policy)
+	if act.final && job.Attempt < job.MaxAttempts {
+		// Final before River's own limit: make sure River stops too.
+		act.riverErr = river.JobCancel(errors.New(act.reason))
+	}
 	a := envelope.Attempt{JobID: job.ID, Attempt: job.Attempt, Outcome: act.outcome, Error: act.reason, StartedAt: startedAt, Worker: w.Name}
 	// The attempt's own transaction may have died with the context; record
 	// with a fresh bound so the audit trail survives a job timeout.
@@ -181,6 +193,8 @@ func (w *ProcessWorker) fail(ctx context.Context, job *river.Job[envelope.Proces
 	lvl := slog.LevelWarn
 	if act.final {
 		lvl = slog.LevelError
+	} else if errors.As(handlerErr, new(*throttledError)) {
+		lvl = slog.LevelDebug // the metric counts them; a flood would flood the log
 	}
 	log.Log(ctx, lvl, "envelope attempt failed", "source", env.Source, "delivery_id", env.DeliveryID,
 		"event_type", env.EventType, "outcome", string(act.outcome), "error", act.reason)
@@ -232,24 +246,29 @@ func DefaultName() string {
 }
 
 // throttle takes a slot for the envelope's throttle key when its source is
-// throttled, and says how long to wait when the current window is full.
-func (w *ProcessWorker) throttle(ctx context.Context, job *river.Job[envelope.ProcessArgs]) (time.Duration, error) {
+// throttled. When the current window is full it returns a *throttledError
+// and the envelope (for the audit trail and the age bound).
+func (w *ProcessWorker) throttle(ctx context.Context, job *river.Job[envelope.ProcessArgs]) (*envelope.Envelope, error) {
 	sp, ok := w.Sources[job.Args.Source]
 	if !ok || sp.ThrottlePerSecond <= 0 {
-		return 0, nil
+		return nil, nil
+	}
+	env, err := envelope.Get(ctx, w.Pool, job.Args.EnvelopeID)
+	if err != nil {
+		return nil, err
+	}
+	if env.Status != envelope.StatusPending {
+		return nil, nil // nothing to process; let Work complete the job
 	}
 	key := job.Args.Source
 	if sp.ThrottleKey != "source" {
-		env, err := envelope.Get(ctx, w.Pool, job.Args.EnvelopeID)
-		if err != nil {
-			return 0, err
-		}
-		if env.Status != envelope.StatusPending {
-			return 0, nil // nothing to process; let Work complete the job
-		}
 		key += "/" + handlers.Merchant(env)
 	}
-	return takeThrottleSlot(ctx, w.Pool, key, sp.ThrottlePerSecond)
+	wait, at, err := takeThrottleSlot(ctx, w.Pool, key, sp.ThrottlePerSecond)
+	if err != nil || wait == 0 {
+		return nil, err
+	}
+	return env, &throttledError{key: key, wait: wait, rate: sp.ThrottlePerSecond, at: at}
 }
 
 func (w *ProcessWorker) countSnooze(source, cause string) {
@@ -290,8 +309,12 @@ func (w *ProcessWorker) observeFailure(env *envelope.Envelope, act action, at ti
 	case act.outcome == envelope.OutcomeSnoozed:
 		cause := "not_ready"
 		var ra *handlers.RetryAfterError
-		if errors.As(err, &ra) {
+		var th *throttledError
+		switch {
+		case errors.As(err, &ra):
 			cause = "retry_after"
+		case errors.As(err, &th):
+			cause = "throttled"
 		}
 		w.countSnooze(env.Source, cause)
 	}

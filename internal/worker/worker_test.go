@@ -245,6 +245,8 @@ func TestRefundWaitsForPayment(t *testing.T) {
 	require.Equal(t, 1, e.Attempts, "a snooze uses no attempt")
 	outs := b.outcomes(t, refund)
 	require.Equal(t, "done", outs[len(outs)-1])
+	state, _ := b.jobState(t, refund)
+	require.Equal(t, "completed", state)
 	require.Equal(t, 700, b.count(t, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
 }
 
@@ -353,6 +355,11 @@ sources:
 	require.Equal(t, envelope.StatusDone, e.Status)
 	require.Equal(t, 1, e.Attempts, "a snooze uses no attempt")
 	require.Equal(t, []string{"snoozed", "done"}, b.outcomes(t, id))
+	// The snooze lasted what Retry-After said (1 s), not the default (10 s).
+	var gap float64
+	require.NoError(t, b.pool.QueryRow(context.Background(), `
+		SELECT extract(epoch FROM max(started_at) - min(finished_at))::float8 FROM envelope_attempt WHERE envelope_id = $1`, id).Scan(&gap))
+	require.InDelta(t, 1.0, gap, 0.9, "gap between the snoozed and the done attempt")
 	require.Contains(t, string(e.Result), `"status": 200`)
 	require.Contains(t, string(e.Result), `received`)
 	state, _ := b.jobState(t, id)
