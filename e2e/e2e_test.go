@@ -241,6 +241,7 @@ func TestEndToEndAllProvidersWithDuplicates(t *testing.T) {
 	require.EqualValues(t, 15, metricSum(t, wm, "inbox_ledger_postings_total", "kind", "refund", "result", "posted"))
 	require.EqualValues(t, len(all)-1, metricSum(t, wm, "inbox_envelopes", "status", "done"))
 	require.EqualValues(t, 0, metricSum(t, wm, "inbox_envelopes", "status", "pending"))
+	require.Equal(t, 4, series(t, wm, "inbox_envelopes", "status", "pending"), "a zero status is exported, per source")
 	require.EqualValues(t, 0, metricSum(t, wm, "inbox_oldest_pending_age_seconds"))
 	require.EqualValues(t, 1, metricSum(t, wm, "inbox_envelope_stats_up"))
 	require.EqualValues(t, s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome = 'snoozed'"), metricSum(t, wm, "inbox_worker_snoozes_total", "cause", "not_ready"))

@@ -79,3 +79,23 @@ func hasPrefix(families map[string]*dto.MetricFamily, prefix string) bool {
 	}
 	return false
 }
+
+// series counts the family's series whose labels include every pair in match.
+func series(t testing.TB, families map[string]*dto.MetricFamily, name string, match ...string) int {
+	t.Helper()
+	n := 0
+	for _, m := range families[name].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		ok := true
+		for i := 0; i+1 < len(match); i += 2 {
+			ok = ok && labels[match[i]] == match[i+1]
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}

@@ -352,17 +352,6 @@ func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchO
 	return out, nil
 }
 
-// liveStates are the job states in which an envelope's job still waits or
-// runs: those of ProcessArgs' unique opts.
-func liveStates() []string {
-	states := envelope.ProcessArgs{}.InsertOpts().UniqueOpts.ByState
-	out := make([]string, len(states))
-	for i, s := range states {
-		out[i] = string(s)
-	}
-	return out
-}
-
 // liveJobs returns which of ids have a live process_envelope job.
 //
 // It is one scan of river_job's live rows with a hashed membership test (the
@@ -381,7 +370,7 @@ func liveJobs(ctx context.Context, tx pgx.Tx, ids []int64) (map[int64]bool, erro
 		 WHERE kind = $1
 		   AND state = ANY($2::river_job_state[])
 		   AND (args->>'envelope_id')::bigint = ANY($3::bigint[])`,
-		pgx.QueryExecModeExec, envelope.ProcessArgs{}.Kind(), liveStates(), ids)
+		pgx.QueryExecModeExec, envelope.ProcessArgs{}.Kind(), envelope.LiveJobStates(), ids)
 	if err != nil {
 		return nil, fmt.Errorf("find live jobs: %w", err)
 	}
@@ -448,7 +437,7 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 			  FROM (SELECT DISTINCT (args->>'envelope_id')::bigint AS id
 			          FROM river_job
 			         WHERE kind = ` + q.arg(envelope.ProcessArgs{}.Kind()) + `
-			           AND state = ANY(` + q.arg(liveStates()) + `::river_job_state[])) AS j
+			           AND state = ANY(` + q.arg(envelope.LiveJobStates()) + `::river_job_state[])) AS j
 			 WHERE EXISTS (SELECT 1 FROM envelope WHERE envelope.id = j.id AND ` + where + `)`
 		if err := tx.QueryRow(ctx, queued, customPlan(q.args)...).Scan(&res.AlreadyQueued); err != nil {
 			return fmt.Errorf("count queued envelopes: %w", err)

@@ -51,3 +51,15 @@ func NewInsertClient(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx
 	}
 	return client, nil
 }
+
+// LiveJobStates are the River job states in which a processing job is still
+// waiting or running: those of ProcessArgs' unique opts. An envelope has at
+// most one job in these states.
+func LiveJobStates() []string {
+	states := ProcessArgs{}.InsertOpts().UniqueOpts.ByState
+	out := make([]string, len(states))
+	for i, s := range states {
+		out[i] = string(s)
+	}
+	return out
+}

@@ -187,7 +187,7 @@ func (c *envelopeCollector) refresh() {
 			err = rows.Err()
 		}
 		if err == nil {
-			c.counts = counts
+			c.counts = withZeros(counts)
 		}
 	}
 	if err == nil {
@@ -198,6 +198,30 @@ func (c *envelopeCollector) refresh() {
 		c.logger.Warn("read envelope statistics", "error", err)
 	}
 	c.at = time.Now()
+}
+
+// statuses are the envelope statuses, each exported per source even at 0,
+// so a status that empties does not vanish from dashboards and alerts.
+var statuses = []string{"pending", "done", "failed", "ignored"}
+
+func withZeros(counts []statusCount) []statusCount {
+	seen := map[string]map[string]bool{}
+	var sources []string
+	for _, sc := range counts {
+		if seen[sc.source] == nil {
+			seen[sc.source] = map[string]bool{}
+			sources = append(sources, sc.source)
+		}
+		seen[sc.source][sc.status] = true
+	}
+	for _, src := range sources {
+		for _, st := range statuses {
+			if !seen[src][st] {
+				counts = append(counts, statusCount{source: src, status: st})
+			}
+		}
+	}
+	return counts
 }
 
 // NewRegistry returns a registry with the Go runtime and process collectors.

@@ -72,17 +72,18 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) (fa
 		rows, err := tx.Query(ctx, `
 			SELECT e.id, e.source,
 			       (SELECT j.state::text || ' ' || j.id FROM river_job j
-			         WHERE j.kind = 'process_envelope' AND j.args @> jsonb_build_object('envelope_id', e.id)
-			         ORDER BY j.id DESC LIMIT 1) AS last_job
+			         WHERE j.kind = 'process_envelope' AND (j.args->>'envelope_id')::bigint = e.id
+			         ORDER BY j.id DESC LIMIT 1) AS last_job,
+			       clock_timestamp()
 			  FROM envelope e
 			 WHERE e.status = 'pending' AND e.received_at < now() - make_interval(secs => $1)
 			   AND NOT EXISTS (
 			       SELECT 1 FROM river_job j
-			        WHERE j.kind = 'process_envelope' AND j.args @> jsonb_build_object('envelope_id', e.id)
-			          AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+			        WHERE j.kind = 'process_envelope' AND (j.args->>'envelope_id')::bigint = e.id
+			          AND j.state = ANY($2::river_job_state[]))
 			 ORDER BY e.id
 			 LIMIT 1000
-			   FOR UPDATE OF e SKIP LOCKED`, grace.Seconds())
+			   FOR UPDATE OF e SKIP LOCKED`, grace.Seconds(), envelope.LiveJobStates())
 		if err != nil {
 			return fmt.Errorf("find orphaned envelopes: %w", err)
 		}
@@ -90,10 +91,11 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) (fa
 			id      int64
 			source  string
 			lastJob *string
+			now     time.Time
 		}
 		list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orphan, error) {
 			var o orphan
-			return o, r.Scan(&o.id, &o.source, &o.lastJob)
+			return o, r.Scan(&o.id, &o.source, &o.lastJob, &o.now)
 		})
 		if err != nil {
 			return fmt.Errorf("find orphaned envelopes: %w", err)
@@ -103,7 +105,7 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) (fa
 				reason := "processing job ended " + *o.lastJob + " without a recorded outcome; replay to process it again"
 				res, _ := json.Marshal(map[string]string{"reason": reason})
 				if err := envelope.Finish(ctx, tx, o.id, envelope.StatusFailed, res, envelope.Attempt{
-					Outcome: envelope.OutcomeFailed, Error: reason, StartedAt: time.Now(), Worker: "reconcile",
+					Outcome: envelope.OutcomeFailed, Error: reason, StartedAt: o.now, Worker: "reconcile",
 				}); err != nil {
 					return err
 				}
