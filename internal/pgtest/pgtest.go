@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -21,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,6 +123,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 			_, _ = admin.Exec(ctx, "ALTER DATABASE "+id+" WITH is_template = true")
 		}
 	}
+	dropOrphans(ctx, admin)
 	var exists bool
 	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)", name).Scan(&exists); err != nil {
 		return "", err
@@ -217,4 +220,28 @@ func redact(u string) string {
 		return "(unparseable URL)"
 	}
 	return p.Redacted()
+}
+
+// dropOrphans drops test databases left by test binaries that died before
+// their cleanup ran (killed by -timeout or by hand): their name carries the
+// creating process id, and that process is gone.
+func dropOrphans(ctx context.Context, admin *pgx.Conn) {
+	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'inbox\\_test\\_%'")
+	if err != nil {
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		var pid int
+		if _, err := fmt.Sscanf(name, "inbox_test_%d_", &pid); err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue // alive, or not ours to judge
+		}
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	}
 }
