@@ -93,7 +93,9 @@ type Worker struct {
 
 // NewWorker registers the worker's metrics on reg. With a non-nil pool it
 // also exports envelope counts by status and the oldest pending age, read
-// from the database at most every 30 s (a count over the envelope table: cheap at thousands of rows, seconds at tens of millions; the read is bounded at 3 s and inbox_envelope_stats_up says when it failed).
+// from the database at most every 30 s. The read counts the envelope table:
+// cheap at thousands of rows, seconds at tens of millions; it is bounded at
+// 3 s, and inbox_envelope_stats_up says when it failed.
 func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logger) *Worker {
 	m := &Worker{
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
