@@ -75,7 +75,7 @@ func waitFinal(t *testing.T, s *stack, want int) {
 		var total, pending, open int
 		if err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM envelope),
 			(SELECT count(*) FROM envelope WHERE status = 'pending'),
-			(SELECT count(*) FROM river_job WHERE state <> 'completed')`).Scan(&total, &pending, &open); err != nil {
+			(SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state <> 'completed')`).Scan(&total, &pending, &open); err != nil {
 			return false, err.Error()
 		}
 		return total == want && pending == 0 && open == 0,

@@ -155,7 +155,7 @@ func TestEndToEndProvidersOwnSigning(t *testing.T) {
 	require.EqualValues(t, len(all), s.scalar(t, "SELECT count(*) FROM river_job WHERE kind = 'process_envelope'"))
 	eventually(t, 30*time.Second, "every River job completed", func(ctx context.Context) (bool, string) {
 		var open int
-		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state <> 'completed'").Scan(&open); err != nil {
+		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state <> 'completed'").Scan(&open); err != nil {
 			return false, err.Error()
 		}
 		return open == 0, fmt.Sprintf("%d not completed", open)

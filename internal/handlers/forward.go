@@ -289,10 +289,15 @@ type Forwarder struct {
 	client *http.Client
 }
 
+// forwardTransport is the transport of forwarders given no client.
+var forwardTransport = http.DefaultTransport.(*http.Transport).Clone()
+
 // NewForwarder returns the Forwarder for dest, which it validates (see
 // config.Forward.Validate) without changing it. client's Transport and
-// Timeout are used (nil means a new http.Client on http.DefaultTransport),
-// but never its redirect policy.
+// Timeout are used (nil means the forwarders' own transport, a clone of
+// http.DefaultTransport, so nothing else in the process that closes
+// DefaultTransport's idle connections disturbs a forward), but never its
+// redirect policy.
 func NewForwarder(dest *config.Forward, client *http.Client) (*Forwarder, error) {
 	if dest == nil {
 		return nil, errors.New("no destination")
@@ -306,7 +311,7 @@ func NewForwarder(dest *config.Forward, client *http.Client) (*Forwarder, error)
 	if err != nil { // Validate parsed it already
 		return nil, errors.New("url must be an absolute http or https URL")
 	}
-	var c http.Client
+	c := http.Client{Transport: forwardTransport}
 	if client != nil {
 		c = *client
 	}
