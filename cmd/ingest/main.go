@@ -6,12 +6,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/inboxhq/inbox/internal/cli"
@@ -22,17 +18,7 @@ import (
 	"github.com/inboxhq/inbox/internal/pg"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "ingest:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("ingest", run, nil) }
 
 // run starts ingest and serves until ctx is cancelled, then drains in-flight
 // requests and returns nil.

@@ -36,9 +36,6 @@ func newGitHub(cfg Config) (Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTolerance(cfg.Tolerance); err != nil {
-		return nil, err
-	}
 	return &githubVerifier{keys: keys}, nil
 }
 

@@ -87,13 +87,10 @@ var ErrUnknownProvider = errors.New("unknown provider")
 // tolerance is negative. Its errors name a secret by its 1-based position,
 // never by its value. The Verifier is safe for concurrent use.
 func New(cfg Config) (Verifier, error) {
-	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("no secret configured")
-	}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("secret %d is empty", i+1)
-		}
+	// Each constructor checks the secrets (rawKeys, or newStandard's own
+	// decoding); the tolerance is checked once here.
+	if err := checkTolerance(cfg.Tolerance); err != nil {
+		return nil, err
 	}
 	if cfg.Tolerance == 0 {
 		cfg.Tolerance = DefaultTolerance

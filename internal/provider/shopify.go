@@ -35,9 +35,6 @@ func newShopify(cfg Config) (Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTolerance(cfg.Tolerance); err != nil {
-		return nil, err
-	}
 	return &shopifyVerifier{keys: keys}, nil
 }
 

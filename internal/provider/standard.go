@@ -43,9 +43,6 @@ func newStandard(cfg Config) (Verifier, error) {
 		}
 		keys[i] = k
 	}
-	if err := checkTolerance(cfg.Tolerance); err != nil {
-		return nil, err
-	}
 	return &standardVerifier{keys: keys, tolerance: cfg.Tolerance}, nil
 }
 

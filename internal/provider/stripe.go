@@ -24,9 +24,6 @@ func newStripe(cfg Config) (Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTolerance(cfg.Tolerance); err != nil {
-		return nil, err
-	}
 	return &stripeVerifier{keys: keys, tolerance: cfg.Tolerance}, nil
 }
 
