@@ -2,32 +2,64 @@ package envelope
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/inboxhq/inbox/internal/groupcommit"
 )
 
 // Store is the envelope table's PostgreSQL store.
 type Store struct {
-	pool  *pgxpool.Pool
-	river *river.Client[pgx.Tx]
+	pool    *pgxpool.Pool
+	river   *river.Client[pgx.Tx]
+	inserts *groupcommit.Committer[prepared, InsertResult]
 }
 
-// NewStore returns a Store. client may be an insert-only River client (one
-// with no queues); it is used to enqueue processing jobs.
+// StoreOptions tune how Insert groups deliveries into transactions. Zero
+// values take the defaults.
+type StoreOptions struct {
+	// MaxBatch is the most deliveries one transaction stores (default 64).
+	MaxBatch int
+	// MaxConcurrent is how many insert transactions may be in flight at
+	// once, each on its own pool connection (default 4).
+	MaxConcurrent int
+}
+
+// NewStore returns a Store with the default StoreOptions. client may be an
+// insert-only River client (one with no queues); it is used to enqueue
+// processing jobs.
 func NewStore(pool *pgxpool.Pool, client *river.Client[pgx.Tx]) *Store {
-	return &Store{pool: pool, river: client}
+	return NewStoreWith(pool, client, StoreOptions{})
+}
+
+// NewStoreWith returns a Store with opts.
+func NewStoreWith(pool *pgxpool.Pool, client *river.Client[pgx.Tx], opts StoreOptions) *Store {
+	s := &Store{pool: pool, river: client}
+	s.inserts = groupcommit.New(s.insertBatch, groupcommit.Options{
+		MaxBatch:      opts.MaxBatch,
+		MaxConcurrent: opts.MaxConcurrent,
+		Timeout:       10 * time.Second,
+	})
+	return s
 }
 
 // Pool returns the store's pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// InsertStats returns how many insert transactions committed (or failed)
+// and how many deliveries they held.
+func (s *Store) InsertStats() (transactions, deliveries int64) { return s.inserts.Stats() }
 
 // NewDelivery is a verified delivery to store.
 type NewDelivery struct {
@@ -63,102 +95,264 @@ func (e *ConflictError) Error() string {
 	return fmt.Sprintf("delivery id already stored as envelope %d with a different body (conflict %d recorded)", e.EnvelopeID, e.ConflictID)
 }
 
+// prepared is a delivery with what its rows need computed.
+type prepared struct {
+	d        NewDelivery
+	sum      []byte
+	headers  []byte
+	signedAt *time.Time
+	payload  []byte
+}
+
 // Insert stores d as a new envelope and enqueues its processing job in the
 // same transaction, and returns only after COMMIT. A delivery id already
 // stored with the same body records a duplicate (a row in
 // envelope_duplicate; it never waits for a worker processing the envelope)
-// and enqueues nothing; with a
-// different body it records a conflict and returns *ConflictError. Safe to
-// call concurrently with the same delivery: exactly one call inserts.
+// and enqueues nothing; with a different body it records a conflict and
+// returns *ConflictError. Safe to call concurrently with the same delivery:
+// exactly one call inserts.
+//
+// Concurrent calls share transactions (group commit, see package
+// groupcommit): a call that arrives while another commit is in flight is
+// stored by the next one, with every other call waiting then. Each call
+// still gets its own answer, and an error answers only the calls of the
+// transaction that failed: a transaction that fails for one delivery's
+// sake (a row the database refuses) is retried one delivery per
+// transaction, so that delivery alone gets the error. When ctx ends before
+// its transaction began, the delivery is not stored.
 func (s *Store) Insert(ctx context.Context, d NewDelivery) (InsertResult, error) {
-	sum := sha256.Sum256(d.Body)
 	headers, err := json.Marshal(d.Headers)
 	if err != nil {
 		return InsertResult{}, fmt.Errorf("encode headers: %w", err)
 	}
-	var signedAt *time.Time
+	sum := sha256.Sum256(d.Body)
+	p := prepared{d: d, sum: sum[:], headers: headers, payload: storablePayload(d.Payload)}
 	if !d.SignedAt.IsZero() {
-		signedAt = &d.SignedAt
+		p.signedAt = &d.SignedAt
 	}
-	payload := storablePayload(d.Payload)
-
-	var res InsertResult
-	var conflict *ConflictError
-	for try := 0; ; try++ {
-		res, conflict, err = s.insertTx(ctx, d, sum[:], headers, signedAt, payload)
-		if !errors.Is(err, errVanished) || try == 2 {
-			break
-		}
-	}
-	if err != nil {
-		return InsertResult{}, err
-	}
-	if conflict != nil {
-		return InsertResult{EnvelopeID: conflict.EnvelopeID}, conflict
-	}
-	return res, nil
+	return s.inserts.Do(ctx, p)
 }
 
 // errVanished means the stored delivery a conflict pointed at was deleted
 // (retention) before it could be read: the insert is tried again.
 var errVanished = errors.New("stored delivery vanished")
 
-// insertTx is one attempt of Insert, in one transaction.
-func (s *Store) insertTx(ctx context.Context, d NewDelivery, sum, headers []byte, signedAt *time.Time, payload []byte) (InsertResult, *ConflictError, error) {
-	var res InsertResult
-	var conflict *ConflictError
+// insertBatch stores items in one transaction; when that fails on a
+// statement the server refused, it stores each item in a transaction of
+// its own, so a bad row fails alone.
+func (s *Store) insertBatch(ctx context.Context, items []prepared) []groupcommit.Result[InsertResult] {
+	out, err := s.insertTx(ctx, items)
+	if err == nil {
+		return out
+	}
+	out = make([]groupcommit.Result[InsertResult], len(items))
+	var pgErr *pgconn.PgError
+	if len(items) > 1 && ctx.Err() == nil && (errors.As(err, &pgErr) || errors.Is(err, errVanished)) {
+		for i := range items {
+			one, err := s.insertTx(ctx, items[i:i+1])
+			if err != nil {
+				out[i] = groupcommit.Result[InsertResult]{Err: err}
+				continue
+			}
+			out[i] = one[0]
+		}
+		return out
+	}
+	for i := range out {
+		out[i] = groupcommit.Result[InsertResult]{Err: err}
+	}
+	return out
+}
+
+type deliveryKey struct{ source, id string }
+
+// insertTx stores items in one transaction: one multi-row envelope insert,
+// one lookup of the delivery ids already taken, one insert of the
+// duplicates, the conflicts one by one (rare), and one River InsertManyTx
+// for the new envelopes' jobs. Rows are written in (source, delivery id)
+// order so two concurrent transactions cannot deadlock on the unique index.
+func (s *Store) insertTx(ctx context.Context, items []prepared) ([]groupcommit.Result[InsertResult], error) {
+	out := make([]groupcommit.Result[InsertResult], len(items))
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), cmp.Compare(items[a].d.DeliveryID, items[b].d.DeliveryID))
+	})
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `
-			INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-			ON CONFLICT (source, delivery_id) DO NOTHING
-			RETURNING id`,
-			d.Source, d.Provider, d.DeliveryID, d.EventType, d.Body, payload, headers, sum, len(d.Body), signedAt,
-		).Scan(&res.EnvelopeID)
-		switch {
-		case err == nil:
-			opts := &river.InsertOpts{MaxAttempts: d.MaxAttempts}
-			if _, err := s.river.InsertTx(ctx, tx, ProcessArgs{EnvelopeID: res.EnvelopeID, Source: d.Source}, opts); err != nil {
-				return fmt.Errorf("enqueue envelope %d: %w", res.EnvelopeID, err)
+		var fresh, dups []int
+		var conflicts []int
+		todo := order
+		for round := 0; len(todo) > 0; round++ {
+			if round == 3 {
+				return errVanished
 			}
-			return nil
-		case !errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("insert envelope: %w", err)
-		}
-		// The delivery id is taken (ON CONFLICT waited for the other
-		// transaction to commit). FOR KEY SHARE keeps retention from
-		// deleting the row meanwhile, and does not wait for a worker, which
-		// holds the row FOR NO KEY UPDATE for its whole transaction.
-		var storedSum []byte
-		err = tx.QueryRow(ctx, `SELECT id, body_sha256 FROM envelope WHERE source = $1 AND delivery_id = $2 FOR KEY SHARE`,
-			d.Source, d.DeliveryID).Scan(&res.EnvelopeID, &storedSum)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Deleted by retention between the two statements: insert again.
-			return errVanished
-		}
-		if err != nil {
-			return fmt.Errorf("load stored delivery: %w", err)
-		}
-		if bytes.Equal(storedSum, sum) {
-			res.Duplicate = true
-			if _, err := tx.Exec(ctx, `INSERT INTO envelope_duplicate (envelope_id) VALUES ($1)`, res.EnvelopeID); err != nil {
-				return fmt.Errorf("record duplicate: %w", err)
+			inserted, err := insertEnvelopes(ctx, tx, items, todo)
+			if err != nil {
+				return err
 			}
-			return nil
+			var taken []int
+			for _, i := range todo {
+				k := deliveryKey{items[i].d.Source, items[i].d.DeliveryID}
+				if id, ok := inserted[k]; ok {
+					delete(inserted, k) // a second copy in this batch is a duplicate of the first
+					out[i].Value.EnvelopeID = id
+					fresh = append(fresh, i)
+					continue
+				}
+				taken = append(taken, i)
+			}
+			if len(taken) == 0 {
+				break
+			}
+			stored, err := lookupStored(ctx, tx, items, taken)
+			if err != nil {
+				return err
+			}
+			todo = todo[:0:0]
+			for _, i := range taken {
+				st, ok := stored[deliveryKey{items[i].d.Source, items[i].d.DeliveryID}]
+				if !ok {
+					// Deleted by retention between the two statements: insert again.
+					todo = append(todo, i)
+					continue
+				}
+				out[i].Value.EnvelopeID = st.id
+				if bytes.Equal(st.sum, items[i].sum) {
+					out[i].Value.Duplicate = true
+					dups = append(dups, i)
+				} else {
+					conflicts = append(conflicts, i)
+				}
+			}
 		}
-		// Different body: record the conflict, leave the original alone.
-		conflict = &ConflictError{EnvelopeID: res.EnvelopeID}
-		err = tx.QueryRow(ctx, `
-			INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body, headers)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)
-			RETURNING id`, res.EnvelopeID, d.Source, d.DeliveryID, sum, len(d.Body), d.Body, headers,
-		).Scan(&conflict.ConflictID)
-		if err != nil {
-			return fmt.Errorf("record conflict: %w", err)
+		if len(dups) > 0 {
+			ids := make([]int64, len(dups))
+			for n, i := range dups {
+				ids[n] = out[i].Value.EnvelopeID
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO envelope_duplicate (envelope_id) SELECT unnest($1::bigint[])`, ids); err != nil {
+				return fmt.Errorf("record duplicates: %w", err)
+			}
+		}
+		for _, i := range conflicts {
+			// Different body: record the conflict, leave the original alone.
+			it := items[i]
+			conflict := &ConflictError{EnvelopeID: out[i].Value.EnvelopeID}
+			err := tx.QueryRow(ctx, `
+				INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body, headers)
+				VALUES ($1, $2, $3, $4, $5, $6, $7)
+				RETURNING id`, conflict.EnvelopeID, it.d.Source, it.d.DeliveryID, it.sum, len(it.d.Body), it.d.Body, it.headers,
+			).Scan(&conflict.ConflictID)
+			if err != nil {
+				return fmt.Errorf("record conflict: %w", err)
+			}
+			out[i].Err = conflict
+		}
+		if len(fresh) > 0 {
+			params := make([]river.InsertManyParams, len(fresh))
+			for n, i := range fresh {
+				params[n] = river.InsertManyParams{
+					Args:       ProcessArgs{EnvelopeID: out[i].Value.EnvelopeID, Source: items[i].d.Source},
+					InsertOpts: &river.InsertOpts{MaxAttempts: items[i].d.MaxAttempts},
+				}
+			}
+			if _, err := s.river.InsertManyTx(ctx, tx, params); err != nil {
+				return fmt.Errorf("enqueue %d envelopes: %w", len(fresh), err)
+			}
 		}
 		return nil
 	})
-	return res, conflict, err
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if c, ok := out[i].Err.(*ConflictError); ok {
+			out[i].Value = InsertResult{EnvelopeID: c.EnvelopeID}
+		}
+	}
+	return out, nil
+}
+
+// insertEnvelopes inserts the items at idx (in that order) and returns the
+// ids of the rows it inserted; a delivery id already taken inserts nothing
+// (ON CONFLICT waits for a concurrent inserter to commit or roll back).
+func insertEnvelopes(ctx context.Context, tx pgx.Tx, items []prepared, idx []int) (map[deliveryKey]int64, error) {
+	n := len(idx)
+	var (
+		sources, providers, ids, types  = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		bodies, payloads, headers, sums = make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
+		sizes                           = make([]int32, n)
+		signed                          = make([]*time.Time, n)
+	)
+	for j, i := range idx {
+		it := items[i]
+		sources[j], providers[j], ids[j], types[j] = it.d.Source, it.d.Provider, it.d.DeliveryID, it.d.EventType
+		bodies[j], payloads[j], headers[j], sums[j] = it.d.Body, it.payload, it.headers, it.sum
+		if bodies[j] == nil {
+			bodies[j] = []byte{} // an empty body is stored as empty, not as purged
+		}
+		sizes[j], signed[j] = int32(len(it.d.Body)), it.signedAt
+	}
+	rows, err := tx.Query(ctx, `
+		INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at)
+		SELECT source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at
+		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::jsonb[], $7::jsonb[], $8::bytea[], $9::int[], $10::timestamptz[])
+		       WITH ORDINALITY AS d(source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, ord)
+		 ORDER BY ord
+		ON CONFLICT (source, delivery_id) DO NOTHING
+		RETURNING id, source, delivery_id`,
+		sources, providers, ids, types, bodies, payloads, headers, sums, sizes, signed)
+	if err != nil {
+		return nil, fmt.Errorf("insert envelopes: %w", err)
+	}
+	inserted := make(map[deliveryKey]int64, n)
+	var k deliveryKey
+	var id int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &k.source, &k.id}, func() error {
+		inserted[k] = id
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("insert envelopes: %w", err)
+	}
+	return inserted, nil
+}
+
+type storedDelivery struct {
+	id  int64
+	sum []byte
+}
+
+// lookupStored reads the stored envelopes of the items at idx. FOR KEY
+// SHARE keeps retention from deleting them meanwhile, and does not wait for
+// a worker, which holds the row FOR NO KEY UPDATE for its whole transaction.
+func lookupStored(ctx context.Context, tx pgx.Tx, items []prepared, idx []int) (map[deliveryKey]storedDelivery, error) {
+	sources, ids := make([]string, len(idx)), make([]string, len(idx))
+	for j, i := range idx {
+		sources[j], ids[j] = items[i].d.Source, items[i].d.DeliveryID
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT e.id, e.source, e.delivery_id, e.body_sha256
+		  FROM envelope e
+		 WHERE (e.source, e.delivery_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+		 ORDER BY e.source, e.delivery_id
+		   FOR KEY SHARE`, sources, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load stored deliveries: %w", err)
+	}
+	stored := make(map[deliveryKey]storedDelivery, len(idx))
+	var k deliveryKey
+	var st storedDelivery
+	_, err = pgx.ForEachRow(rows, []any{&st.id, &k.source, &k.id, &st.sum}, func() error {
+		stored[k] = storedDelivery{id: st.id, sum: append([]byte(nil), st.sum...)}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load stored deliveries: %w", err)
+	}
+	return stored, nil
 }
 
 // storablePayload returns the payload for the jsonb column, or nil when

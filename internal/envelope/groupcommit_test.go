@@ -1,0 +1,212 @@
+package envelope_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/pgtest"
+)
+
+type storeBundle struct {
+	pool  *pgxpool.Pool
+	store *envelope.Store
+}
+
+func setupStore(t *testing.T, opts envelope.StoreOptions) *storeBundle {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	rc, err := envelope.NewInsertClient(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	return &storeBundle{pool: pool, store: envelope.NewStoreWith(pool, rc, opts)}
+}
+
+func delivery(id, body string) envelope.NewDelivery {
+	return envelope.NewDelivery{Source: "src", Provider: "github", DeliveryID: id, EventType: "push",
+		Body: []byte(body), Payload: []byte(body), Headers: map[string]string{"X-GitHub-Event": "push"}}
+}
+
+func (b *storeBundle) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// holdInserts blocks every envelope insert until the returned func is
+// called, so that the deliveries sent meanwhile queue up and are committed
+// together once it is released.
+func (b *storeBundle) holdInserts(t *testing.T) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE envelope IN SHARE MODE")
+	require.NoError(t, err)
+	var once sync.Once
+	release = func() { once.Do(func() { require.NoError(t, tx.Rollback(ctx)) }) }
+	t.Cleanup(release)
+	return release
+}
+
+type answer struct {
+	res envelope.InsertResult
+	err error
+}
+
+// sendTogether starts every delivery at once while inserts are held, waits
+// until all of them wait in the store's queue or its one transaction, then
+// releases the hold and returns the answers in order.
+func (b *storeBundle) sendTogether(t *testing.T, ds []envelope.NewDelivery) []answer {
+	t.Helper()
+	release := b.holdInserts(t)
+	answers := make([]answer, len(ds))
+	var wg sync.WaitGroup
+	// The first one takes the only transaction slot and blocks on the lock.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r, err := b.store.Insert(context.Background(), ds[0])
+		answers[0] = answer{r, err}
+	}()
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0
+	}, 10*time.Second, 5*time.Millisecond)
+	for i := 1; i < len(ds); i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r, err := b.store.Insert(context.Background(), ds[i])
+			answers[i] = answer{r, err}
+		}(i)
+	}
+	release()
+	wg.Wait()
+	return answers
+}
+
+func TestConcurrentDeliveriesShareATransactionAndEachGetsItsOwnAnswer(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t, envelope.StoreOptions{MaxConcurrent: 1, MaxBatch: 64})
+	// Stored before: one to be redelivered with the same body, one with another.
+	_, err := b.store.Insert(context.Background(), delivery("old-same", `{"n":1}`))
+	require.NoError(t, err)
+	_, err = b.store.Insert(context.Background(), delivery("old-diff", `{"n":1}`))
+	require.NoError(t, err)
+
+	ds := []envelope.NewDelivery{delivery("first", `{"first":1}`)}
+	for i := range 20 {
+		ds = append(ds, delivery(fmt.Sprintf("new-%02d", i), fmt.Sprintf(`{"i":%d}`, i)))
+	}
+	ds = append(ds,
+		delivery("old-same", `{"n":1}`),   // duplicate of a stored envelope
+		delivery("old-diff", `{"n":2}`),   // conflict with a stored envelope
+		delivery("new-03", `{"i":3}`),     // duplicate of a new one in the same transaction
+		delivery("new-04", `{"other":4}`), // conflict with a new one in the same transaction
+	)
+	txBefore, _ := b.store.InsertStats()
+	answers := b.sendTogether(t, ds)
+	txAfter, _ := b.store.InsertStats()
+	require.LessOrEqual(t, txAfter-txBefore, int64(2), "the deliveries that waited are committed together")
+
+	ids := map[string]int64{}
+	for i, a := range answers[:21] {
+		require.NoError(t, a.err, ds[i].DeliveryID)
+		require.False(t, a.res.Duplicate)
+		require.NotZero(t, a.res.EnvelopeID)
+		ids[ds[i].DeliveryID] = a.res.EnvelopeID
+	}
+	require.Len(t, ids, 21, "distinct envelopes")
+	dupOld, conflictOld, dupNew, conflictNew := answers[21], answers[22], answers[23], answers[24]
+	require.NoError(t, dupOld.err)
+	require.True(t, dupOld.res.Duplicate)
+	var c *envelope.ConflictError
+	require.ErrorAs(t, conflictOld.err, &c)
+	require.NotZero(t, c.ConflictID)
+	require.NoError(t, dupNew.err)
+	require.True(t, dupNew.res.Duplicate)
+	require.Equal(t, ids["new-03"], dupNew.res.EnvelopeID)
+	require.ErrorAs(t, conflictNew.err, &c)
+	require.Equal(t, ids["new-04"], c.EnvelopeID)
+
+	require.Equal(t, 23, b.count(t, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 23, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+	require.Equal(t, 23, b.count(t, `SELECT count(DISTINCT (args->>'envelope_id')::bigint) FROM river_job WHERE kind = 'process_envelope'`))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_duplicate`))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_conflict`))
+	require.Equal(t, `{"i": 4}`, func() string {
+		var p string
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT payload::text FROM envelope WHERE delivery_id = 'new-04'`).Scan(&p))
+		return p
+	}(), "the first copy is the one stored")
+}
+
+func TestARowTheDatabaseRefusesFailsAloneAndItsNeighboursAreStored(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t, envelope.StoreOptions{MaxConcurrent: 1})
+	bad := delivery("bad", `{}`)
+	bad.Source = "Not A Valid Source" // refused by envelope's CHECK
+	ds := []envelope.NewDelivery{delivery("a", `{}`), delivery("b", `{}`), bad, delivery("c", `{}`)}
+	answers := b.sendTogether(t, ds)
+	for i, a := range answers {
+		if i == 2 {
+			require.Error(t, a.err)
+			continue
+		}
+		require.NoError(t, a.err, ds[i].DeliveryID)
+		require.NotZero(t, a.res.EnvelopeID)
+	}
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+}
+
+func TestAJobThatCannotBeEnqueuedStoresNeitherItsEnvelopeNorFailsItsNeighbours(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t, envelope.StoreOptions{MaxConcurrent: 1})
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `
+		CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.args->>'source' = 'boom' THEN RAISE EXCEPTION 'job insert refused'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_boom BEFORE INSERT ON river_job FOR EACH ROW EXECUTE FUNCTION refuse_boom();`)
+	require.NoError(t, err)
+	boom := delivery("boom-1", `{}`)
+	boom.Source = "boom"
+	answers := b.sendTogether(t, []envelope.NewDelivery{delivery("a", `{}`), boom, delivery("b", `{}`)})
+	require.NoError(t, answers[0].err)
+	require.ErrorContains(t, answers[1].err, "job insert refused")
+	require.NoError(t, answers[2].err)
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope WHERE source = 'boom'`), "no envelope without its job")
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+}
+
+func TestADeliveryWhoseContextEndsWhileQueuedIsNotStored(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t, envelope.StoreOptions{MaxConcurrent: 1})
+	release := b.holdInserts(t)
+	first := make(chan error, 1)
+	go func() { _, err := b.store.Insert(context.Background(), delivery("first", `{}`)); first <- err }()
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0
+	}, 10*time.Second, 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := b.store.Insert(ctx, delivery("impatient", `{}`))
+	require.True(t, errors.Is(err, context.DeadlineExceeded), "got %v", err)
+	release()
+	require.NoError(t, <-first)
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope WHERE delivery_id = 'impatient'`))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope`))
+}
