@@ -27,7 +27,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	addr := fs.String("addr", "INGEST_ADDR", ":8080", "listen address")
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file")
 	storeTimeout := fs.Duration("store-timeout", "INGEST_STORE_TIMEOUT", 3*time.Second, "bound on storing one delivery; past it the answer is 503")
-	maxConns := fs.Int("db-max-conns", "INGEST_DB_MAX_CONNS", 20, "database pool size")
+	maxConns := fs.Int("db-max-conns", "INGEST_DB_MAX_CONNS", 20, "database pool size (at least --store-concurrency + 2)")
+	storeBatch := fs.Int("store-batch", "INGEST_STORE_BATCH", 64, "most deliveries one transaction stores: deliveries arriving while a commit is in flight share the next one (1: one transaction each)")
+	storeConcurrency := fs.Int("store-concurrency", "INGEST_STORE_CONCURRENCY", 4, "store transactions in flight at once (default from measurement: docs/benchmarks.md)")
 	drain := fs.Duration("shutdown-timeout", "INGEST_SHUTDOWN_TIMEOUT", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
@@ -44,6 +46,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if *cfgPath == "" {
 		return errors.New("no sources file: set --config or INBOX_CONFIG")
+	}
+	if *storeBatch < 1 || *storeConcurrency < 1 || *maxConns < *storeConcurrency+2 {
+		return errors.New("--store-batch and --store-concurrency must be at least 1, and --db-max-conns at least --store-concurrency + 2")
 	}
 	cfg, err := config.Load(*cfgPath, getenv)
 	if err != nil {
@@ -68,7 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg := metrics.NewRegistry()
 	m := metrics.NewIngest(reg)
 	m.Init(cfg.Names())
-	srv, err := ingest.New(cfg, envelope.NewStore(pool, riverClient), logger, ingest.Options{StoreTimeout: *storeTimeout, Observe: m.Observe})
+	srv, err := ingest.New(cfg, envelope.NewStoreWith(pool, riverClient, envelope.StoreOptions{MaxBatch: *storeBatch, MaxConcurrent: *storeConcurrency}), logger, ingest.Options{StoreTimeout: *storeTimeout, Observe: m.Observe})
 	if err != nil {
 		return err
 	}

@@ -24,10 +24,13 @@ import (
 
 func runWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlags("worker run", getenv, stderr)
-	maxWorkers := fs.Int("max-workers", "WORKER_MAX_WORKERS", 10, "envelopes processed at once")
+	maxWorkers := fs.Int("max-workers", "WORKER_MAX_WORKERS", worker.DefaultMaxWorkers, "jobs River runs at once; they wait to share batch transactions, so this is not a connection count (default from measurement: docs/benchmarks.md)")
+	batchSize := fs.Int("batch-size", "WORKER_BATCH_SIZE", worker.DefaultBatching.MaxBatch, fmt.Sprintf("most envelopes one transaction processes (1 to %d; 1 turns batching off)", worker.MaxBatchLimit))
+	batchConcurrency := fs.Int("batch-concurrency", "WORKER_BATCH_CONCURRENCY", worker.DefaultBatching.MaxConcurrent, "batch transactions at once, one connection each")
+	unbatched := fs.Int("forward-concurrency", "WORKER_FORWARD_CONCURRENCY", worker.DefaultBatching.MaxUnbatched, "envelopes of forwarding sources (one transaction each, outbound HTTP inside) processed at once")
 	jobTimeout := fs.Duration("job-timeout", "WORKER_JOB_TIMEOUT", time.Minute, "bound on one processing attempt (never disabled)")
 	rescueAfter := fs.Duration("rescue-after", "WORKER_RESCUE_AFTER", 0, "rescue a job whose worker died after this long (default job timeout + 1m; must exceed it)")
-	fetchCooldown := fs.Duration("fetch-cooldown", "WORKER_FETCH_COOLDOWN", 0, "River fetch cooldown (default 100ms)")
+	fetchCooldown := fs.Duration("fetch-cooldown", "WORKER_FETCH_COOLDOWN", worker.DefaultFetchCooldown, "River fetch cooldown: at most --max-workers jobs are fetched per cooldown")
 	fetchPoll := fs.Duration("fetch-poll-interval", "WORKER_FETCH_POLL_INTERVAL", 0, "River fetch poll interval (default 1s)")
 	snoozeDefault := fs.Duration("snooze", "WORKER_SNOOZE", worker.DefaultPolicy.SnoozeDefault, "wait of a not-ready envelope")
 	maxSnooze := fs.Duration("max-snooze", "WORKER_MAX_SNOOZE", worker.DefaultPolicy.MaxSnooze, "cap on one snooze (downstream Retry-After included)")
@@ -55,6 +58,10 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if *maxWorkers < 1 {
 		return usageError{errors.New("--max-workers must be at least 1")}
 	}
+	if *batchSize < 1 || *batchSize > worker.MaxBatchLimit || *batchConcurrency < 1 || *unbatched < 1 {
+		return usageError{fmt.Errorf("--batch-size must be 1 to %d, --batch-concurrency and --forward-concurrency at least 1", worker.MaxBatchLimit)}
+	}
+	batching := worker.Batching{MaxBatch: *batchSize, MaxConcurrent: *batchConcurrency, MaxUnbatched: *unbatched}
 	if *purgeEvery < 0 || (*purgeEvery > 0 && *purgeEvery < time.Minute) {
 		return usageError{errors.New("--purge-interval must be 0 (off) or at least 1m")}
 	}
@@ -101,7 +108,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		}
 	}
 	pool, err := pg.Open(ctx, getenv("DATABASE_URL"), pg.Options{
-		MaxConns:        int32(*maxWorkers + 5),
+		MaxConns:        int32(worker.PoolSize(batching)),
 		IdleInTxTimeout: *jobTimeout + 10*time.Second,
 		ApplicationName: "inbox-worker",
 	})
@@ -126,6 +133,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			JobTimeout:    *jobTimeout,
 		},
 		MaxWorkers:           *maxWorkers,
+		Batching:             batching,
 		FetchCooldown:        *fetchCooldown,
 		FetchPollInterval:    *fetchPoll,
 		RescueStuckJobsAfter: *rescueAfter,
@@ -141,7 +149,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if *cfgPath == "" {
 		logger.Warn("no sources file (--config / INBOX_CONFIG): forwarding, per-source backoff, throttle and max_attempts are off; give the worker the same file as ingest")
 	}
-	logger.Info("worker started", "max_workers", *maxWorkers, "job_timeout", jobTimeout.String(), "database", pg.Redact(getenv("DATABASE_URL")))
+	logger.Info("worker started", "max_workers", *maxWorkers, "batch_size", batching.MaxBatch, "batch_concurrency", batching.MaxConcurrent, "job_timeout", jobTimeout.String(), "database", pg.Redact(getenv("DATABASE_URL")))
 	fmt.Fprintln(stdout, "worker started")
 	var adminErr <-chan error
 	if *adminAddr != "" {

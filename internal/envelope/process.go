@@ -99,6 +99,142 @@ func Get(ctx context.Context, q interface {
 // another worker got there first, and the caller must roll back.
 var ErrNotPending = errors.New("envelope is no longer pending")
 
+// LockMany is Lock for many envelopes in one statement: it loads and locks
+// (FOR NO KEY UPDATE, in id order, so two callers cannot deadlock) those of
+// ids that exist, each with the database's clock when its row was locked.
+// With skipLocked, rows another transaction holds are left out instead of
+// waited for (the caller tells them from missing ones with Existing).
+func LockMany(ctx context.Context, tx pgx.Tx, ids []int64, skipLocked bool) (map[int64]*Envelope, map[int64]time.Time, error) {
+	q := `SELECT clock_timestamp(), ` + envelopeColumns + ` FROM envelope WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`
+	if skipLocked {
+		q += ` SKIP LOCKED`
+	}
+	rows, err := tx.Query(ctx, q, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock %d envelopes: %w", len(ids), err)
+	}
+	defer rows.Close()
+	envs := make(map[int64]*Envelope, len(ids))
+	clocks := make(map[int64]time.Time, len(ids))
+	for rows.Next() {
+		var now time.Time
+		e, err := scanEnvelope(prefixed{rows, &now})
+		if err != nil {
+			return nil, nil, fmt.Errorf("lock envelopes: %w", err)
+		}
+		envs[e.ID], clocks[e.ID] = e, now
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("lock %d envelopes: %w", len(ids), err)
+	}
+	return envs, clocks, nil
+}
+
+// prefixed scans one leading column into first, then the rest as usual.
+type prefixed struct {
+	pgx.Rows
+	first *time.Time
+}
+
+func (p prefixed) Scan(dest ...any) error { return p.Rows.Scan(append([]any{p.first}, dest...)...) }
+
+// Existing returns which of ids exist, without locking them.
+func Existing(ctx context.Context, q Querier, ids []int64) (map[int64]bool, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM envelope WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("look up envelopes: %w", err)
+	}
+	out := make(map[int64]bool, len(ids))
+	var id int64
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		out[id] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("look up envelopes: %w", err)
+	}
+	return out, nil
+}
+
+// Querier is what read-only store functions need: a pool, a connection or
+// a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Record is one attempt's effect on its envelope, for FinishMany.
+type Record struct {
+	EnvelopeID int64
+	// Status is the envelope's status after the attempt: a final one (done,
+	// ignored, failed), or pending for a retry or snooze.
+	Status Status
+	// Result is the handler's result (final statuses only).
+	Result  json.RawMessage
+	Attempt Attempt
+}
+
+// FinishMany records attempts of many envelopes in one statement, each a
+// compare-and-set on its envelope being pending: a final Status moves the
+// envelope there with its result and error (last_error cleared by done and
+// ignored; the attempts keep the history) and sets processed_at; pending
+// (a retry or snooze) sets last_error. Every attempt but a snooze counts in
+// envelope.attempts, and each appends an envelope_attempt row. It returns
+// the ids it recorded: an envelope missing from them was no longer pending,
+// and nothing of it changed.
+func FinishMany(ctx context.Context, tx pgx.Tx, worker string, recs []Record) (map[int64]bool, error) {
+	n := len(recs)
+	ids, jobIDs := make([]int64, n), make([]int64, n)
+	statuses, outcomes, errs := make([]string, n), make([]string, n), make([]*string, n)
+	results := make([][]byte, n)
+	attempts := make([]int32, n)
+	started := make([]time.Time, n)
+	for i, r := range recs {
+		ids[i], jobIDs[i] = r.EnvelopeID, r.Attempt.JobID
+		statuses[i], outcomes[i] = string(r.Status), string(r.Attempt.Outcome)
+		if r.Attempt.Error != "" {
+			errs[i] = &r.Attempt.Error
+		}
+		if len(r.Result) > 0 && r.Status != StatusPending {
+			results[i] = r.Result
+		}
+		attempts[i], started[i] = int32(r.Attempt.Attempt), r.Attempt.StartedAt
+	}
+	rows, err := tx.Query(ctx, `
+		WITH input AS (
+			SELECT * FROM unnest($1::bigint[], $2::text[], $3::jsonb[], $4::text[], $5::bigint[], $6::int[], $7::text[], $8::timestamptz[])
+			       AS t(id, status, result, error, job_id, attempt, outcome, started_at)
+		), e AS (
+			UPDATE envelope
+			   SET status = i.status,
+			       result = CASE WHEN i.status = 'pending' THEN envelope.result ELSE i.result END,
+			       last_error = CASE i.status WHEN 'pending' THEN i.error WHEN 'failed' THEN coalesce(i.error, envelope.last_error) END,
+			       processed_at = CASE WHEN i.status = 'pending' THEN NULL ELSE clock_timestamp() END,
+			       attempts = envelope.attempts + CASE WHEN i.outcome = 'snoozed' THEN 0 ELSE 1 END
+			  FROM input i
+			 WHERE envelope.id = i.id AND envelope.status = 'pending'
+			RETURNING envelope.id
+		)
+		INSERT INTO envelope_attempt (envelope_id, job_id, attempt, outcome, error, started_at, finished_at, worker)
+		SELECT i.id, nullif(i.job_id, 0), i.attempt, i.outcome, i.error, i.started_at, clock_timestamp(), $9
+		  FROM input i JOIN e ON e.id = i.id
+		RETURNING envelope_id`,
+		ids, statuses, results, errs, jobIDs, attempts, outcomes, started, worker)
+	if err != nil {
+		return nil, fmt.Errorf("record %d attempts: %w", n, err)
+	}
+	done := make(map[int64]bool, n)
+	var id int64
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		done[id] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record %d attempts: %w", n, err)
+	}
+	return done, nil
+}
+
 // Finish moves a pending envelope to its final status (done, ignored or
 // failed) with its result and error, and records the attempt, inside tx.
 // last_error is cleared by done and ignored (the attempts keep the history). It
@@ -108,30 +244,11 @@ func Finish(ctx context.Context, tx pgx.Tx, id int64, status Status, result json
 	if status == StatusPending {
 		return errors.New("finish: status must be final")
 	}
-	var lastError *string
-	if a.Error != "" {
-		lastError = &a.Error
-	}
-	var res []byte
-	if len(result) > 0 {
-		res = result
-	}
-	tag, err := tx.Exec(ctx, `
-		WITH e AS (
-			UPDATE envelope
-			   SET status = $2, result = $3,
-			       last_error = CASE WHEN $2 = 'failed' THEN coalesce($4, last_error) END,
-			       processed_at = clock_timestamp(), attempts = attempts + 1
-			 WHERE id = $1 AND status = 'pending'
-			RETURNING id
-		)
-		INSERT INTO envelope_attempt (envelope_id, job_id, attempt, outcome, error, started_at, finished_at, worker)
-		SELECT id, nullif($5::bigint, 0), $6, $7, $4, $8, clock_timestamp(), $9 FROM e`,
-		id, status, res, lastError, a.JobID, a.Attempt, a.Outcome, a.StartedAt, a.Worker)
+	done, err := FinishMany(ctx, tx, a.Worker, []Record{{EnvelopeID: id, Status: status, Result: result, Attempt: a}})
 	if err != nil {
 		return fmt.Errorf("finish envelope %d: %w", id, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !done[id] {
 		return fmt.Errorf("finish envelope %d: %w", id, ErrNotPending)
 	}
 	return nil
@@ -142,19 +259,9 @@ func Finish(ctx context.Context, tx pgx.Tx, id int64, status Status, result json
 // and appends the attempt row. It changes nothing when the envelope is no
 // longer pending and reports whether it recorded.
 func RecordAttempt(ctx context.Context, tx pgx.Tx, id int64, a Attempt) (bool, error) {
-	countIt := a.Outcome != OutcomeSnoozed
-	tag, err := tx.Exec(ctx, `
-		WITH e AS (
-			UPDATE envelope
-			   SET last_error = $2, attempts = attempts + CASE WHEN $3 THEN 1 ELSE 0 END
-			 WHERE id = $1 AND status = 'pending'
-			RETURNING id
-		)
-		INSERT INTO envelope_attempt (envelope_id, job_id, attempt, outcome, error, started_at, finished_at, worker)
-		SELECT id, nullif($4::bigint, 0), $5, $6, $2, $7, clock_timestamp(), $8 FROM e`,
-		id, a.Error, countIt, a.JobID, a.Attempt, a.Outcome, a.StartedAt, a.Worker)
+	done, err := FinishMany(ctx, tx, a.Worker, []Record{{EnvelopeID: id, Status: StatusPending, Attempt: a}})
 	if err != nil {
 		return false, fmt.Errorf("record attempt of envelope %d: %w", id, err)
 	}
-	return tag.RowsAffected() > 0, nil
+	return done[id], nil
 }

@@ -145,6 +145,15 @@ func (r *Registry) LookupEnvelope(env *envelope.Envelope) (Handler, bool) {
 	return c, true
 }
 
+// HasSourceRoutes reports whether source has routes of its own
+// (forwarding): its handlers make outbound calls, so the worker runs its
+// envelopes one per transaction rather than batched.
+func (r *Registry) HasSourceRoutes(source string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.sources[source]) > 0
+}
+
 // combined runs the (provider, event type) handler, then a source's matching
 // routes.
 type combined struct {

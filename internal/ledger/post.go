@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -124,13 +123,12 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 		return Result{}, err
 	}
 
-	if t, ok, err := ByEnvelope(ctx, tx, envelopeID); err != nil {
-		return Result{}, err
-	} else if ok {
-		return Result{TransactionID: t.ID, Reason: ReasonEnvelopePosted}, nil
-	}
-
 	if p.Kind == KindRefund {
+		if t, ok, err := ByEnvelope(ctx, tx, envelopeID); err != nil {
+			return Result{}, err
+		} else if ok {
+			return Result{TransactionID: t.ID, Reason: ReasonEnvelopePosted}, nil
+		}
 		// Lock the payment first: it serializes every refund of it, so the
 		// lookups below see all refunds committed before ours.
 		pay, err := Payment(ctx, tx, p.PaymentKey)
@@ -154,37 +152,38 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 		}
 	}
 
-	// No conflict target: a lost race on either unique constraint (envelope
-	// or business key) returns no row, and the lookup says which one.
+	debit, credit := AccountPSPClearing, AccountSales
+	if p.Kind == KindRefund {
+		debit, credit = AccountRefunds, AccountPSPClearing
+	}
+	accounts, err := accountIDs(ctx, tx, p.Merchant, debit, credit)
+	if err != nil {
+		return Result{}, err
+	}
+	// One statement writes the transaction and its two entries. No conflict
+	// target: a lost race on either unique constraint (envelope or business
+	// key) inserts nothing, and existing says which one.
 	var id int64
-	err := tx.QueryRow(ctx, `
-		INSERT INTO ledger_transaction (envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor, description)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-		ON CONFLICT DO NOTHING
-		RETURNING id`,
+	err = tx.QueryRow(ctx, `
+		WITH t AS (
+			INSERT INTO ledger_transaction (envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor, description)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			ON CONFLICT DO NOTHING
+			RETURNING id
+		), e AS (
+			INSERT INTO ledger_entry (transaction_id, account_id, currency, amount_minor)
+			SELECT t.id, v.account_id, $6, v.amount_minor
+			  FROM t, (VALUES ($9::bigint, $7::bigint), ($10::bigint, -$7::bigint)) AS v(account_id, amount_minor)
+		)
+		SELECT id FROM t`,
 		envelopeID, p.IdempotencyKey, string(p.Kind), p.Merchant, p.PaymentKey, p.Currency, p.AmountMinor, p.Description,
+		accounts[debit], accounts[credit],
 	).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return existing(ctx, tx, envelopeID, p)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("insert ledger transaction %q: %w", p.IdempotencyKey, err)
-	}
-
-	debit, credit := AccountPSPClearing, AccountSales
-	if p.Kind == KindRefund {
-		debit, credit = AccountRefunds, AccountPSPClearing
-	}
-	accounts, err := ensureAccounts(ctx, tx, p.Merchant, debit, credit)
-	if err != nil {
-		return Result{}, err
-	}
-	_, err = tx.Exec(ctx, `
-		INSERT INTO ledger_entry (transaction_id, account_id, currency, amount_minor)
-		VALUES ($1, $2, $4, $5), ($1, $3, $4, -$5::bigint)`,
-		id, accounts[debit], accounts[credit], p.Currency, p.AmountMinor)
-	if err != nil {
-		return Result{}, fmt.Errorf("insert entries of ledger transaction %d: %w", id, err)
 	}
 	return Result{TransactionID: id, Created: true}, nil
 }
@@ -317,50 +316,4 @@ func Payment(ctx context.Context, tx pgx.Tx, paymentKey string) (PaymentState, e
 		return PaymentState{}, fmt.Errorf("sum refunds of payment %q: %w", paymentKey, err)
 	}
 	return s, nil
-}
-
-// ensureAccounts returns the ids of the merchant's named accounts, creating
-// the missing ones. Safe against concurrent creation: ON CONFLICT DO NOTHING
-// waits for a concurrent creator, and names are inserted in sorted order so
-// two creators cannot deadlock.
-func ensureAccounts(ctx context.Context, tx pgx.Tx, merchant string, names ...string) (map[string]int64, error) {
-	names = slices.Sorted(slices.Values(names))
-	load := func() (map[string]int64, error) {
-		rows, err := tx.Query(ctx, `SELECT name, id FROM ledger_account WHERE merchant = $1 AND name = ANY($2)`, merchant, names)
-		if err != nil {
-			return nil, fmt.Errorf("load accounts of merchant %q: %w", merchant, err)
-		}
-		ids := make(map[string]int64, len(names))
-		var name string
-		var id int64
-		_, err = pgx.ForEachRow(rows, []any{&name, &id}, func() error {
-			ids[name] = id
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("load accounts of merchant %q: %w", merchant, err)
-		}
-		return ids, nil
-	}
-	ids, err := load()
-	if err != nil || len(ids) == len(names) {
-		return ids, err
-	}
-	for _, name := range names {
-		if _, ok := ids[name]; ok {
-			continue
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO ledger_account (merchant, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`, merchant, name); err != nil {
-			return nil, fmt.Errorf("create account %s of merchant %q: %w", name, merchant, err)
-		}
-	}
-	if ids, err = load(); err != nil {
-		return nil, err
-	}
-	for _, name := range names {
-		if _, ok := ids[name]; !ok {
-			return nil, fmt.Errorf("account %s of merchant %q missing after creation", name, merchant)
-		}
-	}
-	return ids, nil
 }

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -17,12 +18,16 @@ import (
 // Config configures the worker's River client.
 type Config struct {
 	Policy Policy
-	// MaxWorkers is how many envelopes are processed at once (default 10).
-	// The pool needs MaxWorkers + 2 connections: one per running job, one
-	// for River's listener, one for its maintenance.
+	// MaxWorkers is how many jobs River runs at once (default
+	// DefaultMaxWorkers). A running job holds no connection while it waits
+	// for its batch, so this is how many envelopes can wait to share a
+	// transaction, not how many transactions run: see Batching.
 	MaxWorkers int
+	// Batching bounds the transactions that process envelopes. The pool
+	// needs PoolSize(Batching) connections.
+	Batching Batching
 	// FetchCooldown and FetchPollInterval tune River's fetch loop; zero keeps
-	// River's defaults (100 ms, 1 s).
+	// DefaultFetchCooldown and River's default poll interval (1 s).
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 	// RescueStuckJobsAfter is when River rescues a job whose worker died. It
@@ -47,11 +52,27 @@ type Config struct {
 	Register func(*river.Workers) error
 }
 
+// DefaultMaxWorkers is River's MaxWorkers when Config sets none: enough
+// waiting jobs to fill DefaultBatching's batches (2 x 50) twice over, so one
+// set of batches forms while the other commits.
+const DefaultMaxWorkers = 200
+
+// DefaultFetchCooldown is River's FetchCooldown when Config sets none.
+// River fetches at most once per cooldown, so it caps a worker at about
+// MaxWorkers jobs per cooldown (200 / 20 ms = 10,000 jobs/s).
+const DefaultFetchCooldown = 20 * time.Millisecond
+
+// PoolSize is how many connections a worker's pool needs: one per batch
+// transaction, plus River's listener, its leader's maintenance services
+// and completer, the ledger's account creation, the throttle's slots and
+// the admin listener's readiness check.
+func PoolSize(b Batching) int { return b.Connections() + 8 }
+
 // NewClient returns a River client that processes envelopes with registry.
 // Start it with Start; stop it with Stop (lets running jobs finish).
 func NewClient(pool *pgxpool.Pool, registry *handlers.Registry, cfg Config, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
 	if cfg.MaxWorkers <= 0 {
-		cfg.MaxWorkers = 10
+		cfg.MaxWorkers = DefaultMaxWorkers
 	}
 	p := cfg.Policy
 	if p.JobTimeout <= 0 {
@@ -77,7 +98,7 @@ func NewClient(pool *pgxpool.Pool, registry *handlers.Registry, cfg Config, logg
 		cfg.Name = DefaultName()
 	}
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, &ProcessWorker{Pool: pool, Registry: registry, Policy: p, Logger: logger, Name: cfg.Name, Sources: cfg.Sources, Metrics: cfg.Metrics}); err != nil {
+	if err := river.AddWorkerSafely(workers, &ProcessWorker{Pool: pool, Registry: registry, Policy: p, Logger: logger, Name: cfg.Name, Sources: cfg.Sources, Metrics: cfg.Metrics, Batching: cfg.Batching}); err != nil {
 		return nil, fmt.Errorf("register worker: %w", err)
 	}
 	periodic := append([]*river.PeriodicJob(nil), cfg.PeriodicJobs...)
@@ -106,7 +127,7 @@ func NewClient(pool *pgxpool.Pool, registry *handlers.Registry, cfg Config, logg
 		Workers:              workers,
 		JobTimeout:           p.JobTimeout,
 		RescueStuckJobsAfter: rescue,
-		FetchCooldown:        cfg.FetchCooldown,
+		FetchCooldown:        cmp.Or(cfg.FetchCooldown, DefaultFetchCooldown),
 		FetchPollInterval:    cfg.FetchPollInterval,
 		Logger:               logger,
 		RetryPolicy:          &retryPolicy{sources: cfg.Sources, fallback: fallback},

@@ -7,16 +7,18 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/groupcommit"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/metrics"
 )
 
@@ -43,13 +45,67 @@ var DefaultPolicy = Policy{
 	JobTimeout:    time.Minute,
 }
 
+// Batching bounds the worker's transactions. Zero values take the
+// defaults, chosen by measurement (docs/benchmarks.md).
+type Batching struct {
+	// MaxBatch is the most envelopes one transaction processes (default
+	// 50, at most 60: each envelope's handler runs under a savepoint, and
+	// PostgreSQL keeps 64 subtransactions per transaction in shared memory
+	// before snapshots of every session slow down).
+	MaxBatch int
+	// MaxConcurrent is how many batch transactions run at once, each on its
+	// own pool connection (default 2).
+	MaxConcurrent int
+	// MaxUnbatched is how many envelopes of sources with forwarding (whose
+	// handlers make outbound HTTP calls, so each gets a transaction of its
+	// own) are processed at once (default 10).
+	MaxUnbatched int
+}
+
+// MaxBatchLimit is the largest Batching.MaxBatch.
+const MaxBatchLimit = 60
+
+// DefaultBatching is the batching of a worker configured with nothing.
+var DefaultBatching = Batching{MaxBatch: 50, MaxConcurrent: 2, MaxUnbatched: 10}
+
+func (b Batching) withDefaults() Batching {
+	if b.MaxBatch <= 0 {
+		b.MaxBatch = DefaultBatching.MaxBatch
+	}
+	b.MaxBatch = min(b.MaxBatch, MaxBatchLimit)
+	if b.MaxConcurrent <= 0 {
+		b.MaxConcurrent = DefaultBatching.MaxConcurrent
+	}
+	if b.MaxUnbatched <= 0 {
+		b.MaxUnbatched = DefaultBatching.MaxUnbatched
+	}
+	return b
+}
+
+// Connections is how many pool connections the batches use at most.
+func (b Batching) Connections() int {
+	b = b.withDefaults()
+	return b.MaxConcurrent + b.MaxUnbatched
+}
+
 // ProcessWorker is the River worker for envelope.ProcessArgs.
+//
+// River calls Work once per job, from as many goroutines as it has
+// workers; Work hands its job to a group commit (package groupcommit) and
+// waits for its own verdict. Jobs that wait together are processed in one
+// transaction: their envelopes locked in one statement, each handler under
+// a savepoint of its own (so a handler's error rolls back that envelope's
+// effects alone), every outcome recorded in one statement, one COMMIT.
+// Work returns nil once the envelope is final, and River's completer marks
+// the jobs completed in batches; a job re-run after a crash between the
+// two finds its envelope final and does nothing.
 type ProcessWorker struct {
 	river.WorkerDefaults[envelope.ProcessArgs]
 
 	Pool     *pgxpool.Pool
 	Registry *handlers.Registry
 	Policy   Policy
+	Batching Batching
 	Logger   *slog.Logger
 	// Name identifies this process in envelope_attempt.worker.
 	Name string
@@ -58,6 +114,29 @@ type ProcessWorker struct {
 	Sources map[string]SourcePolicy
 	// Metrics, when set, counts attempts, snoozes, latency and postings.
 	Metrics *metrics.Worker
+
+	once      sync.Once
+	batched   *groupcommit.Committer[unit, error]
+	unbatched *groupcommit.Committer[unit, error]
+	accounts  *ledger.Accounts
+}
+
+// unit is one job's attempt, as handed to a batch.
+type unit struct {
+	job *river.Job[envelope.ProcessArgs]
+	// throttled, when set, is this attempt's outcome, decided before the
+	// batch: the throttle refused a slot, and no handler runs.
+	throttled *throttledError
+}
+
+func (w *ProcessWorker) init() {
+	w.once.Do(func() {
+		b := w.Batching.withDefaults()
+		w.accounts = ledger.NewAccounts(w.Pool)
+		timeout := w.Timeout(nil)
+		w.batched = groupcommit.New(w.processBatch, groupcommit.Options{MaxBatch: b.MaxBatch, MaxConcurrent: b.MaxConcurrent, Timeout: timeout})
+		w.unbatched = groupcommit.New(w.processBatch, groupcommit.Options{MaxBatch: 1, MaxConcurrent: b.MaxUnbatched, Timeout: timeout})
+	})
 }
 
 // Timeout implements river.Worker: every attempt has a timeout.
@@ -72,158 +151,333 @@ func (w *ProcessWorker) Timeout(*river.Job[envelope.ProcessArgs]) time.Duration 
 // rescued as stuck and re-run elsewhere): everything is rolled back.
 var errLostRace = errors.New("lost the job to another attempt")
 
-// Work processes one envelope. Effects, result, status and the job's
-// completion commit together or not at all.
-func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.ProcessArgs]) error {
-	id := job.Args.EnvelopeID
-	log := w.Logger.With("envelope_id", id, "job_id", job.ID, "attempt", job.Attempt)
-	start := time.Now()
-	if env, terr := w.throttle(ctx, job); terr != nil {
-		var throttled *throttledError
-		if errors.As(terr, &throttled) {
-			// Recorded and bounded like any snooze.
-			return w.fail(ctx, job, env, throttled.at, terr, log)
-		}
-		if errors.Is(terr, envelope.ErrNotFound) {
-			return river.JobCancel(terr)
-		}
-		return terr
-	}
+// errIsolate means a handler failed in a batch run without savepoints:
+// the batch is rolled back and run again with one savepoint per envelope.
+var errIsolate = errors.New("a handler failed: run the batch again with savepoints")
 
-	var (
-		env        *envelope.Envelope
-		startedAt  time.Time
-		handlerErr error
-		outcomeLog string
-		result     json.RawMessage
-	)
-	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		var err error
-		env, startedAt, err = envelope.Lock(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		if err := fence(ctx, tx, job); err != nil {
-			return err
-		}
-		a := envelope.Attempt{JobID: job.ID, Attempt: job.Attempt, StartedAt: startedAt, Worker: w.Name}
-		switch {
-		case env.Status != envelope.StatusPending:
-			// Already final (processed by an earlier attempt that committed,
-			// or a replay's job raced): only the job needs completing.
-			outcomeLog = "already_" + string(env.Status)
-		default:
-			h, ok := w.Registry.LookupEnvelope(env)
-			if !ok {
-				a.Outcome = envelope.OutcomeIgnored
-				res, _ := json.Marshal(map[string]string{"reason": "no handler for " + env.Provider + " event " + env.EventType})
-				if err := envelope.Finish(ctx, tx, id, envelope.StatusIgnored, res, a); err != nil {
-					return err
-				}
-				outcomeLog = "ignored"
-				break
-			}
-			result, err = runHandler(ctx, h, tx, env)
-			if err != nil {
-				handlerErr = err
-				return err // roll back the handler's partial effects
-			}
-			a.Outcome = envelope.OutcomeDone
-			if err := envelope.Finish(ctx, tx, id, envelope.StatusDone, result, a); err != nil {
-				return err
-			}
-			outcomeLog = "done"
-		}
-		completed, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		if err != nil {
-			return fmt.Errorf("complete job %d: %w", job.ID, err)
-		}
-		if completed.State != rivertype.JobStateCompleted {
-			return fmt.Errorf("complete job %d: state %s: %w", job.ID, completed.State, errLostRace)
-		}
-		return nil
-	})
-	if err == nil {
-		log.Info("envelope processed", "source", env.Source, "delivery_id", env.DeliveryID,
-			"event_type", env.EventType, "outcome", outcomeLog, "duration_ms", float64(time.Since(start).Microseconds())/1000)
-		w.observeFinal(env, outcomeLog, startedAt, result)
-		return nil
-	}
-	if handlerErr == nil || env == nil {
-		// The database, the fence or the envelope's CAS failed: nothing was
-		// committed; River retries (and a lost race finds the envelope final).
-		log.Warn("envelope attempt rolled back", "error", err)
+// errBusy means another transaction holds the envelope's row: a batch
+// skips it, and it is processed in a transaction of its own that waits.
+var errBusy = errors.New("envelope row held by another transaction")
+
+// Work processes one envelope. Its effects, result and status commit
+// together or not at all; the River action it returns is decided by
+// decide, after the commit that recorded it.
+func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.ProcessArgs]) error {
+	w.init()
+	u := unit{job: job}
+	if th, err := w.throttle(ctx, job); err != nil {
 		if errors.Is(err, envelope.ErrNotFound) {
 			return river.JobCancel(err) // nothing to process, ever
 		}
 		return err
+	} else if th != nil {
+		u.throttled = th
 	}
-	return w.fail(ctx, job, env, startedAt, handlerErr, log)
+	lane := w.batched
+	if w.Registry.HasSourceRoutes(job.Args.Source) {
+		lane = w.unbatched
+	}
+	verdict, err := lane.Do(ctx, u)
+	if err != nil {
+		// Nothing was committed (the batch failed, or ctx ended while the
+		// job waited for one): River retries, and decides again.
+		return err
+	}
+	return verdict
 }
 
-// fail records a failed attempt and returns River's action for it.
-func (w *ProcessWorker) fail(ctx context.Context, job *river.Job[envelope.ProcessArgs], env *envelope.Envelope, startedAt time.Time, handlerErr error, log *slog.Logger) error {
+// attempt is one unit's progress through a batch.
+type attempt struct {
+	unit
+	env       *envelope.Envelope
+	startedAt time.Time
+	// outcomeLog names what happened, for the log and the metrics.
+	outcomeLog string
+	result     json.RawMessage
+	handlerErr error
+	act        action // when handlerErr != nil
+	// verdict is what Work returns to River.
+	verdict error
+	// err, when set, is this unit's failure of its own (not found, lost
+	// race, busy): nothing of it was written.
+	err error
+}
+
+// processBatch processes units in one transaction and returns each one's
+// River verdict. When the transaction fails as a whole it is tried again
+// one unit per transaction, so that the unit at fault fails alone; units
+// whose envelope another transaction holds are processed after the batch,
+// each in a transaction of its own that waits for the row.
+//
+// A batch runs first without savepoints, which saves two round trips per
+// envelope and keeps the transaction free of subtransactions; the first
+// handler error rolls it back, and it runs again with a savepoint around
+// each handler, so that error's envelope is rolled back alone. Handlers are
+// idempotent (they may run again after any crash), so the second run is
+// safe.
+func (w *ProcessWorker) processBatch(ctx context.Context, units []unit) []groupcommit.Result[error] {
+	out := make([]groupcommit.Result[error], len(units))
+	batched := len(units) > 1
+	atts, err := w.processTx(ctx, units, batched, !batched)
+	if errors.Is(err, errIsolate) {
+		atts, err = w.processTx(ctx, units, batched, true)
+	}
+	if err != nil {
+		if len(units) == 1 || ctx.Err() != nil {
+			w.Logger.Warn("envelope batch rolled back", "envelopes", len(units), "error", err)
+			for i := range out {
+				out[i].Err = err
+			}
+			return out
+		}
+		w.Logger.Warn("envelope batch rolled back: processing its envelopes one by one", "envelopes", len(units), "error", err)
+		for i := range units {
+			out[i] = w.processBatch(ctx, units[i:i+1])[0]
+		}
+		return out
+	}
+	for i, a := range atts {
+		switch {
+		case errors.Is(a.err, errBusy):
+			out[i] = w.processBatch(ctx, units[i:i+1])[0]
+		case errors.Is(a.err, envelope.ErrNotFound):
+			out[i].Value = river.JobCancel(a.err)
+		case a.err != nil:
+			w.Logger.Warn("envelope attempt rolled back", "envelope_id", a.job.Args.EnvelopeID, "job_id", a.job.ID, "attempt", a.job.Attempt, "error", a.err)
+			out[i].Err = a.err
+		default:
+			w.observe(ctx, a)
+			out[i].Value = a.verdict
+		}
+	}
+	return out
+}
+
+// processTx is one transaction over units: lock, fence, handlers under
+// savepoints, one statement recording every outcome.
+func (w *ProcessWorker) processTx(ctx context.Context, units []unit, skipLocked, savepoints bool) ([]*attempt, error) {
+	atts := make([]*attempt, len(units))
+	ids := make([]int64, len(units))
+	for i, u := range units {
+		atts[i] = &attempt{unit: u}
+		ids[i] = u.job.Args.EnvelopeID
+	}
+	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
+		envs, clocks, err := envelope.LockMany(ctx, tx, ids, skipLocked)
+		if err != nil {
+			return err
+		}
+		var missing []int64
+		for _, a := range atts {
+			id := a.job.Args.EnvelopeID
+			if a.env = envs[id]; a.env == nil {
+				missing = append(missing, id)
+				continue
+			}
+			a.startedAt = clocks[id]
+		}
+		if len(missing) > 0 {
+			exist := map[int64]bool{}
+			if skipLocked {
+				if exist, err = envelope.Existing(ctx, tx, missing); err != nil {
+					return err
+				}
+			}
+			for _, a := range atts {
+				if id := a.job.Args.EnvelopeID; a.env == nil {
+					if exist[id] {
+						a.err = fmt.Errorf("envelope %d: %w", id, errBusy)
+					} else {
+						a.err = fmt.Errorf("envelope %d: %w", id, envelope.ErrNotFound)
+					}
+				}
+			}
+		}
+		if err := fence(ctx, tx, atts); err != nil {
+			return err
+		}
+		var recs []envelope.Record
+		for _, a := range atts {
+			if a.err != nil {
+				continue
+			}
+			rec, ok, err := w.run(ctx, tx, a, savepoints)
+			if err != nil {
+				return err
+			}
+			if ok {
+				recs = append(recs, rec)
+			}
+		}
+		if len(recs) == 0 {
+			return nil
+		}
+		done, err := envelope.FinishMany(ctx, tx, w.Name, recs)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if !done[r.EnvelopeID] {
+				// Impossible while this transaction holds the row locked and
+				// saw it pending; roll everything back rather than commit a
+				// handler's effects without their envelope's status.
+				return fmt.Errorf("envelope %d: %w", r.EnvelopeID, envelope.ErrNotPending)
+			}
+		}
+		return nil
+	})
+	return atts, err
+}
+
+// run applies one attempt inside the batch transaction: the handler (under
+// a savepoint when savepoints is set), then decide. It returns the record to
+// write, or false when there is none (the envelope was already final). An
+// error is the whole transaction's: a savepoint that cannot be made or
+// undone, or errIsolate for a handler error without a savepoint.
+func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoints bool) (envelope.Record, bool, error) {
+	env := a.env
+	rec := envelope.Record{EnvelopeID: env.ID, Attempt: envelope.Attempt{
+		JobID: a.job.ID, Attempt: a.job.Attempt, StartedAt: a.startedAt, Worker: w.Name}}
+	if env.Status != envelope.StatusPending {
+		// Already final (processed by an earlier attempt that committed,
+		// or a replay's job raced): only the job needs completing.
+		a.outcomeLog = "already_" + string(env.Status)
+		return rec, false, nil
+	}
+	if a.throttled != nil {
+		a.handlerErr = a.throttled
+	} else if h, ok := w.Registry.LookupEnvelope(env); !ok {
+		a.outcomeLog = "ignored"
+		rec.Status, rec.Attempt.Outcome = envelope.StatusIgnored, envelope.OutcomeIgnored
+		rec.Result, _ = json.Marshal(map[string]string{"reason": "no handler for " + env.Provider + " event " + env.EventType})
+		return rec, true, nil
+	} else {
+		if err := w.handle(ctx, tx, a, h, savepoints); err != nil {
+			return rec, false, err
+		}
+		if a.handlerErr == nil {
+			a.outcomeLog = "done"
+			rec.Status, rec.Attempt.Outcome, rec.Result = envelope.StatusDone, envelope.OutcomeDone, a.result
+			return rec, true, nil
+		}
+	}
+	a.act = w.decide(a)
+	a.verdict = a.act.riverErr
+	a.outcomeLog = string(a.act.outcome)
+	rec.Attempt.Outcome, rec.Attempt.Error = a.act.outcome, a.act.reason
+	rec.Status = envelope.StatusPending
+	if a.act.final {
+		rec.Status = envelope.StatusFailed
+	}
+	return rec, true, nil
+}
+
+// handle runs h for a's envelope, under a savepoint when savepoints is set
+// (its effects and its error's aftermath rolled back alone when it fails),
+// and sets a.result and a.handlerErr. Without savepoints a handler error is
+// errIsolate: the caller rolls the whole transaction back.
+func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h handlers.Handler, savepoints bool) error {
+	ctx = ledger.WithAccounts(ctx, w.accounts)
+	if !savepoints {
+		if a.result, a.handlerErr = runHandler(ctx, h, tx, a.env); a.handlerErr != nil {
+			return fmt.Errorf("envelope %d: %w (%v)", a.env.ID, errIsolate, a.handlerErr)
+		}
+		return nil
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("savepoint for envelope %d: %w", a.env.ID, err)
+	}
+	if a.result, a.handlerErr = runHandler(ctx, h, sp, a.env); a.handlerErr == nil {
+		if err := sp.Commit(ctx); err != nil {
+			return fmt.Errorf("release savepoint of envelope %d: %w", a.env.ID, err)
+		}
+		return nil
+	}
+	if err := sp.Rollback(ctx); err != nil {
+		return fmt.Errorf("roll back to savepoint of envelope %d: %w (handler: %v)", a.env.ID, err, a.handlerErr)
+	}
+	return nil
+}
+
+// decide maps a failed attempt to its action: outcome, with the source's
+// retry limit, and a cancel when it is final before River's own limit.
+func (w *ProcessWorker) decide(a *attempt) action {
+	job := a.job
 	maxAttempts := job.MaxAttempts
-	if sp := w.Sources[env.Source]; sp.MaxAttempts > 0 && sp.MaxAttempts < maxAttempts {
+	if sp := w.Sources[a.env.Source]; sp.MaxAttempts > 0 && sp.MaxAttempts < maxAttempts {
 		maxAttempts = sp.MaxAttempts
 	}
-	act := outcome(handlerErr, job.Attempt, maxAttempts, startedAt.Sub(env.WaitingSince()), w.Policy)
+	act := outcome(a.handlerErr, job.Attempt, maxAttempts, a.startedAt.Sub(a.env.WaitingSince()), w.Policy)
 	if act.final && job.Attempt < job.MaxAttempts {
 		// Final before River's own limit: make sure River stops too.
 		act.riverErr = river.JobCancel(errors.New(act.reason))
 	}
-	a := envelope.Attempt{JobID: job.ID, Attempt: job.Attempt, Outcome: act.outcome, Error: act.reason, StartedAt: startedAt, Worker: w.Name}
-	// The attempt's own transaction may have died with the context; record
-	// with a fresh bound so the audit trail survives a job timeout.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	err := pgx.BeginFunc(rctx, w.Pool, func(tx pgx.Tx) error {
-		if err := fence(rctx, tx, job); err != nil {
-			return err
-		}
-		if act.final {
-			return envelope.Finish(rctx, tx, env.ID, envelope.StatusFailed, nil, a)
-		}
-		_, err := envelope.RecordAttempt(rctx, tx, env.ID, a)
-		return err
-	})
-	if err == nil {
-		w.observeFailure(env, act, startedAt, handlerErr)
-	}
-	lvl := slog.LevelWarn
-	if act.final {
-		lvl = slog.LevelError
-	} else if errors.As(handlerErr, new(*throttledError)) {
-		lvl = slog.LevelDebug // the metric counts them; a flood would flood the log
-	}
-	log.Log(ctx, lvl, "envelope attempt failed", "source", env.Source, "delivery_id", env.DeliveryID,
-		"event_type", env.EventType, "outcome", string(act.outcome), "error", act.reason)
-	if err != nil {
-		// The outcome is not recorded, so River must not take the action
-		// (a cancel or snooze would leave the envelope pending with no
-		// reason): a plain error retries the attempt and decides again.
-		log.Error("record attempt", "error", err)
-		return fmt.Errorf("record outcome of envelope %d: %w (handler: %v)", env.ID, err, handlerErr)
-	}
-	return act.riverErr
+	return act
 }
 
-// fence locks the job's row and checks that this attempt still owns it: a
-// worker paused past the rescue horizon comes back to find its job rescued
-// and run by a later attempt, and must then change nothing. JobCompleteTx
-// checks only that the row is running, not which attempt runs it.
-func fence(ctx context.Context, tx pgx.Tx, job *river.Job[envelope.ProcessArgs]) error {
-	var state string
-	var attempt int
-	err := tx.QueryRow(ctx, `SELECT state::text, attempt FROM river_job WHERE id = $1 FOR UPDATE`, job.ID).Scan(&state, &attempt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("job %d is gone: %w", job.ID, errLostRace)
+// observe logs and counts a committed attempt.
+func (w *ProcessWorker) observe(ctx context.Context, a *attempt) {
+	env := a.env
+	log := w.Logger.With("envelope_id", env.ID, "job_id", a.job.ID, "attempt", a.job.Attempt,
+		"source", env.Source, "delivery_id", env.DeliveryID, "event_type", env.EventType)
+	if a.handlerErr == nil {
+		log.Info("envelope processed", "outcome", a.outcomeLog)
+		w.observeFinal(env, a.outcomeLog, a.startedAt, a.result)
+		return
 	}
+	lvl := slog.LevelWarn
+	if a.act.final {
+		lvl = slog.LevelError
+	} else if errors.As(a.handlerErr, new(*throttledError)) {
+		lvl = slog.LevelDebug // the metric counts them; a flood would flood the log
+	}
+	log.Log(ctx, lvl, "envelope attempt failed", "outcome", string(a.act.outcome), "error", a.act.reason)
+	w.observeFailure(env, a.act, a.startedAt, a.handlerErr)
+}
+
+// fence locks the jobs' rows and checks that each attempt still owns its
+// job: a worker paused past the rescue horizon comes back to find its job
+// rescued and run by a later attempt, and must then change nothing. Units
+// that lost their job get errLostRace and are left alone.
+func fence(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
+	var ids []int64
+	for _, a := range atts {
+		if a.err == nil {
+			ids = append(ids, a.job.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	type row struct {
+		state   string
+		attempt int
+	}
+	rows, err := tx.Query(ctx, `SELECT id, state::text, attempt FROM river_job WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
 	if err != nil {
-		return fmt.Errorf("lock job %d: %w", job.ID, err)
+		return fmt.Errorf("lock %d jobs: %w", len(ids), err)
 	}
-	if state != string(rivertype.JobStateRunning) || attempt != job.Attempt {
-		return fmt.Errorf("job %d is %s at attempt %d, this is attempt %d: %w", job.ID, state, attempt, job.Attempt, errLostRace)
+	got := make(map[int64]row, len(ids))
+	var id int64
+	var r row
+	if _, err := pgx.ForEachRow(rows, []any{&id, &r.state, &r.attempt}, func() error {
+		got[id] = r
+		return nil
+	}); err != nil {
+		return fmt.Errorf("lock %d jobs: %w", len(ids), err)
+	}
+	for _, a := range atts {
+		if a.err != nil {
+			continue
+		}
+		r, ok := got[a.job.ID]
+		switch {
+		case !ok:
+			a.err = fmt.Errorf("job %d is gone: %w", a.job.ID, errLostRace)
+		case r.state != string(rivertype.JobStateRunning) || r.attempt != a.job.Attempt:
+			a.err = fmt.Errorf("job %d is %s at attempt %d, this is attempt %d: %w", a.job.ID, r.state, r.attempt, a.job.Attempt, errLostRace)
+		}
 	}
 	return nil
 }
@@ -246,9 +500,9 @@ func DefaultName() string {
 }
 
 // throttle takes a slot for the envelope's throttle key when its source is
-// throttled. When the current window is full it returns a *throttledError
-// and the envelope (for the audit trail and the age bound).
-func (w *ProcessWorker) throttle(ctx context.Context, job *river.Job[envelope.ProcessArgs]) (*envelope.Envelope, error) {
+// throttled, and returns a *throttledError when the current window is full
+// (the attempt is then recorded and bounded like any snooze).
+func (w *ProcessWorker) throttle(ctx context.Context, job *river.Job[envelope.ProcessArgs]) (*throttledError, error) {
 	sp, ok := w.Sources[job.Args.Source]
 	if !ok || sp.ThrottlePerSecond <= 0 {
 		return nil, nil
@@ -258,7 +512,7 @@ func (w *ProcessWorker) throttle(ctx context.Context, job *river.Job[envelope.Pr
 		return nil, err
 	}
 	if env.Status != envelope.StatusPending {
-		return nil, nil // nothing to process; let Work complete the job
+		return nil, nil // nothing to process; let the batch complete the job
 	}
 	key := job.Args.Source
 	if sp.ThrottleKey != "source" {
@@ -268,7 +522,7 @@ func (w *ProcessWorker) throttle(ctx context.Context, job *river.Job[envelope.Pr
 	if err != nil || wait == 0 {
 		return nil, err
 	}
-	return env, &throttledError{key: key, wait: wait, rate: sp.ThrottlePerSecond, at: at}
+	return &throttledError{key: key, wait: wait, rate: sp.ThrottlePerSecond, at: at}, nil
 }
 
 func (w *ProcessWorker) countSnooze(source, cause string) {

@@ -37,7 +37,7 @@ type bundle struct {
 	registry *handlers.Registry
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	pool := pgtest.NewPool(t)
 	rc, err := envelope.NewInsertClient(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))

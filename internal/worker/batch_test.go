@@ -1,0 +1,212 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/worker"
+	"github.com/inboxhq/inbox/internal/webhooktest"
+)
+
+// runBatched starts a worker whose River fetches many jobs at once, so the
+// envelopes already stored are processed in shared transactions.
+func (b *bundle) runBatched(t *testing.T, batching worker.Batching) {
+	t.Helper()
+	client, err := worker.NewClient(b.pool, b.registry, worker.Config{
+		Policy:            worker.Policy{SnoozeDefault: time.Hour},
+		MaxWorkers:        100,
+		Batching:          batching,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		RetryPolicy:       fastRetry{},
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Stop(ctx)
+	})
+}
+
+func (b *bundle) waitPending(t *testing.T, id int64) *envelope.Envelope {
+	t.Helper()
+	e, err := envelope.Get(context.Background(), b.pool, id)
+	require.NoError(t, err)
+	require.Equal(t, envelope.StatusPending, e.Status)
+	return e
+}
+
+// transactions counts the distinct transactions that finished the given
+// envelopes (the xmin of their rows): fewer than envelopes means batched.
+func (b *bundle) transactions(t *testing.T, ids []int64) int {
+	t.Helper()
+	return b.count(t, `SELECT count(DISTINCT xmin::text) FROM envelope WHERE id = ANY($1)`, ids)
+}
+
+func TestBatchedProcessingIsolatesEachEnvelopesOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A handler that fails with a plain error once, after posting: its
+	// posting must be rolled back and its neighbours must not notice.
+	b.registry.Register("standard", "flaky.payment", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+		inner, _ := handlers.Builtin().Lookup("standard", "payment.succeeded")
+		if _, err := inner.Handle(ctx, tx, env); err != nil {
+			return nil, err
+		}
+		var attempts int
+		if err := tx.QueryRow(ctx, `SELECT attempts FROM envelope WHERE id = $1`, env.ID).Scan(&attempts); err != nil {
+			return nil, err
+		}
+		if attempts == 0 {
+			return nil, errors.New("downstream hiccup")
+		}
+		return json.RawMessage(`{"recovered":true}`), nil
+	}))
+	b.registry.Register("standard", "panic", handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+		panic("handler bug")
+	}))
+	// A handler whose statement fails leaves the transaction aborted; the
+	// savepoint must restore it for the envelopes after it.
+	b.registry.Register("standard", "bad.sql", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, _ *envelope.Envelope) (json.RawMessage, error) {
+		_, err := tx.Exec(ctx, `SELECT 1/0`)
+		return nil, err
+	}))
+
+	var good []int64
+	for i := range 30 {
+		good = append(good, b.insert(t, "standard", fmt.Sprintf("good-%d", i), "payment.succeeded",
+			webhooktest.StandardPayment(fmt.Sprintf("pay_%d", i), fmt.Sprintf("m_%d", i%3), 100, "EUR"), 0))
+	}
+	notReady := b.insert(t, "standard", "refund-early", "payment.refunded", webhooktest.StandardRefund("re_1", "pay_later", "m_0", 50, "EUR"), 0)
+	permanent := b.insert(t, "standard", "bad-currency", "payment.succeeded", webhooktest.StandardPayment("pay_x", "m_0", 100, "XYZ"), 0)
+	ignored := b.insert(t, "standard", "unrouted", "customer.created", []byte(`{"type":"customer.created"}`), 0)
+	flakyID := b.insert(t, "standard", "flaky", "flaky.payment", webhooktest.StandardPayment("pay_flaky", "m_0", 700, "EUR"), 0)
+	panicked := b.insert(t, "standard", "panics", "panic", []byte(`{}`), 2)
+	badSQL := b.insert(t, "standard", "bad-sql", "bad.sql", []byte(`{}`), 1)
+
+	b.runBatched(t, worker.Batching{MaxBatch: 50, MaxConcurrent: 1})
+
+	for _, id := range good {
+		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
+	}
+	require.Less(t, b.transactions(t, good), len(good)/2, "the payments were processed in shared transactions")
+	require.Equal(t, envelope.StatusDone, b.waitFinal(t, flakyID).Status)
+	require.Equal(t, []string{"retry", "done"}, b.outcomes(t, flakyID))
+	require.Equal(t, envelope.StatusIgnored, b.waitFinal(t, ignored).Status)
+	e := b.waitFinal(t, permanent)
+	require.Equal(t, envelope.StatusFailed, e.Status)
+	require.Contains(t, *e.LastError, "permanent")
+	e = b.waitFinal(t, panicked)
+	require.Equal(t, envelope.StatusFailed, e.Status)
+	require.Contains(t, *e.LastError, "handler bug")
+	require.Equal(t, []string{"retry", "failed"}, b.outcomes(t, panicked))
+	e = b.waitFinal(t, badSQL)
+	require.Equal(t, envelope.StatusFailed, e.Status)
+	require.Contains(t, *e.LastError, "division by zero")
+
+	// The early refund snoozed (no attempt used) and is still waiting.
+	require.Eventually(t, func() bool { return len(b.outcomes(t, notReady)) > 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"snoozed"}, b.outcomes(t, notReady))
+	require.Equal(t, 0, b.count(t, `SELECT attempts FROM envelope WHERE id = $1`, notReady))
+
+	// Exactly the good payments and the recovered one are in the ledger,
+	// each once, and it balances.
+	require.Equal(t, 31, b.count(t, `SELECT count(*) FROM ledger_transaction`))
+	require.Equal(t, 62, b.count(t, `SELECT count(*) FROM ledger_entry`))
+	require.Equal(t, 0, b.count(t, `SELECT coalesce(sum(amount_minor), 0) FROM ledger_entry`))
+	require.Equal(t, 3700, b.count(t, `SELECT sum(balance_minor) FROM ledger_balance WHERE account = 'psp_clearing'`))
+	// One attempt row per attempt: 30 + ignored + permanent + 2 flaky + 2 panic + bad sql + snooze.
+	require.Equal(t, 38, b.count(t, `SELECT count(*) FROM envelope_attempt`))
+}
+
+func TestAnEnvelopeHeldByAnotherTransactionWaitsAloneWhileItsBatchGoesOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ids []int64
+	for i := range 10 {
+		ids = append(ids, b.insert(t, "standard", fmt.Sprintf("p-%d", i), "payment.succeeded",
+			webhooktest.StandardPayment(fmt.Sprintf("pay_%d", i), "m_1", 100, "EUR"), 0))
+	}
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM envelope WHERE id = $1 FOR UPDATE`, ids[0])
+	require.NoError(t, err)
+
+	b.runBatched(t, worker.Batching{})
+	for _, id := range ids[1:] {
+		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
+	}
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status <> 'pending'`, ids[0]))
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, envelope.StatusDone, b.waitFinal(t, ids[0]).Status)
+	require.Equal(t, 10, b.count(t, `SELECT count(*) FROM ledger_transaction`))
+}
+
+func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A handler that writes an unbalanced ledger transaction: the deferred
+	// balance trigger refuses it only at COMMIT, after every savepoint was
+	// released, so the whole batch's commit fails.
+	b.registry.Register("standard", "unbalanced", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+		var acct, txID int64
+		if err := tx.QueryRow(ctx, `INSERT INTO ledger_account (merchant, name) VALUES ('m_bad', 'sales') ON CONFLICT (merchant, name) DO UPDATE SET name = EXCLUDED.name RETURNING id`).Scan(&acct); err != nil {
+			return nil, err
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO ledger_transaction (envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor)
+			VALUES ($1, $2, 'payment', 'm_bad', $2, 'EUR', 5) RETURNING id`, env.ID, fmt.Sprintf("bad:%d", env.ID)).Scan(&txID); err != nil {
+			return nil, err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO ledger_entry (transaction_id, account_id, currency, amount_minor) VALUES ($1, $2, 'EUR', 5)`, txID, acct)
+		return json.RawMessage(`{}`), err
+	}))
+	var ids []int64
+	for i := range 8 {
+		ids = append(ids, b.insert(t, "standard", fmt.Sprintf("p-%d", i), "payment.succeeded",
+			webhooktest.StandardPayment(fmt.Sprintf("pay_%d", i), "m_1", 100, "EUR"), 0))
+	}
+	bad := b.insert(t, "standard", "unbalanced", "unbalanced", []byte(`{}`), 3)
+	// Hold the first batch at its lock until every job waits behind it, so
+	// the culprit and its neighbours share the second one.
+	ctx := context.Background()
+	hold, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback(ctx) }()
+	_, err = hold.Exec(ctx, `LOCK TABLE envelope IN EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	b.runBatched(t, worker.Batching{MaxBatch: 50, MaxConcurrent: 1})
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state = 'running'`) == 9
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, hold.Rollback(ctx))
+	for _, id := range ids {
+		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
+		state, attempt := b.jobState(t, id)
+		require.Equal(t, "completed", state)
+		require.Equal(t, 1, attempt, "a neighbour of the culprit is done at its first attempt")
+	}
+	// The culprit's own transaction fails at COMMIT too: nothing of it is
+	// recorded, River retries it until its attempts run out (discarded),
+	// and the envelope stays pending for reconcile and the operator.
+	state, _ := b.jobState(t, bad)
+	require.Equal(t, "discarded", state)
+	e := b.waitPending(t, bad)
+	require.Empty(t, b.outcomes(t, bad), "a transaction that cannot commit records nothing")
+	require.Nil(t, e.LastError)
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE merchant = 'm_bad'`))
+	require.Equal(t, 8, b.count(t, `SELECT count(*) FROM ledger_transaction`))
+}
