@@ -15,8 +15,8 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
-	"github.com/inboxhq/inbox/internal/worker"
 	"github.com/inboxhq/inbox/internal/webhooktest"
+	"github.com/inboxhq/inbox/internal/worker"
 )
 
 // runBatched starts a worker whose River fetches many jobs at once, so the
