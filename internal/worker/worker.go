@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -96,9 +98,8 @@ func (b Batching) Connections() int {
 // transaction: their envelopes locked in one statement, each handler under
 // a savepoint of its own (so a handler's error rolls back that envelope's
 // effects alone), every outcome recorded in one statement, one COMMIT.
-// Work returns nil once the envelope is final, and River's completer marks
-// the jobs completed in batches; a job re-run after a crash between the
-// two finds its envelope final and does nothing.
+// The jobs of the envelopes that ended done or ignored are completed in the
+// same transaction, in one statement.
 type ProcessWorker struct {
 	river.WorkerDefaults[envelope.ProcessArgs]
 
@@ -224,8 +225,11 @@ func (w *ProcessWorker) processBatch(ctx context.Context, units []unit) []groupc
 	}
 	if err != nil {
 		if len(units) == 1 || ctx.Err() != nil {
-			w.Logger.Warn("envelope batch rolled back", "envelopes", len(units), "error", err)
-			for i := range out {
+			// Nothing was committed; River retries (and a lost race finds
+			// the envelope final).
+			for i, u := range units {
+				w.Logger.Warn("envelope attempt rolled back", "envelope_id", u.job.Args.EnvelopeID, "job_id", u.job.ID,
+					"attempt", u.job.Attempt, "batch", len(units), "error", err)
 				out[i].Err = err
 			}
 			return out
@@ -309,24 +313,66 @@ func (w *ProcessWorker) processTx(ctx context.Context, units []unit, skipLocked,
 				recs = append(recs, rec)
 			}
 		}
-		if len(recs) == 0 {
-			return nil
-		}
-		done, err := envelope.FinishMany(ctx, tx, w.Name, recs)
-		if err != nil {
-			return err
-		}
-		for _, r := range recs {
-			if !done[r.EnvelopeID] {
-				// Impossible while this transaction holds the row locked and
-				// saw it pending; roll everything back rather than commit a
-				// handler's effects without their envelope's status.
-				return fmt.Errorf("envelope %d: %w", r.EnvelopeID, envelope.ErrNotPending)
+		if len(recs) > 0 {
+			done, err := envelope.FinishMany(ctx, tx, w.Name, recs)
+			if err != nil {
+				return err
+			}
+			for _, r := range recs {
+				if !done[r.EnvelopeID] {
+					// Impossible while this transaction holds the row locked
+					// and saw it pending; roll everything back rather than
+					// commit a handler's effects without their envelope's
+					// status.
+					return fmt.Errorf("envelope %d: %w", r.EnvelopeID, envelope.ErrNotPending)
+				}
 			}
 		}
-		return nil
+		return completeJobs(ctx, tx, atts)
 	})
 	return atts, err
+}
+
+// completeJobs marks the jobs of the attempts whose envelope is final and
+// whose verdict is nil completed, in the batch's transaction and in one
+// statement (River's own, as JobCompleteTx sends it for one job): a final
+// envelope never has a live job, so a replay right after it is processed
+// finds none in its way. River's completer, when Work then returns nil,
+// finds the job no longer running and leaves it. The fence holds the job
+// rows locked, running at this attempt, so every one must complete.
+func completeJobs(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
+	var p riverdriver.JobSetStateIfRunningManyParams
+	now := time.Now().UTC()
+	for _, a := range atts {
+		if a.err != nil || a.verdict != nil {
+			continue
+		}
+		c := riverdriver.JobSetStateCompleted(a.job.ID, now, nil)
+		p.ID = append(p.ID, c.ID)
+		p.Attempt = append(p.Attempt, c.Attempt)
+		p.ErrData = append(p.ErrData, c.ErrData)
+		p.FinalizedAt = append(p.FinalizedAt, c.FinalizedAt)
+		p.MetadataDoMerge = append(p.MetadataDoMerge, c.MetadataDoMerge)
+		p.MetadataUpdates = append(p.MetadataUpdates, c.MetadataUpdates)
+		p.ScheduledAt = append(p.ScheduledAt, c.ScheduledAt)
+		p.State = append(p.State, c.State)
+	}
+	if len(p.ID) == 0 {
+		return nil
+	}
+	rows, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobSetStateIfRunningMany(ctx, &p)
+	if err != nil {
+		return fmt.Errorf("complete %d jobs: %w", len(p.ID), err)
+	}
+	if len(rows) != len(p.ID) {
+		return fmt.Errorf("complete %d jobs: %d rows: %w", len(p.ID), len(rows), errLostRace)
+	}
+	for _, r := range rows {
+		if r.State != rivertype.JobStateCompleted {
+			return fmt.Errorf("complete job %d: state %s: %w", r.ID, r.State, errLostRace)
+		}
+	}
+	return nil
 }
 
 // run applies one attempt inside the batch transaction: the handler (under
