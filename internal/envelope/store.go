@@ -180,7 +180,7 @@ func (s *Store) insertTx(ctx context.Context, items []prepared) ([]groupcommit.R
 	slices.SortStableFunc(order, func(a, b int) int {
 		return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), cmp.Compare(items[a].d.DeliveryID, items[b].d.DeliveryID))
 	})
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var fresh, dups []int
 		var conflicts []int
 		todo := order
@@ -273,6 +273,34 @@ func (s *Store) insertTx(ctx context.Context, items []prepared) ([]groupcommit.R
 		}
 	}
 	return out, nil
+}
+
+// commitGrace is how long a COMMIT may take past the batch's deadline. The
+// deadline bounds the work; once every row is written, an answer that says
+// what happened (202 when the COMMIT went through) is worth a little more
+// time than a 503 for a delivery that was in fact stored.
+const commitGrace = 2 * time.Second
+
+// inTx runs fn in a transaction on pool and commits it, with the COMMIT
+// bounded by ctx's deadline plus commitGrace rather than by ctx.
+func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitGrace)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+		return err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitGrace)
+	if d, ok := ctx.Deadline(); ok {
+		cancel()
+		cctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d.Add(commitGrace))
+	}
+	defer cancel()
+	return tx.Commit(cctx)
 }
 
 // insertEnvelopes inserts the items at idx (in that order) and returns the
