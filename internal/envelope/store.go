@@ -80,7 +80,7 @@ func (s *Store) Insert(ctx context.Context, d NewDelivery) (InsertResult, error)
 	if !d.SignedAt.IsZero() {
 		signedAt = &d.SignedAt
 	}
-	payload := storablePayload(d.Payload)
+	payload := jsonbPayload(d.Payload) // nil when jsonb cannot hold it: the raw body is the record
 
 	var res InsertResult
 	var conflict *ConflictError
@@ -159,28 +159,4 @@ func (s *Store) insertTx(ctx context.Context, d NewDelivery, sum, headers []byte
 		return nil
 	})
 	return res, conflict, err
-}
-
-// storablePayload returns the payload for the jsonb column, or nil when
-// PostgreSQL's jsonb cannot hold it (a \u0000 escape): the raw body is kept
-// byte-exact either way, and handlers read the body.
-func storablePayload(p json.RawMessage) []byte {
-	if len(p) == 0 || containsNulEscape(p) {
-		return nil
-	}
-	return p
-}
-
-func containsNulEscape(b []byte) bool {
-	for i := 0; i+5 < len(b); i++ {
-		if b[i] == '\\' {
-			if string(b[i+1:i+6]) == "u0000" {
-				// An escaped backslash before it ("\\u0000") is text, not NUL,
-				// but treating it as NUL only drops the optional parsed copy.
-				return true
-			}
-			i++ // skip the escaped character
-		}
-	}
-	return false
 }
