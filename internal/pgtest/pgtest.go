@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/migrations"
 )
 
@@ -214,13 +215,8 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return p.Redacted()
-}
+// redact hides u's password (any form pg.Redact knows).
+func redact(u string) string { return pg.Redact(u) }
 
 // dropOrphans drops test databases left by test binaries that died before
 // their cleanup ran (killed by -timeout or by hand): their name carries the
