@@ -146,7 +146,9 @@ func redactKeywords(s string) string {
 	return strings.Join(out, " ")
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
 
 // quoteValue quotes v for a keyword/value string when it needs it.
 func quoteValue(v string) string {
