@@ -31,7 +31,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	drain := fs.Duration("shutdown-timeout", "INGEST_SHUTDOWN_TIMEOUT", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
-	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", ":9091", "listen address of /metrics, /healthz and /readyz (empty: off)")
+	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz; loopback unless given (empty: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -121,3 +121,15 @@ func TestStartupLogsNoDatabasePassword(t *testing.T) {
 		})
 	}
 }
+
+// The admin listener (metrics, unauthenticated) binds loopback unless an
+// address is given; the public one serves every interface.
+func TestListenerDefaults(t *testing.T) {
+	t.Parallel()
+	var out syncBuffer
+	err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out, &out)
+	require.Error(t, err)
+	require.Contains(t, out.String(), `-admin-addr string`)
+	require.Contains(t, out.String(), `(default "127.0.0.1:9091")`)
+	require.Contains(t, out.String(), `(default ":8080")`)
+}
