@@ -10,6 +10,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -32,6 +34,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
 	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz; loopback unless given (empty: off)")
+	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", 1024, "connections open at once on --addr; more wait to be accepted")
+	maxBodies := fs.Int("max-inflight-body-bytes", "INGEST_MAX_INFLIGHT_BODY_BYTES", ingest.DefaultMaxInflightBodyBytes, "request bodies held in memory at once, beyond 16 KiB each; past it a delivery waits briefly, then gets 503")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,12 +72,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg := metrics.NewRegistry()
 	m := metrics.NewIngest(reg)
 	m.Init(cfg.Names())
-	srv, err := ingest.New(cfg, envelope.NewStore(pool, riverClient), logger, ingest.Options{StoreTimeout: *storeTimeout, Observe: m.Observe})
+	if *maxConnsOpen < 1 || *maxBodies < ingest.FreeBodyBytes {
+		return errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")
+	}
+	srv, err := ingest.New(cfg, envelope.NewStore(pool, riverClient), logger, ingest.Options{StoreTimeout: *storeTimeout, Observe: m.Observe, MaxInflightBodyBytes: int64(*maxBodies)})
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "inbox_ingest_inflight_body_bytes",
+		Help: "Bytes of request bodies held in memory now (bounded by --max-inflight-body-bytes plus 16 KiB per connection).",
+	}, func() float64 { return float64(srv.InflightBodyBytes()) }))
 
-	httpSrv, bound, errc, err := cli.Listen(*addr, srv, 20*time.Second)
+	httpSrv, bound, errc, err := cli.ListenLimited(*addr, *maxConnsOpen, srv, 20*time.Second)
 	if err != nil {
 		return err
 	}

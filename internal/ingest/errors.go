@@ -61,6 +61,8 @@ func classify(err error) (code int, outcome, msg string) {
 		return http.StatusBadRequest, "bad_request", fmtErr.Error()
 	case errors.As(err, &conflict):
 		return http.StatusUnprocessableEntity, "conflict", "delivery id already received with a different body; the original is kept and the conflict recorded"
+	case errors.Is(err, errOverloaded):
+		return http.StatusServiceUnavailable, "overloaded", "too many deliveries in flight, not acknowledged; retry later"
 	case unavailable(err):
 		return http.StatusServiceUnavailable, "unavailable", "storage unavailable, delivery not acknowledged; retry later (if it was stored after all, the retry answers 200 duplicate)"
 	default:

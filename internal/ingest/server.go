@@ -3,7 +3,6 @@ package ingest
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -32,6 +31,12 @@ type Options struct {
 	// the outcome (accepted, duplicate, bad_signature, ...), the signature
 	// failure's reason when there is one, and the time taken.
 	Observe func(source, outcome, reason string, elapsed time.Duration)
+	// MaxInflightBodyBytes bounds the request bodies held in memory at once
+	// across all requests, beyond FreeBodyBytes each. Default 64 MiB.
+	MaxInflightBodyBytes int64
+	// BodyWait is how long a request waits for body memory before it is
+	// answered 503 with Retry-After. Default 500 ms.
+	BodyWait time.Duration
 }
 
 type source struct {
@@ -49,7 +54,11 @@ type Server struct {
 	retryAfterSeconds int
 	observeFunc       func(source, outcome, reason string, elapsed time.Duration)
 	router            chi.Router
+	bodies            *bodyBudget
 }
+
+// InflightBodyBytes returns the bytes of request bodies held in memory now.
+func (s *Server) InflightBodyBytes() int64 { return s.bodies.inflight.Load() }
 
 // New builds the server for cfg's sources.
 func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Options) (*Server, error) {
@@ -60,6 +69,7 @@ func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Op
 		now:          opts.Now,
 		storeTimeout: opts.StoreTimeout,
 		observeFunc:  opts.Observe,
+		bodies:       newBodyBudget(opts.MaxInflightBodyBytes, opts.BodyWait),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -124,10 +134,11 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errTooLarge, log)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, release, err := s.bodies.read(r.Context(), w, r, limit)
+	defer release()
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if !errors.As(err, &tooLarge) {
+		if !errors.As(err, &tooLarge) && !errors.Is(err, errOverloaded) {
 			err = &readError{err}
 		}
 		s.writeError(w, r, err, log)
