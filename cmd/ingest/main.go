@@ -25,6 +25,8 @@ func main() { cli.Main("ingest", run, nil) }
 // run starts ingest and serves until ctx is cancelled, then drains in-flight
 // requests and returns nil.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	// Logs carry strings a sender chose: escape what could drive a terminal.
+	stdout, stderr = cli.Safe(stdout), cli.Safe(stderr)
 	fs := cli.NewFlags("ingest", getenv, stderr)
 	addr := fs.String("addr", "INGEST_ADDR", ":8080", "listen address")
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file")

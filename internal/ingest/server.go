@@ -90,7 +90,7 @@ func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Op
 	}
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID)
+	r.Use(requestID)
 	r.Use(s.recoverer)
 	r.Post("/webhooks/{source}", s.handleWebhook)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -118,7 +118,7 @@ type acceptedBody struct {
 func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	name := chi.URLParam(r, "source")
-	log := s.logger.With("request_id", middleware.GetReqID(r.Context()), "source", name)
+	log := s.requestLogger(r, name)
 	src, ok := s.sources[name]
 	label := name
 	if !ok {
