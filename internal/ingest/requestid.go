@@ -82,3 +82,5 @@ func bounded(s string) string {
 	}
 	return s[:cut] + "...(" + strconv.Itoa(len(s)) + " bytes)"
 }
+
+func requestIDOf(r *http.Request) string { return middleware.GetReqID(r.Context()) }

@@ -81,6 +81,7 @@ func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Op
 	if s.retryAfterSeconds <= 0 {
 		s.retryAfterSeconds = 5
 	}
+	warnWeakSecrets(cfg, logger)
 	for name, src := range cfg.Sources {
 		v, err := src.Verifier()
 		if err != nil {
@@ -90,7 +91,7 @@ func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Op
 	}
 
 	r := chi.NewRouter()
-	r.Use(requestID)
+	r.Use(requestID, closeChunked)
 	r.Use(s.recoverer)
 	r.Post("/webhooks/{source}", s.handleWebhook)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -100,9 +101,7 @@ func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Op
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "not found", Status: "not_found"})
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method not allowed", Status: "method_not_allowed"})
-	})
+	r.MethodNotAllowed(s.methodNotAllowed)
 	s.router = r
 	return s, nil
 }
