@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,7 +78,9 @@ func TestRiverUIRefusesCrossSiteAndThrottlesLogins(t *testing.T) {
 	}
 
 	const user, pass = "ops", "correct horse battery"
-	w, lines := start(t, "worker", append(env, "RIVERUI_USER="+user, "RIVERUI_PASSWORD="+pass), "run", "--riverui", "--admin-addr", "127.0.0.1:0")
+	// As a member of inbox_worker: River UI works with the worker's privileges.
+	workerEnv := append(slices.Clip(env), "DATABASE_URL="+pgtest.RoleURL(t, dbURL, pgtest.RoleWorker), "RIVERUI_USER="+user, "RIVERUI_PASSWORD="+pass)
+	w, lines := start(t, "worker", workerEnv, "run", "--riverui", "--admin-addr", "127.0.0.1:0")
 	waitLine(t, lines, "worker started", 30*time.Second)
 	admin := "http://" + waitLine(t, lines, "admin listening on ", 30*time.Second)
 

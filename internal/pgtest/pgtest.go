@@ -240,4 +240,23 @@ func dropOrphans(ctx context.Context, admin *pgx.Conn) {
 		}
 		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	}
+	// LOGIN roles made by RoleURL (their databases are gone by now).
+	rows, err = admin.Query(ctx, "SELECT rolname FROM pg_roles WHERE rolname LIKE 'inbox\\_test\\_%\\_role'")
+	if err != nil {
+		return
+	}
+	roles, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, name := range roles {
+		var pid int
+		if _, err := fmt.Sscanf(name, "inbox_test_%d_", &pid); err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue
+		}
+		_, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+	}
 }
