@@ -143,7 +143,9 @@ var probes = []probe{
 			require.NoError(t, err)
 			return roundTrip(t, req)
 		},
-		check: func(t *testing.T, _ *bundle, resp *http.Response, _ []byte) { require.Equal(t, "POST", resp.Header.Get("Allow")) }},
+		check: func(t *testing.T, _ *bundle, resp *http.Response, _ []byte) {
+			require.Equal(t, "POST", resp.Header.Get("Allow"))
+		}},
 
 	// What held in the probe and must keep holding.
 	{name: "nearly right MAC", id: "p-mac", code: http.StatusUnauthorized,
