@@ -32,7 +32,7 @@ drills: ## failure drills at full size, each on its own throwaway PostgreSQL (pr
 
 fuzz: ## run each fuzz target for FUZZTIME against the dev PostgreSQL (their seed corpora run in make test)
 	@url=$$(scripts/dev-db ensure) || exit 1; \
-	for t in './internal/provider FuzzVerify' './internal/envelope FuzzJSONBSafe' './internal/ingest FuzzIngest'; do \
+	for t in './internal/provider FuzzVerify' './internal/envelope FuzzJSONBSafe' './internal/ingest FuzzIngest' './internal/pg FuzzRedact'; do \
 		set -- $$t; echo "== $$2 ($$1)"; \
 		TEST_DATABASE_URL="$$url" $(GO) test -run '^$$' -fuzz "^$$2$$" -fuzztime $(FUZZTIME) "$$1" || exit 1; \
 	done
