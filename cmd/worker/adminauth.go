@@ -148,3 +148,14 @@ func boundLog(s string) string {
 	}
 	return s
 }
+
+// loopback reports whether the bound address addr (host:port) is a loopback
+// address.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

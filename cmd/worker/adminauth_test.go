@@ -30,3 +30,10 @@ func TestUIPasswordStrength(t *testing.T) {
 		require.NoError(t, checkUIPassword(ok), "%q", ok)
 	}
 }
+
+func TestLoopback(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]bool{"127.0.0.1:9090": true, "[::1]:9090": true, "0.0.0.0:9090": false, "[::]:9090": false, "10.0.0.5:9090": false, "bad": false} {
+		require.Equal(t, want, loopback(addr), addr)
+	}
+}

@@ -169,6 +169,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		defer adminSrv.Close()
 		adminErr = aerr
 		logger.Info("admin listening", "addr", bound, "riverui", *riverUI)
+		if *riverUI && !loopback(bound) {
+			logger.Warn("River UI is served over plain HTTP beyond loopback: its password crosses the network in clear; reach it through TLS or an SSH tunnel (docs/operations.md)", "addr", bound)
+		}
 		fmt.Fprintf(stdout, "admin listening on %s\n", bound)
 	}
 	select {
