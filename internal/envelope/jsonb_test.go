@@ -51,6 +51,8 @@ var jsonbCases = []struct {
 	{"integer past numeric's weight", `[` + "1" + strings.Repeat("0", 131072) + `]`, false, false},
 	{"integer with leading zeros in the fraction", `[0.` + strings.Repeat("0", 16382) + `1]`, true, true},
 	{"fraction past numeric's scale", `[0.` + strings.Repeat("0", 16383) + `1]`, false, false},
+	{"trailing zeros count in the scale", `[1.` + strings.Repeat("0", 16384) + `]`, false, false},
+	{"trailing zeros within the scale", `[1.` + strings.Repeat("0", 16383) + `]`, true, true},
 	{"negative zero", `[-0.0e-5]`, true, true},
 	{"nested 1000 deep", strings.Repeat("[", 1000) + strings.Repeat("]", 1000), true, true},
 	{"nested 1001 deep", strings.Repeat("[", 1001) + strings.Repeat("]", 1001), false, true},
