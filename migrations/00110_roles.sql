@@ -47,8 +47,8 @@ GRANT SELECT, UPDATE, DELETE ON envelope TO inbox_worker;
 GRANT SELECT, INSERT, DELETE ON envelope_attempt TO inbox_worker;
 GRANT SELECT, DELETE ON envelope_duplicate, envelope_conflict, envelope_replay TO inbox_worker;
 GRANT SELECT, INSERT ON ledger_account, ledger_transaction, ledger_entry TO inbox_worker;
--- A refund locks its payment FOR UPDATE, which needs UPDATE on one column: description is the
--- one whose change harms least (free text; amounts, keys and merchant stay append-only).
+-- A refund locks its payment FOR UPDATE, which needs UPDATE on one column: description (the
+-- append-only trigger of 00101 refuses any UPDATE of a posted row anyway).
 GRANT UPDATE (description) ON ledger_transaction TO inbox_worker;
 GRANT SELECT ON ledger_balance TO inbox_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON throttle_window TO inbox_worker;
