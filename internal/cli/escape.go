@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -14,8 +15,9 @@ import (
 // U+200B, U+FEFF), the line and paragraph separators U+2028 and U+2029, and
 // invalid UTF-8 are written as \uXXXX escapes (surrogate pairs beyond the
 // BMP). The escapes are JSON's, so JSON output stays valid and means the
-// same; in text they read as what they are. Safe to use on text that has no
-// such characters: it then passes through unchanged.
+// same; in text they read as what they are. Text without such characters
+// passes through unchanged. Safe for concurrent use; a rune cut across two
+// Writes is escaped whole (a final incomplete one is dropped).
 func Safe(w io.Writer) io.Writer {
 	if _, ok := w.(*safeWriter); ok {
 		return w
@@ -24,6 +26,7 @@ func Safe(w io.Writer) io.Writer {
 }
 
 type safeWriter struct {
+	mu      sync.Mutex // Writes may come from several goroutines
 	w       io.Writer
 	pending []byte // an incomplete UTF-8 sequence from the previous Write
 	buf     []byte
@@ -43,6 +46,8 @@ func needsEscape(r rune) bool {
 }
 
 func (s *safeWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	n := len(p)
 	if len(s.pending) > 0 {
 		p = append(s.pending, p...)
