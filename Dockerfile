@@ -18,4 +18,4 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/
 USER nonroot:nonroot
-EXPOSE 8080
+EXPOSE 8080 9090 9091

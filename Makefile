@@ -8,10 +8,12 @@ GO ?= go
 INGEST_URL ?= http://127.0.0.1:8080
 # Extra arguments for `make test`, e.g. make test ARGS='-run TestReplay ./internal/worker'.
 ARGS ?=
+# How long each target of `make fuzz` runs (go test -fuzztime), e.g. make fuzz FUZZTIME=10m.
+FUZZTIME ?= 60s
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help run test drills build migrate demo db db-stop db-destroy lint bench generate clean
+.PHONY: help run test drills fuzz build migrate demo db db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -27,6 +29,13 @@ test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; A
 drills: ## failure drills at full size, each on its own throwaway PostgreSQL (process logs in .tmp/drills)
 	@mkdir -p .tmp/drills
 	INBOX_DRILL_SCALE=full INBOX_DRILL_LOGS=$(CURDIR)/.tmp/drills $(GO) test -count=1 -timeout 30m -v -run '$(DRILL)' ./e2e
+
+fuzz: ## run each fuzz target for FUZZTIME against the dev PostgreSQL (their seed corpora run in make test)
+	@url=$$(scripts/dev-db ensure) || exit 1; \
+	for t in './internal/provider FuzzVerify' './internal/envelope FuzzJSONBSafe' './internal/ingest FuzzIngest' './internal/pg FuzzRedact'; do \
+		set -- $$t; echo "== $$2 ($$1)"; \
+		TEST_DATABASE_URL="$$url" $(GO) test -run '^$$' -fuzz "^$$2$$" -fuzztime $(FUZZTIME) "$$1" || exit 1; \
+	done
 
 build: ## build bin/ingest, bin/worker and bin/sendhook
 	$(GO) build -o bin/ ./cmd/...

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -86,10 +87,15 @@ func startStack(t testing.TB, dbURL string, workerArgs ...string) *stack {
 	migrate(t, env)
 	s := &stack{dbURL: dbURL, env: env}
 	var lines <-chan string
-	s.ingest, lines = start(t, "ingest", env, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
+	// Each process logs in as a role with its group's privileges only
+	// (migration 00110_roles.sql); migrate and the test's own queries stay
+	// the owner's.
+	ingestEnv := append(slices.Clip(env), "DATABASE_URL="+pgtest.RoleURL(t, dbURL, pgtest.RoleIngest))
+	workerEnv := append(slices.Clip(env), "DATABASE_URL="+pgtest.RoleURL(t, dbURL, pgtest.RoleWorker))
+	s.ingest, lines = start(t, "ingest", ingestEnv, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
 	s.ingestURL = "http://" + waitLine(t, lines, "listening on ", 30*time.Second)
 	s.ingestAdmin = "http://" + waitLine(t, lines, "admin listening on ", 30*time.Second)
-	s.worker, lines = start(t, "worker", env, append([]string{"run", "--fetch-cooldown", "5ms", "--fetch-poll-interval", "50ms", "--admin-addr", "127.0.0.1:0"}, workerArgs...)...)
+	s.worker, lines = start(t, "worker", workerEnv, append([]string{"run", "--fetch-cooldown", "5ms", "--fetch-poll-interval", "50ms", "--admin-addr", "127.0.0.1:0"}, workerArgs...)...)
 	waitLine(t, lines, "worker started", 30*time.Second)
 	s.workerAdmin = "http://" + waitLine(t, lines, "admin listening on ", 30*time.Second)
 	pool, err := pgxpool.New(context.Background(), dbURL)

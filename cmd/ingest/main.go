@@ -10,6 +10,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -23,6 +25,8 @@ func main() { cli.Main("ingest", run, nil) }
 // run starts ingest and serves until ctx is cancelled, then drains in-flight
 // requests and returns nil.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	// Logs carry strings a sender chose: escape what could drive a terminal.
+	stdout, stderr = cli.Safe(stdout), cli.Safe(stderr)
 	fs := cli.NewFlags("ingest", getenv, stderr)
 	addr := fs.String("addr", "INGEST_ADDR", ":8080", "listen address")
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file")
@@ -33,7 +37,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	drain := fs.Duration("shutdown-timeout", "INGEST_SHUTDOWN_TIMEOUT", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
-	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", ":9091", "listen address of /metrics, /healthz and /readyz (empty: off)")
+	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz; loopback unless given (empty: off)")
+	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", 1024, "connections open at once on --addr; more wait to be accepted")
+	maxBodies := fs.Int("max-inflight-body-bytes", "INGEST_MAX_INFLIGHT_BODY_BYTES", ingest.DefaultMaxInflightBodyBytes, "request bodies held in memory at once, beyond 16 KiB each; past it a delivery waits briefly, then gets 503")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,12 +79,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg := metrics.NewRegistry()
 	m := metrics.NewIngest(reg)
 	m.Init(cfg.Names())
-	srv, err := ingest.New(cfg, envelope.NewStoreWith(pool, riverClient, envelope.StoreOptions{MaxBatch: *storeBatch, MaxConcurrent: *storeConcurrency}), logger, ingest.Options{StoreTimeout: *storeTimeout, Observe: m.Observe})
+	if *maxConnsOpen < 1 || *maxBodies < ingest.FreeBodyBytes {
+		return errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")
+	}
+	store := envelope.NewStoreWith(pool, riverClient, envelope.StoreOptions{MaxBatch: *storeBatch, MaxConcurrent: *storeConcurrency})
+	srv, err := ingest.New(cfg, store, logger, ingest.Options{StoreTimeout: *storeTimeout, Observe: m.Observe, MaxInflightBodyBytes: int64(*maxBodies)})
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "inbox_ingest_inflight_body_bytes",
+		Help: "Bytes of request bodies held in memory now (bounded by --max-inflight-body-bytes plus 16 KiB per connection).",
+	}, func() float64 { return float64(srv.InflightBodyBytes()) }))
 
-	httpSrv, bound, errc, err := cli.Listen(*addr, srv, 20*time.Second)
+	httpSrv, bound, errc, err := cli.ListenLimited(*addr, *maxConnsOpen, srv, 20*time.Second)
 	if err != nil {
 		return err
 	}

@@ -132,3 +132,35 @@ func TestEnvelopesShow(t *testing.T) {
 		require.Equal(t, tc.code, exitCode(err), tc.args)
 	}
 }
+
+// Strings a sender chose (delivery id, User-Agent, body) reach the
+// operator's terminal with control and bidi characters escaped, in text and
+// in JSON.
+func TestEnvelopesOutputEscapesControlAndBidi(t *testing.T) {
+	t.Parallel()
+	b := admSetup(t)
+	body := []byte("{\"note\":\"\x1b[2J\u202e\"}")
+	res, err := b.store.Insert(context.Background(), envelope.NewDelivery{
+		Source: "gh", Provider: "github", DeliveryID: "evt_\u202egnp.exe\u200b", EventType: "push\u2066",
+		Body: body, Payload: body, Headers: map[string]string{"User-Agent": "curl\u009b31m/8"},
+	})
+	require.NoError(t, err)
+	raw := []string{"\u202e", "\u200b", "\u2066", "\u009b", "\x1b"}
+	for _, args := range [][]string{
+		{"envelopes", "list"},
+		{"envelopes", "list", "--json"},
+		{"envelopes", "show", admItoa(res.EnvelopeID)},
+		{"envelopes", "show", "--json", admItoa(res.EnvelopeID)},
+	} {
+		out, _, err := b.run(t, args...)
+		require.NoError(t, err, args)
+		for _, r := range raw {
+			require.NotContains(t, out, r, "%v prints %q raw", args, r)
+		}
+		require.Contains(t, out, `evt_\u202egnp.exe\u200b`, args)
+	}
+	out, _, err := b.run(t, "envelopes", "show", admItoa(res.EnvelopeID))
+	require.NoError(t, err)
+	require.Contains(t, out, `curl\u009b31m/8`)
+	require.Contains(t, out, `\u001b[2J`)
+}

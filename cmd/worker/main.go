@@ -50,6 +50,9 @@ Run 'worker COMMAND -h' for a command's flags. Every command reads DATABASE_URL.
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	// Envelopes carry strings a sender chose (delivery ids, headers, bodies):
+	// nothing reaches the terminal or a log unescaped.
+	stdout, stderr = cli.Safe(stdout), cli.Safe(stderr)
 	cmd := "run"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]

@@ -36,7 +36,9 @@ func admSetup(t *testing.T) *admBundle {
 	t.Cleanup(pool.Close)
 	rc, err := envelope.NewInsertClient(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	return &admBundle{url: url, pool: pool, store: envelope.NewStore(pool, rc)}
+	// The commands run as a member of inbox_admin only; pool (the owner's)
+	// seeds and checks.
+	return &admBundle{url: pgtest.RoleURL(t, url, pgtest.RoleAdmin), pool: pool, store: envelope.NewStore(pool, rc)}
 }
 
 // run runs the worker command line with DATABASE_URL set to the test's

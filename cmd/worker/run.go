@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -39,7 +36,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file (per-source backoff, throttle, forwarding; optional)")
-	adminAddr := fs.String("admin-addr", "WORKER_ADMIN_ADDR", ":9090", "listen address of /metrics, /healthz, /readyz and River UI (empty: off)")
+	adminAddr := fs.String("admin-addr", "WORKER_ADMIN_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz, /readyz and River UI; loopback unless given (empty: off)")
 	purgeEvery := fs.Duration("purge-interval", "WORKER_PURGE_INTERVAL", time.Hour, "how often the retention purge runs (0: never)")
 	purgeBodyAfter := fs.Duration("purge-body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter, "drop bodies of done/ignored envelopes processed longer ago than this")
 	purgeDeleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "delete done/ignored envelope rows (tombstones) processed longer ago than this (at least --purge-body-after)")
@@ -85,6 +82,11 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if *riverUI && (uiPassword == "" || *adminAddr == "") {
 		return usageError{errors.New("--riverui needs RIVERUI_PASSWORD set (River UI can cancel and delete jobs) and an --admin-addr")}
+	}
+	if *riverUI {
+		if err := checkUIPassword(uiPassword); err != nil {
+			return usageError{err}
+		}
 	}
 	sources := map[string]worker.SourcePolicy{}
 	registry := handlers.Builtin()
@@ -166,7 +168,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			if err := ui.Start(ctx); err != nil {
 				return fmt.Errorf("river ui: %w", err)
 			}
-			mux.Handle("/riverui/", basicAuth(uiUser, uiPassword, ui))
+			mux.Handle("/riverui/", guardUI(uiUser, uiPassword, ui, logger))
 		}
 		adminSrv, bound, aerr, err := cli.Listen(*adminAddr, mux, 60*time.Second)
 		if err != nil {
@@ -175,6 +177,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		defer adminSrv.Close()
 		adminErr = aerr
 		logger.Info("admin listening", "addr", bound, "riverui", *riverUI)
+		if *riverUI && !loopback(bound) {
+			logger.Warn("River UI is served over plain HTTP beyond loopback: its password crosses the network in clear; reach it through TLS or an SSH tunnel (docs/operations.md)", "addr", bound)
+		}
 		fmt.Fprintf(stdout, "admin listening on %s\n", bound)
 	}
 	select {
@@ -196,23 +201,6 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	logger.Info("worker stopped")
 	return nil
-}
-
-// basicAuth guards h with HTTP basic authentication, comparing in constant
-// time. River UI has no authentication of its own and can cancel and delete
-// jobs.
-func basicAuth(user, password string, h http.Handler) http.Handler {
-	wantUser, wantPass := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u, p, ok := r.BasicAuth()
-		gotUser, gotPass := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
-		if !ok || subtle.ConstantTimeCompare(gotUser[:], wantUser[:])&subtle.ConstantTimeCompare(gotPass[:], wantPass[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Basic realm="inbox admin", charset="UTF-8"`)
-			http.Error(w, "authentication required", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 // forwardBudget is the largest sum of forward timeouts of any one source: a

@@ -126,7 +126,7 @@ func (s *Store) Insert(ctx context.Context, d NewDelivery) (InsertResult, error)
 		return InsertResult{}, fmt.Errorf("encode headers: %w", err)
 	}
 	sum := sha256.Sum256(d.Body)
-	p := prepared{d: d, sum: sum[:], headers: headers, payload: storablePayload(d.Payload)}
+	p := prepared{d: d, sum: sum[:], headers: headers, payload: jsonbPayload(d.Payload)} // nil payload when jsonb cannot hold it: the raw body is the record
 	if !d.SignedAt.IsZero() {
 		p.signedAt = &d.SignedAt
 	}
@@ -381,28 +381,4 @@ func lookupStored(ctx context.Context, tx pgx.Tx, items []prepared, idx []int) (
 		return nil, fmt.Errorf("load stored deliveries: %w", err)
 	}
 	return stored, nil
-}
-
-// storablePayload returns the payload for the jsonb column, or nil when
-// PostgreSQL's jsonb cannot hold it (a \u0000 escape): the raw body is kept
-// byte-exact either way, and handlers read the body.
-func storablePayload(p json.RawMessage) []byte {
-	if len(p) == 0 || containsNulEscape(p) {
-		return nil
-	}
-	return p
-}
-
-func containsNulEscape(b []byte) bool {
-	for i := 0; i+5 < len(b); i++ {
-		if b[i] == '\\' {
-			if string(b[i+1:i+6]) == "u0000" {
-				// An escaped backslash before it ("\\u0000") is text, not NUL,
-				// but treating it as NUL only drops the optional parsed copy.
-				return true
-			}
-			i++ // skip the escaped character
-		}
-	}
-	return false
 }

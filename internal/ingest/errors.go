@@ -61,6 +61,12 @@ func classify(err error) (code int, outcome, msg string) {
 		return http.StatusBadRequest, "bad_request", fmtErr.Error()
 	case errors.As(err, &conflict):
 		return http.StatusUnprocessableEntity, "conflict", "delivery id already received with a different body; the original is kept and the conflict recorded"
+	case errors.Is(err, errOverloaded):
+		return http.StatusServiceUnavailable, "overloaded", "too many deliveries in flight, not acknowledged; retry later"
+	case pgCode(err) == "42501":
+		// insufficient_privilege: the role lacks a grant. Nothing is lost
+		// while an operator fixes it: the provider retries.
+		return http.StatusServiceUnavailable, "db_permission", "storage unavailable, delivery not acknowledged; retry later"
 	case unavailable(err):
 		return http.StatusServiceUnavailable, "unavailable", "storage unavailable, delivery not acknowledged; retry later (if it was stored after all, the retry answers 200 duplicate)"
 	default:
@@ -115,7 +121,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, l
 	}
 	lvl := slog.LevelInfo
 	switch {
-	case code == http.StatusInternalServerError:
+	case code == http.StatusInternalServerError, outcome == "db_permission":
 		lvl = slog.LevelError
 	case code == http.StatusServiceUnavailable, code == http.StatusUnauthorized, code == http.StatusUnprocessableEntity:
 		lvl = slog.LevelWarn
@@ -137,4 +143,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// pgCode returns err's SQLSTATE, or "".
+func pgCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }

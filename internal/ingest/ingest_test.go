@@ -95,14 +95,22 @@ func loadConfig(t testing.TB) *config.Config {
 func serve(t testing.TB, pool *pgxpool.Pool, opts ingest.Options) *bundle {
 	t.Helper()
 	logs := &syncBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	logger := slogJSON(logs)
 	rc, err := envelope.NewInsertClient(pool, logger)
 	require.NoError(t, err)
 	srv, err := ingest.New(loadConfig(t), envelope.NewStore(pool, rc), logger, opts)
 	require.NoError(t, err)
-	hs := httptest.NewServer(srv)
+	return &bundle{pool: pool, url: newServer(t, srv), logs: logs}
+}
+
+func slogJSON(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
+
+// newServer serves h over real HTTP until the test ends and returns its URL.
+func newServer(t testing.TB, h http.Handler) string {
+	t.Helper()
+	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	return &bundle{pool: pool, url: hs.URL, logs: logs}
+	return hs.URL
 }
 
 func setup(t *testing.T) *bundle {

@@ -3,7 +3,6 @@ package ingest
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -32,6 +31,12 @@ type Options struct {
 	// the outcome (accepted, duplicate, bad_signature, ...), the signature
 	// failure's reason when there is one, and the time taken.
 	Observe func(source, outcome, reason string, elapsed time.Duration)
+	// MaxInflightBodyBytes bounds the request bodies held in memory at once
+	// across all requests, beyond FreeBodyBytes each. Default 64 MiB.
+	MaxInflightBodyBytes int64
+	// BodyWait is how long a request waits for body memory before it is
+	// answered 503 with Retry-After. Default 500 ms.
+	BodyWait time.Duration
 }
 
 type source struct {
@@ -49,7 +54,11 @@ type Server struct {
 	retryAfterSeconds int
 	observeFunc       func(source, outcome, reason string, elapsed time.Duration)
 	router            chi.Router
+	bodies            *bodyBudget
 }
+
+// InflightBodyBytes returns the bytes of request bodies held in memory now.
+func (s *Server) InflightBodyBytes() int64 { return s.bodies.inflight.Load() }
 
 // New builds the server for cfg's sources.
 func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Options) (*Server, error) {
@@ -60,6 +69,7 @@ func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Op
 		now:          opts.Now,
 		storeTimeout: opts.StoreTimeout,
 		observeFunc:  opts.Observe,
+		bodies:       newBodyBudget(opts.MaxInflightBodyBytes, opts.BodyWait),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -71,6 +81,7 @@ func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Op
 	if s.retryAfterSeconds <= 0 {
 		s.retryAfterSeconds = 5
 	}
+	warnWeakSecrets(cfg, logger)
 	for name, src := range cfg.Sources {
 		v, err := src.Verifier()
 		if err != nil {
@@ -80,7 +91,7 @@ func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Op
 	}
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID)
+	r.Use(requestID, closeChunked)
 	r.Use(s.recoverer)
 	r.Post("/webhooks/{source}", s.handleWebhook)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -90,9 +101,7 @@ func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Op
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "not found", Status: "not_found"})
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method not allowed", Status: "method_not_allowed"})
-	})
+	r.MethodNotAllowed(s.methodNotAllowed)
 	s.router = r
 	return s, nil
 }
@@ -108,7 +117,7 @@ type acceptedBody struct {
 func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	name := chi.URLParam(r, "source")
-	log := s.logger.With("request_id", middleware.GetReqID(r.Context()), "source", name)
+	log := s.requestLogger(r, name)
 	src, ok := s.sources[name]
 	label := name
 	if !ok {
@@ -124,10 +133,11 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errTooLarge, log)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, release, err := s.bodies.read(r.Context(), w, r, limit)
+	defer release()
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if !errors.As(err, &tooLarge) {
+		if !errors.As(err, &tooLarge) && !errors.Is(err, errOverloaded) {
 			err = &readError{err}
 		}
 		s.writeError(w, r, err, log)

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -66,13 +65,4 @@ func Open(ctx context.Context, databaseURL string, o Options) (*pgxpool.Pool, er
 		return nil, fmt.Errorf("open pool: %w", err)
 	}
 	return pool, nil
-}
-
-// Redact returns databaseURL with its password hidden, for logs.
-func Redact(databaseURL string) string {
-	u, err := url.Parse(databaseURL)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return u.Redacted()
 }

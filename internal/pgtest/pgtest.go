@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/migrations"
 )
 
@@ -214,13 +215,8 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return p.Redacted()
-}
+// redact hides u's password (any form pg.Redact knows).
+func redact(u string) string { return pg.Redact(u) }
 
 // dropOrphans drops test databases left by test binaries that died before
 // their cleanup ran (killed by -timeout or by hand): their name carries the
@@ -243,5 +239,24 @@ func dropOrphans(ctx context.Context, admin *pgx.Conn) {
 			continue // alive, or not ours to judge
 		}
 		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	}
+	// LOGIN roles made by RoleURL (their databases are gone by now).
+	rows, err = admin.Query(ctx, "SELECT rolname FROM pg_roles WHERE rolname LIKE 'inbox\\_test\\_%\\_role'")
+	if err != nil {
+		return
+	}
+	roles, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, name := range roles {
+		var pid int
+		if _, err := fmt.Sscanf(name, "inbox_test_%d_", &pid); err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue
+		}
+		_, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
 	}
 }

@@ -27,11 +27,21 @@ import (
 type bundle struct {
 	ctx  context.Context
 	pool *pgxpool.Pool
+	// worker is logged in as a member of inbox_worker only: purges run
+	// with the worker's privileges.
+	worker *pgxpool.Pool
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	return &bundle{ctx: context.Background(), pool: pgtest.NewPool(t)}
+	url := pgtest.NewURL(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	worker, err := pgxpool.New(context.Background(), pgtest.RoleURL(t, url, pgtest.RoleWorker))
+	require.NoError(t, err)
+	t.Cleanup(worker.Close)
+	return &bundle{ctx: context.Background(), pool: pool, worker: worker}
 }
 
 var deliveries atomic.Int64
@@ -152,7 +162,7 @@ func (b *bundle) count(t *testing.T, q string, args ...any) int {
 
 func purge(t *testing.T, b *bundle, cfg retention.Config) retention.Report {
 	t.Helper()
-	rep, err := retention.Purge(b.ctx, b.pool, cfg)
+	rep, err := retention.Purge(b.ctx, b.worker, cfg)
 	require.NoError(t, err)
 	return rep
 }

@@ -23,7 +23,7 @@ import (
 // envelopes already stored are processed in shared transactions.
 func (b *bundle) runBatched(t *testing.T, batching worker.Batching) {
 	t.Helper()
-	client, err := worker.NewClient(b.pool, b.registry, worker.Config{
+	client, err := worker.NewClient(b.worker, b.registry, worker.Config{
 		Policy:            worker.Policy{SnoozeDefault: time.Hour},
 		MaxWorkers:        100,
 		Batching:          batching,
@@ -164,7 +164,10 @@ func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing
 	// released, so the whole batch's commit fails.
 	b.registry.Register("standard", "unbalanced", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 		var acct, txID int64
-		if err := tx.QueryRow(ctx, `INSERT INTO ledger_account (merchant, name) VALUES ('m_bad', 'sales') ON CONFLICT (merchant, name) DO UPDATE SET name = EXCLUDED.name RETURNING id`).Scan(&acct); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger_account (merchant, name) VALUES ('m_bad', 'sales') ON CONFLICT DO NOTHING`); err != nil {
+			return nil, err
+		}
+		if err := tx.QueryRow(ctx, `SELECT id FROM ledger_account WHERE merchant = 'm_bad' AND name = 'sales'`).Scan(&acct); err != nil {
 			return nil, err
 		}
 		if err := tx.QueryRow(ctx, `INSERT INTO ledger_transaction (envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor)

@@ -43,7 +43,7 @@ func BenchmarkDrain(b *testing.B) {
 	wg.Wait()
 	b.ResetTimer()
 	start := time.Now()
-	client, err := worker.NewClient(bb.pool, bb.registry, worker.Config{}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	client, err := worker.NewClient(bb.worker, bb.registry, worker.Config{}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	require.NoError(b, err)
 	require.NoError(b, client.Start(ctx))
 	defer func() { _ = client.Stop(ctx) }()

@@ -36,7 +36,7 @@ func TestThrottlePerMerchantAcrossWorkers(t *testing.T) {
 		quiet = append(quiet, b.insert(t, "standard", fmt.Sprintf("msg_b%d", i), "payment.succeeded", webhooktest.StandardPayment(fmt.Sprintf("pb%d", i), "m_quiet", 100, "USD"), 0))
 	}
 	for range 2 {
-		c, err := worker.NewClient(b.pool, b.registry, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		c, err := worker.NewClient(b.worker, b.registry, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		require.NoError(t, err)
 		require.NoError(t, c.Start(context.Background()))
 		t.Cleanup(func() { _ = c.Stop(context.Background()) })
@@ -83,14 +83,14 @@ func TestReconcileFailsEnvelopeWhoseJobWasCancelled(t *testing.T) {
 		VALUES ('src', 'github', 'gh-orphan', 'push', '{}', sha256('{}'::bytea), 2) RETURNING id`).Scan(&orphan))
 	healthy := b.insert(t, "github", "gh-healthy", "push", webhooktest.GitHubPush("refs/heads/main"), 0)
 
-	failed, enqueued, err := worker.Reconcile(ctx, b.pool, 0)
+	failed, enqueued, err := worker.Reconcile(ctx, b.worker, 0)
 	require.NoError(t, err)
 	require.Equal(t, [2]int{1, 1}, [2]int{failed, enqueued})
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'failed' AND last_error LIKE '%cancelled%without a recorded outcome%'`, cancelled))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1 AND state = 'available'`, orphan))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, healthy))
 	// Safe to run again: nothing left to do.
-	failed, enqueued, err = worker.Reconcile(ctx, b.pool, 0)
+	failed, enqueued, err = worker.Reconcile(ctx, b.worker, 0)
 	require.NoError(t, err)
 	require.Equal(t, [2]int{0, 0}, [2]int{failed, enqueued})
 }

@@ -35,20 +35,33 @@ type bundle struct {
 	pool     *pgxpool.Pool
 	store    *envelope.Store
 	registry *handlers.Registry
+	// worker is logged in as a member of inbox_worker only: workers and
+	// reconcile run with the worker's privileges; pool (the owner's) seeds
+	// and checks.
+	worker *pgxpool.Pool
 }
 
 func setup(t testing.TB) *bundle {
 	t.Helper()
-	pool := pgtest.NewPool(t)
+	url := pgtest.NewURL(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	wcfg, err := pgxpool.ParseConfig(pgtest.RoleURL(t, url, pgtest.RoleWorker))
+	require.NoError(t, err)
+	wcfg.MaxConns = int32(worker.PoolSize(worker.DefaultBatching)) // as worker run sizes it
+	wp, err := pgxpool.NewWithConfig(context.Background(), wcfg)
+	require.NoError(t, err)
+	t.Cleanup(wp.Close)
 	rc, err := envelope.NewInsertClient(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	return &bundle{pool: pool, store: envelope.NewStore(pool, rc), registry: handlers.Builtin()}
+	return &bundle{pool: pool, store: envelope.NewStore(pool, rc), registry: handlers.Builtin(), worker: wp}
 }
 
 // run starts a worker client; it stops when the test ends.
 func (b *bundle) run(t *testing.T, policy worker.Policy) *river.Client[pgx.Tx] {
 	t.Helper()
-	client, err := worker.NewClient(b.pool, b.registry, worker.Config{
+	client, err := worker.NewClient(b.worker, b.registry, worker.Config{
 		Policy:            policy,
 		MaxWorkers:        4,
 		FetchCooldown:     5 * time.Millisecond,
@@ -305,7 +318,7 @@ func TestStaleAttemptIsFencedOff(t *testing.T) {
 	var jobID int64
 	// The job is running again, at attempt 2, on another worker.
 	require.NoError(t, b.pool.QueryRow(ctx, `UPDATE river_job SET state = 'running', attempt = 2, attempted_at = now() WHERE (args->>'envelope_id')::bigint = $1 RETURNING id`, id).Scan(&jobID))
-	w := &worker.ProcessWorker{Pool: b.pool, Registry: b.registry, Policy: worker.DefaultPolicy, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Name: "zombie"}
+	w := &worker.ProcessWorker{Pool: b.worker, Registry: b.registry, Policy: worker.DefaultPolicy, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Name: "zombie"}
 	stale := &river.Job[envelope.ProcessArgs]{
 		JobRow: &rivertype.JobRow{ID: jobID, Attempt: 1, MaxAttempts: 25, State: rivertype.JobStateRunning},
 		Args:   envelope.ProcessArgs{EnvelopeID: id},

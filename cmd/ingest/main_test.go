@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/pgtest"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// started is a running ingest: its output so far, and stop.
+type started struct {
+	stdout, stderr *syncBuffer
+	stop           func() error
+}
+
+// start runs ingest's run with env (plus a sources file) until it prints its
+// listeners, and returns it; the test stops it at the end.
+func start(t *testing.T, env map[string]string, args ...string) *started {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sources.yaml")
+	yaml := "sources:\n  github:\n    provider: github\n    secrets: [\"${GH_SECRET}\"]\n"
+	require.NoError(t, os.WriteFile(cfg, []byte(yaml), 0o600))
+	full := map[string]string{"INBOX_CONFIG": cfg, "GH_SECRET": "gh-main-test-secret-long-enough", "INGEST_ADDR": "127.0.0.1:0", "INGEST_ADMIN_ADDR": "127.0.0.1:0"}
+	for k, v := range env {
+		full[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &started{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, func(k string) string { return full[k] }, s.stdout, s.stderr) }()
+	var once sync.Once
+	var runErr error
+	s.stop = func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
+	t.Cleanup(func() { _ = s.stop() })
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(s.stdout.String(), "listening on") || (full["INGEST_ADMIN_ADDR"] != "" && !strings.Contains(s.stdout.String(), "admin listening on")) {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("ingest exited: %v\n%s", err, s.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ingest did not start:\n%s", s.stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return s
+}
+
+// keywordDSN returns the test database as a keyword/value string carrying
+// password (the test server trusts local connections, so any password
+// works, and must never be logged).
+func keywordDSN(t *testing.T, password string) string {
+	t.Helper()
+	u, err := url.Parse(pgtest.NewURL(t))
+	require.NoError(t, err)
+	return fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=disable password='%s'",
+		u.Hostname(), u.Port(), u.User.Username(), strings.TrimPrefix(u.Path, "/"), password)
+}
+
+// The database password never reaches the logs, whichever form
+// DATABASE_URL takes.
+func TestStartupLogsNoDatabasePassword(t *testing.T) {
+	t.Parallel()
+	base := pgtest.NewURL(t)
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	const secret = "Never Log Me 42"
+	withQuery := *u
+	q := withQuery.Query()
+	q.Set("password", secret)
+	withQuery.RawQuery = q.Encode()
+	withUser := *u
+	withUser.User = url.UserPassword(u.User.Username(), secret)
+	for name, dsn := range map[string]string{
+		"keyword/value": keywordDSN(t, secret),
+		"URL ?password": withQuery.String(),
+		"URL userinfo":  withUser.String(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := start(t, map[string]string{"DATABASE_URL": dsn})
+			require.NoError(t, s.stop())
+			logs := s.stderr.String()
+			require.Contains(t, logs, `"database":`)
+			for _, part := range []string{secret, url.QueryEscape(secret), url.PathEscape(secret)} {
+				require.NotContains(t, logs, part)
+				require.NotContains(t, s.stdout.String(), part)
+			}
+		})
+	}
+}
+
+// The admin listener (metrics, unauthenticated) binds loopback unless an
+// address is given; the public one serves every interface.
+func TestListenerDefaults(t *testing.T) {
+	t.Parallel()
+	var out syncBuffer
+	err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out, &out)
+	require.Error(t, err)
+	require.Contains(t, out.String(), `-admin-addr string`)
+	require.Contains(t, out.String(), `(default "127.0.0.1:9091")`)
+	require.Contains(t, out.String(), `(default ":8080")`)
+}

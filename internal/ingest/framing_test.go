@@ -1,0 +1,141 @@
+package ingest_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/ingest"
+	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/provider"
+)
+
+// rawRequest renders a signed GitHub delivery as HTTP/1.1 bytes with extra
+// header lines and the given body bytes on the wire.
+func rawRequest(t *testing.T, id string, extra []string, wire []byte) []byte {
+	t.Helper()
+	_, d := sample(provider.GitHub, id)
+	h, err := d.Headers()
+	require.NoError(t, err)
+	var req bytes.Buffer
+	req.WriteString("POST /webhooks/github HTTP/1.1\r\nHost: x\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			fmt.Fprintf(&req, "%s: %s\r\n", k, v)
+		}
+	}
+	for _, l := range extra {
+		req.WriteString(l + "\r\n")
+	}
+	req.WriteString("\r\n")
+	req.Write(wire)
+	return req.Bytes()
+}
+
+func chunk(body []byte) []byte {
+	return fmt.Appendf(nil, "%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+}
+
+// RFC 9112 6.1: a request with both Content-Length and Transfer-Encoding:
+// chunked is answered and its connection closed, so nothing smuggled after
+// it on the same connection is ever read as a request.
+func TestContentLengthWithChunkedClosesTheConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, d := sample(provider.GitHub, "clte-1")
+	first := rawRequest(t, "clte-1", []string{"Content-Length: 4", "Transfer-Encoding: chunked"}, chunk(d.Body))
+	smuggled := []byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(20*time.Second)))
+	_, err = conn.Write(append(first, smuggled...))
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, "processed by its Transfer-Encoding")
+	require.True(t, resp.Close, "the response says the connection closes")
+	_, err = br.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the connection is closed; the smuggled request is not answered")
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE delivery_id = 'clte-1' AND body = $1`, d.Body))
+
+	// A request with a Content-Length alone keeps its connection.
+	_, d2 := sample(provider.GitHub, "cl-only")
+	conn2, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
+	require.NoError(t, err)
+	defer conn2.Close()
+	require.NoError(t, conn2.SetDeadline(time.Now().Add(20*time.Second)))
+	_, err = conn2.Write(append(rawRequest(t, "cl-only", []string{fmt.Sprintf("Content-Length: %d", len(d2.Body))}, d2.Body), smuggled...))
+	require.NoError(t, err)
+	br2 := bufio.NewReader(conn2)
+	for _, want := range []int{http.StatusAccepted, http.StatusOK} {
+		resp, err := http.ReadResponse(br2, nil)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode)
+	}
+}
+
+// 405 carries the Allow header (RFC 9110 15.5.6).
+func TestMethodNotAllowedSaysAllow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct{ method, path, allow string }{
+		{http.MethodGet, "/webhooks/stripe", "POST"},
+		{http.MethodPut, "/webhooks/anything", "POST"},
+		{http.MethodPost, "/healthz", "GET"},
+		{http.MethodDelete, "/readyz", "GET"},
+	} {
+		req, err := http.NewRequest(tc.method, b.url+tc.path, nil)
+		require.NoError(t, err)
+		r := do(t, req)
+		require.Equal(t, http.StatusMethodNotAllowed, r.code, "%s %s", tc.method, tc.path)
+		require.Equal(t, tc.allow, r.header.Get("Allow"), "%s %s", tc.method, tc.path)
+	}
+}
+
+// A 1-character Stripe secret or a 1-byte Standard key loads, with a
+// warning naming the source and position, never the value.
+func TestWeakSecretsWarnAtStartup(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`
+sources:
+  stripe:
+    provider: stripe
+    secrets: ["x", "whsec_a_real_looking_secret_value_1234"]
+  payments:
+    provider: standard
+    secrets: ["whsec_QQ=="]
+  github:
+    provider: github
+    secrets: ["a long enough github secret"]
+`), func(string) string { return "" })
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	pool := pgtest.NewPool(t)
+	rc, err := envelope.NewInsertClient(pool, slogJSON(io.Discard))
+	require.NoError(t, err)
+	_, err = ingest.New(cfg, envelope.NewStore(pool, rc), slogJSON(logs), ingest.Options{})
+	require.NoError(t, err)
+	out := logs.String()
+	require.Equal(t, 2, strings.Count(out, "weak webhook secret"), out)
+	require.Contains(t, out, `"source":"stripe","provider":"stripe","secret":1,"key_bytes":1`)
+	require.Contains(t, out, `"source":"payments","provider":"standard","secret":1,"key_bytes":1`)
+	require.NotContains(t, out, "QQ==")
+	require.NotContains(t, out, "real_looking")
+}
