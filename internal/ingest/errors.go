@@ -31,9 +31,9 @@ func (e *readError) Unwrap() error { return e.err }
 
 // errorBody is every error response's JSON.
 type errorBody struct {
-	Error      string `json:"error"`
-	Status     string `json:"status"`
-	RequestID  string `json:"request_id,omitempty"`
+	Error     string `json:"error"`
+	Status    string `json:"status"`
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // classify maps err to a status code, the outcome name used in logs and

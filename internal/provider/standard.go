@@ -31,7 +31,7 @@ type standardHeaderSet struct{ id, timestamp, signature string }
 
 var (
 	webhookHeaderSet = standardHeaderSet{standardIDHeader, standardTimestampHeader, standardSignatureHeader}
-	svixHeaderSet     = standardHeaderSet{svixIDHeader, svixTimestampHeader, svixSignatureHeader}
+	svixHeaderSet    = standardHeaderSet{svixIDHeader, svixTimestampHeader, svixSignatureHeader}
 )
 
 // complete reports whether h carries all three headers of the set.
