@@ -96,6 +96,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		if registry, err = handlers.WithForwarding(registry, cfg, nil); err != nil {
 			return err
 		}
+		registry = handlers.WithAccounts(registry, cfg)
 		if longest := forwardBudget(cfg); longest >= *jobTimeout {
 			return usageError{fmt.Errorf("forward timeouts of one source add up to %s, not less than --job-timeout %s: raise the job timeout or lower the forward timeouts", longest, *jobTimeout)}
 		}

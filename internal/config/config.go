@@ -55,6 +55,11 @@ type Source struct {
 	Throttle *Throttle `yaml:"throttle"`
 	// Forward sends verified deliveries on to internal HTTP endpoints.
 	Forward []*Forward `yaml:"forward"`
+	// AccountID is the provider account the source's deliveries belong to
+	// (a Stripe account id, acct_...): the ledger's merchant when the
+	// payload names none, so that several sources of one account share one
+	// ledger. Empty: the source name.
+	AccountID string `yaml:"account_id"`
 }
 
 // Backoff is a source's retry schedule.
@@ -91,6 +96,7 @@ type Forward struct {
 var (
 	sourceName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	varRef     = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+	accountID  = regexp.MustCompile(`^[[:graph:]]{1,255}$`)
 )
 
 // Load reads and validates the sources file at path. getenv resolves ${VAR}
@@ -231,6 +237,9 @@ func (s *Source) validate() error {
 	}
 	if s.MaxAttempts < 0 {
 		return errors.New("max_attempts must not be negative")
+	}
+	if s.AccountID != "" && !accountID.MatchString(s.AccountID) {
+		return errors.New("account_id must be 1-255 characters without spaces or control characters")
 	}
 	// provider.New checks the provider name and the secrets.
 	if _, err := s.Verifier(); err != nil {

@@ -219,3 +219,29 @@ sources:
 		t.Errorf("unknown-shop: %v", err)
 	}
 }
+
+func TestAccountID(t *testing.T) {
+	t.Parallel()
+	parse := func(account string) (*config.Config, error) {
+		return config.Parse([]byte(`
+sources:
+  stripe-a:
+    provider: stripe
+    secrets: ["whsec_x"]
+    account_id: "`+account+`"
+`), func(string) string { return "" })
+	}
+	cfg, err := parse("acct_1Nv0FGQ9RKHgCVdK")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Sources["stripe-a"].AccountID; got != "acct_1Nv0FGQ9RKHgCVdK" {
+		t.Errorf("AccountID = %q", got)
+	}
+	for _, bad := range []string{"acct 1", " acct_1", "acct_\t1"} {
+		_, err := parse(bad)
+		if err == nil || !strings.Contains(err.Error(), `source "stripe-a": account_id`) {
+			t.Errorf("account_id %q: %v, want an error naming the source and key", bad, err)
+		}
+	}
+}

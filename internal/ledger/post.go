@@ -18,13 +18,16 @@ type Kind string
 const (
 	KindPayment Kind = "payment"
 	KindRefund  Kind = "refund"
+	// KindRefundReversal undoes a refund that failed after it was posted
+	// (Stripe: a refund whose status became "failed"; the money came back).
+	KindRefundReversal Kind = "refund_reversal"
 )
 
 // Account names, per merchant, as stored in ledger_account.name.
 //
 // A payment debits psp_clearing (money the payment provider owes the
 // merchant) and credits sales. A refund debits refunds (a contra-revenue
-// account) and credits psp_clearing.
+// account) and credits psp_clearing; a refund reversal the other way round.
 const (
 	AccountPSPClearing = "psp_clearing"
 	AccountSales       = "sales"
@@ -77,7 +80,8 @@ type Transaction struct {
 	PostedAt       time.Time
 }
 
-// PaymentState is a posted payment and how much of it is refunded so far.
+// PaymentState is a posted payment and how much of it is refunded so far
+// (refunds less refund reversals).
 type PaymentState struct {
 	TransactionID int64
 	Merchant      string
@@ -114,7 +118,9 @@ func (s PaymentState) RefundableMinor() int64 { return s.AmountMinor - s.Refunde
 // of one payment are serialized and can't together exceed it. It fails with
 // ErrPaymentNotPosted (wrapped) and writes nothing when the payment is not in
 // the ledger, and with a *PostingError when its currency or merchant differs
-// from the payment's or it would refund more than remains.
+// from the payment's or it would refund more than remains. A refund reversal
+// does the same, and fails with ErrRefundNotPosted (wrapped) when it would
+// reverse more than the payment has refunded.
 //
 // Errors: ErrUnknownCurrency (wrapped), *AmountError, *PostingError, and
 // ErrPaymentNotPosted (wrapped) are about the posting; any other error comes
@@ -130,7 +136,7 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 		return Result{TransactionID: t.ID, Reason: ReasonEnvelopePosted}, nil
 	}
 
-	if p.Kind == KindRefund {
+	if p.Kind == KindRefund || p.Kind == KindRefundReversal {
 		// Lock the payment first: it serializes every refund of it, so the
 		// lookups below see all refunds committed before ours.
 		pay, err := Payment(ctx, tx, p.PaymentKey)
@@ -149,8 +155,10 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 			return Result{}, &PostingError{Key: p.IdempotencyKey, Reason: fmt.Sprintf("refund currency %s differs from payment %q currency %s", p.Currency, p.PaymentKey, pay.Currency)}
 		case pay.Merchant != p.Merchant:
 			return Result{}, &PostingError{Key: p.IdempotencyKey, Reason: fmt.Sprintf("refund merchant %q differs from payment %q merchant %q", p.Merchant, p.PaymentKey, pay.Merchant)}
-		case p.AmountMinor > pay.RefundableMinor():
+		case p.Kind == KindRefund && p.AmountMinor > pay.RefundableMinor():
 			return Result{}, &PostingError{Key: p.IdempotencyKey, Reason: fmt.Sprintf("over-refund: %d %s requested, payment %q has %d of %d left", p.AmountMinor, p.Currency, p.PaymentKey, pay.RefundableMinor(), pay.AmountMinor)}
+		case p.Kind == KindRefundReversal && p.AmountMinor > pay.RefundedMinor:
+			return Result{}, fmt.Errorf("%w: %d %s to reverse, payment %q has %d refunded", ErrRefundNotPosted, p.AmountMinor, p.Currency, p.PaymentKey, pay.RefundedMinor)
 		}
 	}
 
@@ -172,8 +180,11 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 	}
 
 	debit, credit := AccountPSPClearing, AccountSales
-	if p.Kind == KindRefund {
+	switch p.Kind {
+	case KindRefund:
 		debit, credit = AccountRefunds, AccountPSPClearing
+	case KindRefundReversal:
+		debit, credit = AccountPSPClearing, AccountRefunds
 	}
 	accounts, err := ensureAccounts(ctx, tx, p.Merchant, debit, credit)
 	if err != nil {
@@ -193,7 +204,7 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 func (p *Posting) normalize() error {
 	bad := func(reason string) error { return &PostingError{Key: p.IdempotencyKey, Reason: reason} }
 	switch {
-	case p.Kind != KindPayment && p.Kind != KindRefund:
+	case p.Kind != KindPayment && p.Kind != KindRefund && p.Kind != KindRefundReversal:
 		return bad(fmt.Sprintf("unknown kind %q", p.Kind))
 	case p.IdempotencyKey == "":
 		return bad("empty idempotency key")
@@ -209,10 +220,10 @@ func (p *Posting) normalize() error {
 		}
 	} else {
 		if p.PaymentKey == "" {
-			return bad("refund without a payment key")
+			return bad(string(p.Kind) + " without a payment key")
 		}
 		if p.PaymentKey == p.IdempotencyKey {
-			return bad("a refund's idempotency key must differ from its payment's")
+			return bad("a " + string(p.Kind) + "'s idempotency key must differ from its payment's")
 		}
 	}
 	if _, err := checkCurrency(p.Currency); err != nil {
@@ -310,9 +321,9 @@ func Payment(ctx context.Context, tx pgx.Tx, paymentKey string) (PaymentState, e
 	// A separate statement on purpose: its snapshot is taken after the lock
 	// was granted, so it sees every refund committed by whoever held it.
 	err = tx.QueryRow(ctx, `
-		SELECT coalesce(sum(amount_minor), 0)::bigint
+		SELECT coalesce(sum(CASE kind WHEN 'refund' THEN amount_minor ELSE -amount_minor END), 0)::bigint
 		  FROM ledger_transaction
-		 WHERE payment_key = $1 AND kind = 'refund'`, paymentKey).Scan(&s.RefundedMinor)
+		 WHERE payment_key = $1 AND kind IN ('refund', 'refund_reversal')`, paymentKey).Scan(&s.RefundedMinor)
 	if err != nil {
 		return PaymentState{}, fmt.Errorf("sum refunds of payment %q: %w", paymentKey, err)
 	}
