@@ -135,6 +135,11 @@ func (r *Registry) LookupEnvelope(env *envelope.Envelope) (Handler, bool) {
 	if account != "" {
 		h = withAccount{h: h, account: account}
 	}
+	if env.Provider == "shopify" {
+		if id := header(env, shopifyEventIDHeader); id != "" {
+			h = shopifyEventOnce{h: h, eventID: id}
+		}
+	}
 	return h, true
 }
 

@@ -158,3 +158,36 @@ func shopifyRefund(env *envelope.Envelope) (ledger.Posting, error) {
 		Description:    fmt.Sprintf("shopify refunds/create %s of order %s", id, orderID),
 	}, nil
 }
+
+// shopifyEventIDHeader names the event a Shopify delivery carries; one event
+// may arrive under several X-Shopify-Webhook-Id values.
+const shopifyEventIDHeader = "X-Shopify-Event-Id"
+
+// DuplicateResult is the result of an envelope that repeats an event
+// another envelope of its source already carries (Shopify: the same
+// X-Shopify-Event-Id under another X-Shopify-Webhook-Id). Nothing ran for it:
+// no posting, no forwarding.
+type DuplicateResult struct {
+	DuplicateOf int64  `json:"duplicate_of"`
+	Reason      string `json:"reason"`
+}
+
+// shopifyEventOnce runs h only for the first envelope of its source that
+// carries eventID; a later one is a done no-op naming the first, whatever
+// the first's status (replay the first to process the event again).
+type shopifyEventOnce struct {
+	h       Handler
+	eventID string
+}
+
+func (s shopifyEventOnce) Handle(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	first, ok, err := envelope.FirstOfShopifyEvent(ctx, tx, env.Source, s.eventID, env.ID)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		return marshal(DuplicateResult{DuplicateOf: first, Reason: fmt.Sprintf(
+			"same %s as envelope %d: the event is processed once", shopifyEventIDHeader, first)})
+	}
+	return s.h.Handle(ctx, tx, env)
+}
