@@ -3,7 +3,10 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -73,3 +76,46 @@ func TestShopifyEventUnderTwoWebhookIDsIsProcessedOnce(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// An order a USD shop presented in EUR: the payment posts in USD and records
+// the EUR; its refunds, which Shopify states in EUR (the refund
+// transactions' currency), post in USD at the order's rate, and refunds that
+// add up to the order add up to the payment to the cent.
+func TestShopifyPresentmentCurrencyRefundsPostInThePaymentsCurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	shop := map[string]string{"X-Shopify-Shop-Domain": "eu-shop.myshopify.com"}
+	order := []byte(`{"id":5001,"name":"#5001","currency":"USD","presentment_currency":"EUR","total_price":"110.00",
+		"total_price_set":{"shop_money":{"amount":"110.00","currency_code":"USD"},"presentment_money":{"amount":"100.00","currency_code":"EUR"}}}`)
+	res := b.mustHandle(t, b.envelope(t, "shopify", "shopify", "orders/paid", order, shop))
+	equal(t, "payment", [2]any{res.AmountMinor, res.Currency}, [2]any{int64(11000), "USD"})
+
+	refund := func(id int64, eur string) []byte {
+		return fmt.Appendf(nil, `{"id":%d,"order_id":5001,"transactions":[{"id":%d,"kind":"refund","status":"success","amount":%q,"currency":"EUR"}]}`, id, id+1, eur)
+	}
+	for _, c := range []struct {
+		id   int64
+		eur  string
+		want int64 // USD cents
+	}{
+		{601, "50.00", 5500},
+		{602, "33.33", 3666}, // 83.33 EUR in all = 91.663 USD -> 91.66, less 55.00
+		{603, "16.67", 1834}, // the rest: 100.00 EUR = 110.00 USD exactly
+	} {
+		res := b.mustHandle(t, b.envelope(t, "shopify", "shopify", "refunds/create", refund(c.id, c.eur), shop))
+		equal(t, fmt.Sprintf("refund %d", c.id), [3]any{res.Posted, res.AmountMinor, res.Currency}, [3]any{true, c.want, "USD"})
+	}
+	equal(t, "balances", fmt.Sprint(b.balances(t, "eu-shop.myshopify.com")), "[psp_clearing USD 0 refunds USD 11000 sales USD -11000]")
+	var eur int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT sum(p.amount_minor) FROM ledger_presentment p JOIN ledger_transaction t ON t.id = p.transaction_id WHERE t.kind = 'refund'`).Scan(&eur); err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "presentment refunded", eur, int64(10000))
+
+	// One cent more is an over-refund, in the presentment currency.
+	_, err := b.handle(t, b.envelope(t, "shopify", "shopify", "refunds/create", refund(604, "0.01"), shop))
+	var pe *handlers.PermanentError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "over-refund") {
+		t.Fatalf("refund past the order = %v, want a permanent over-refund", err)
+	}
+}

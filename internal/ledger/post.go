@@ -52,6 +52,16 @@ type Posting struct {
 	Currency    string // ISO 4217, uppercase
 	AmountMinor int64  // in the currency's minor units, > 0
 	Description string
+	// Presentment, when set, is what the customer was presented in another
+	// currency (Shopify's presentment currency); it is recorded next to the
+	// transaction (ledger_presentment) and summed into PaymentState.
+	Presentment *Money
+}
+
+// Money is an amount in a currency's minor units.
+type Money struct {
+	Currency    string
+	AmountMinor int64
 }
 
 // Result says what Post did.
@@ -88,6 +98,11 @@ type PaymentState struct {
 	Currency      string
 	AmountMinor   int64
 	RefundedMinor int64
+	// Presentment is the payment's presentment amount, nil when it has
+	// none; RefundedPresentmentMinor sums the presentment amounts its
+	// refunds recorded in that currency.
+	Presentment              *Money
+	RefundedPresentmentMinor int64
 }
 
 // RefundableMinor is what may still be refunded.
@@ -197,6 +212,12 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 	if err != nil {
 		return Result{}, fmt.Errorf("insert entries of ledger transaction %d: %w", id, err)
 	}
+	if m := p.Presentment; m != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger_presentment (transaction_id, currency, amount_minor) VALUES ($1, $2, $3)`,
+			id, m.Currency, m.AmountMinor); err != nil {
+			return Result{}, fmt.Errorf("insert presentment of ledger transaction %d: %w", id, err)
+		}
+	}
 	return Result{TransactionID: id, Created: true}, nil
 }
 
@@ -231,6 +252,14 @@ func (p *Posting) normalize() error {
 	}
 	if p.AmountMinor <= 0 {
 		return &AmountError{Amount: strconv.FormatInt(p.AmountMinor, 10), Currency: p.Currency, Reason: "must be positive"}
+	}
+	if m := p.Presentment; m != nil {
+		if _, err := checkCurrency(m.Currency); err != nil {
+			return err
+		}
+		if m.AmountMinor <= 0 {
+			return &AmountError{Amount: strconv.FormatInt(m.AmountMinor, 10), Currency: m.Currency, Reason: "presentment amount must be positive"}
+		}
 	}
 	return nil
 }
@@ -292,6 +321,9 @@ func ByEnvelope(ctx context.Context, q Querier, envelopeID int64) (Transaction, 
 	return t, ok, nil
 }
 
+// ByKey returns the ledger transaction posted under a business key, if any.
+func ByKey(ctx context.Context, q Querier, key string) (Transaction, bool, error) { return byKey(ctx, q, key) }
+
 func byKey(ctx context.Context, q Querier, key string) (Transaction, bool, error) {
 	t, ok, err := scanTransaction(q.QueryRow(ctx, `SELECT `+transactionColumns+` FROM ledger_transaction WHERE idempotency_key = $1`, key))
 	if err != nil {
@@ -326,6 +358,24 @@ func Payment(ctx context.Context, tx pgx.Tx, paymentKey string) (PaymentState, e
 		 WHERE payment_key = $1 AND kind IN ('refund', 'refund_reversal')`, paymentKey).Scan(&s.RefundedMinor)
 	if err != nil {
 		return PaymentState{}, fmt.Errorf("sum refunds of payment %q: %w", paymentKey, err)
+	}
+	var m Money
+	err = tx.QueryRow(ctx, `SELECT currency, amount_minor FROM ledger_presentment WHERE transaction_id = $1`, s.TransactionID).
+		Scan(&m.Currency, &m.AmountMinor)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return s, nil
+	case err != nil:
+		return PaymentState{}, fmt.Errorf("load presentment of payment %q: %w", paymentKey, err)
+	}
+	s.Presentment = &m
+	err = tx.QueryRow(ctx, `
+		SELECT coalesce(sum(CASE t.kind WHEN 'refund' THEN p.amount_minor ELSE -p.amount_minor END), 0)::bigint
+		  FROM ledger_transaction t JOIN ledger_presentment p ON p.transaction_id = t.id
+		 WHERE t.payment_key = $1 AND t.kind IN ('refund', 'refund_reversal') AND p.currency = $2`,
+		paymentKey, m.Currency).Scan(&s.RefundedPresentmentMinor)
+	if err != nil {
+		return PaymentState{}, fmt.Errorf("sum presentment refunds of payment %q: %w", paymentKey, err)
 	}
 	return s, nil
 }
