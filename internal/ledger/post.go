@@ -322,7 +322,9 @@ func ByEnvelope(ctx context.Context, q Querier, envelopeID int64) (Transaction, 
 }
 
 // ByKey returns the ledger transaction posted under a business key, if any.
-func ByKey(ctx context.Context, q Querier, key string) (Transaction, bool, error) { return byKey(ctx, q, key) }
+func ByKey(ctx context.Context, q Querier, key string) (Transaction, bool, error) {
+	return byKey(ctx, q, key)
+}
 
 func byKey(ctx context.Context, q Querier, key string) (Transaction, bool, error) {
 	t, ok, err := scanTransaction(q.QueryRow(ctx, `SELECT `+transactionColumns+` FROM ledger_transaction WHERE idempotency_key = $1`, key))
