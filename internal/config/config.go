@@ -55,6 +55,11 @@ type Source struct {
 	Throttle *Throttle `yaml:"throttle"`
 	// Forward sends verified deliveries on to internal HTTP endpoints.
 	Forward []*Forward `yaml:"forward"`
+	// MaxAge bounds how long an envelope of the source may keep waiting
+	// (snoozing: a refund for its payment) before it fails. Zero: the
+	// worker's --max-age, raised to the provider's retry window (Stripe 3
+	// days, Shopify 48 h, Standard Webhooks about 28 h) plus an hour.
+	MaxAge time.Duration `yaml:"max_age"`
 	// AccountID is the provider account the source's deliveries belong to
 	// (a Stripe account id, acct_...): the ledger's merchant when the
 	// payload names none, so that several sources of one account share one
@@ -237,6 +242,9 @@ func (s *Source) validate() error {
 	}
 	if s.MaxAttempts < 0 {
 		return errors.New("max_attempts must not be negative")
+	}
+	if s.MaxAge < 0 {
+		return errors.New("max_age must not be negative")
 	}
 	if s.AccountID != "" && !accountID.MatchString(s.AccountID) {
 		return errors.New("account_id must be 1-255 characters without spaces or control characters")

@@ -245,3 +245,26 @@ sources:
 		}
 	}
 }
+
+func TestMaxAge(t *testing.T) {
+	t.Parallel()
+	parse := func(v string) (*config.Config, error) {
+		return config.Parse([]byte(`
+sources:
+  stripe:
+    provider: stripe
+    secrets: ["whsec_x"]
+    max_age: `+v+`
+`), func(string) string { return "" })
+	}
+	cfg, err := parse("96h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Sources["stripe"].MaxAge; got != 96*time.Hour {
+		t.Errorf("MaxAge = %s", got)
+	}
+	if _, err := parse("-1h"); err == nil || !strings.Contains(err.Error(), "max_age") {
+		t.Errorf("negative max_age: %v", err)
+	}
+}
