@@ -60,6 +60,11 @@ type Source struct {
 	// worker's --max-age, raised to the provider's retry window (Stripe 3
 	// days, Shopify 48 h, Standard Webhooks about 28 h) plus an hour.
 	MaxAge time.Duration `yaml:"max_age"`
+	// HMAC configures a source of provider "hmac": a generic HMAC sender
+	// (signature header, algorithm, encoding, signed content, timestamp,
+	// where the delivery id and event type are), or a preset of one
+	// (slack, paddle, square). See provider.HMACConfig.
+	HMAC *provider.HMACConfig `yaml:"hmac"`
 	// AccountID is the provider account the source's deliveries belong to
 	// (a Stripe account id, acct_...): the ledger's merchant when the
 	// payload names none, so that several sources of one account share one
@@ -330,7 +335,7 @@ func CheckEventPattern(p string) error {
 
 // Verifier builds the source's signature verifier.
 func (s *Source) Verifier() (provider.Verifier, error) {
-	return provider.New(provider.Config{Provider: s.Provider, Secrets: s.Secrets, Tolerance: s.Tolerance})
+	return provider.New(provider.Config{Provider: s.Provider, Secrets: s.Secrets, Tolerance: s.Tolerance, HMAC: s.HMAC})
 }
 
 func expand(n *yaml.Node, getenv func(string) string) error {

@@ -21,7 +21,8 @@ const (
 	Standard = "standard"
 )
 
-// Names lists every supported provider.
+// Names lists every provider with a fixed signing scheme; HMAC, configured
+// per source, is not among them.
 var Names = []string{Stripe, GitHub, Shopify, Standard}
 
 // Delivery is what a verified request carries.
@@ -61,6 +62,8 @@ type Config struct {
 	// Tolerance bounds |now - signed timestamp| for providers that sign one.
 	// Zero means DefaultTolerance.
 	Tolerance time.Duration
+	// HMAC configures provider "hmac" (and only it).
+	HMAC *HMACConfig
 }
 
 // RetryWindow is how long the provider keeps retrying a delivery that was
@@ -113,6 +116,9 @@ func New(cfg Config) (Verifier, error) {
 	if cfg.Tolerance == 0 {
 		cfg.Tolerance = DefaultTolerance
 	}
+	if cfg.HMAC != nil && cfg.Provider != HMAC {
+		return nil, fmt.Errorf("an hmac section is only for provider hmac, not %q", cfg.Provider)
+	}
 	switch cfg.Provider {
 	case Stripe:
 		return newStripe(cfg)
@@ -122,7 +128,9 @@ func New(cfg Config) (Verifier, error) {
 		return newShopify(cfg)
 	case Standard:
 		return newStandard(cfg)
+	case HMAC:
+		return newHMAC(cfg)
 	default:
-		return nil, fmt.Errorf("%w %q (want one of stripe, github, shopify, standard)", ErrUnknownProvider, cfg.Provider)
+		return nil, fmt.Errorf("%w %q (want one of stripe, github, shopify, standard, hmac)", ErrUnknownProvider, cfg.Provider)
 	}
 }

@@ -164,7 +164,7 @@ func TestNew(t *testing.T) {
 		cfg     Config
 		wantErr string
 	}{
-		{"unknown provider", Config{Provider: "paypal", Secrets: []string{"s3cr3t-value"}}, `unknown provider "paypal" (want one of stripe, github, shopify, standard)`},
+		{"unknown provider", Config{Provider: "paypal", Secrets: []string{"s3cr3t-value"}}, `unknown provider "paypal" (want one of stripe, github, shopify, standard, hmac)`},
 		{"empty provider", Config{Secrets: []string{"s3cr3t-value"}}, `unknown provider ""`},
 		{"no secrets", Config{Provider: Stripe}, "no secret configured"},
 		{"empty secret list", Config{Provider: GitHub, Secrets: []string{}}, "no secret configured"},
