@@ -65,7 +65,7 @@ func TestHMACPresetKnownAnswers(t *testing.T) {
 	}{
 		{
 			name: "slack (slash command, form-encoded)", v: preset(t, "slack", slackSecret, HMACConfig{}),
-			h: hdr("X-Slack-Request-Timestamp", "1531420618", "X-Slack-Signature", "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"),
+			h:       hdr("X-Slack-Request-Timestamp", "1531420618", "X-Slack-Signature", "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"),
 			sigName: "X-Slack-Signature", body: slackBody, now: slackAt,
 			wantID: "398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c", wantType: "/webhook-collect",
 		},
