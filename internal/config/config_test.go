@@ -268,3 +268,39 @@ sources:
 		t.Errorf("negative max_age: %v", err)
 	}
 }
+
+// The generic HMAC source of docs/providers.md, written out, decodes
+// strictly and builds a verifier; a misspelt key is an error.
+func TestHMACSource(t *testing.T) {
+	t.Parallel()
+	const src = `
+sources:
+  acme:
+    provider: hmac
+    secrets: ["acme-secret"]
+    tolerance: 5m
+    hmac:
+      signature_header: X-Acme-Signature
+      algorithm: sha256
+      encoding: hex
+      pairs: {separator: ",", signature: v1, timestamp: t}
+      signed_content: "{timestamp}.{body}"
+      delivery_id: {header: X-Acme-Delivery}
+      event_type: {json: "type"}
+`
+	cfg, err := config.Parse([]byte(src), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cfg.Sources["acme"].HMAC
+	if h == nil || h.Pairs == nil || h.Pairs.Signature != "v1" || h.DeliveryID.Header != "X-Acme-Delivery" || h.EventType.JSON != "type" {
+		t.Fatalf("hmac = %+v", h)
+	}
+	if _, err := config.Parse([]byte(strings.Replace(src, "signed_content", "signed_contnet", 1)), func(string) string { return "" }); err == nil {
+		t.Error("a misspelt hmac key was accepted")
+	}
+	if _, err := config.Parse([]byte(strings.Replace(src, "delivery_id: {header: X-Acme-Delivery}", "", 1)), func(string) string { return "" }); err == nil ||
+		!strings.Contains(err.Error(), `source "acme"`) || !strings.Contains(err.Error(), "delivery_id") {
+		t.Errorf("hmac source without delivery_id: %v", err)
+	}
+}
