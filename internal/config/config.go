@@ -65,6 +65,10 @@ type Source struct {
 	// where the delivery id and event type are), or a preset of one
 	// (slack, paddle, square). See provider.HMACConfig.
 	HMAC *provider.HMACConfig `yaml:"hmac"`
+	// EventType, for provider standard, is where the event type is when the
+	// sender does not put it in the body's "type": {json: "status"},
+	// {header: X-Event}. See provider.Field.
+	EventType *provider.Field `yaml:"event_type"`
 	// AccountID is the provider account the source's deliveries belong to
 	// (a Stripe account id, acct_...): the ledger's merchant when the
 	// payload names none, so that several sources of one account share one
@@ -335,7 +339,7 @@ func CheckEventPattern(p string) error {
 
 // Verifier builds the source's signature verifier.
 func (s *Source) Verifier() (provider.Verifier, error) {
-	return provider.New(provider.Config{Provider: s.Provider, Secrets: s.Secrets, Tolerance: s.Tolerance, HMAC: s.HMAC})
+	return provider.New(provider.Config{Provider: s.Provider, Secrets: s.Secrets, Tolerance: s.Tolerance, HMAC: s.HMAC, EventType: s.EventType})
 }
 
 func expand(n *yaml.Node, getenv func(string) string) error {

@@ -57,10 +57,10 @@ type HMACConfig struct {
 	// differs.
 	URL string `yaml:"url"`
 	// DeliveryID says where the delivery id is (required: it deduplicates).
-	DeliveryID HMACField `yaml:"delivery_id"`
+	DeliveryID Field `yaml:"delivery_id"`
 	// EventType says where the event type is; unset, or missing from a
 	// delivery, the event type is empty.
-	EventType HMACField `yaml:"event_type"`
+	EventType Field `yaml:"event_type"`
 }
 
 // HMACPairs reads a signature header made of key=value pairs.
@@ -70,18 +70,20 @@ type HMACPairs struct {
 	Timestamp string `yaml:"timestamp"` // the timestamp's key ("ts", "t"), optional
 }
 
-// HMACField locates a value of a verified delivery: the first non-empty of
+// Field locates a value of a verified delivery: the first non-empty of
 // a header, a JSON path into the body (dot-separated member names:
 // "event.type"; a string or a number) and a field of a form-encoded body.
-type HMACField struct {
+// It is used by the generic HMAC provider, and by Standard Webhooks sources
+// whose senders put the event type elsewhere than "type".
+type Field struct {
 	Header string `yaml:"header"`
 	JSON   string `yaml:"json"`
 	Form   string `yaml:"form"`
 }
 
-func (f HMACField) empty() bool { return f.Header == "" && f.JSON == "" && f.Form == "" }
+func (f Field) empty() bool { return f.Header == "" && f.JSON == "" && f.Form == "" }
 
-func (f HMACField) describe() string {
+func (f Field) describe() string {
 	var parts []string
 	if f.Header != "" {
 		parts = append(parts, "header "+f.Header)
@@ -112,21 +114,21 @@ var HMACPresets = map[string]HMACConfig{
 	"slack": {
 		SignatureHeader: "X-Slack-Signature", Algorithm: "sha256", Encoding: "hex", Prefix: "v0=",
 		SignedContent: "v0:{timestamp}:{body}", TimestampHeader: "X-Slack-Request-Timestamp",
-		DeliveryID: HMACField{JSON: "event_id", Form: "trigger_id"},
-		EventType:  HMACField{JSON: "event.type", Form: "command"},
+		DeliveryID: Field{JSON: "event_id", Form: "trigger_id"},
+		EventType:  Field{JSON: "event.type", Form: "command"},
 	},
 	"paddle": {
 		SignatureHeader: "Paddle-Signature", Algorithm: "sha256", Encoding: "hex",
 		Pairs:         &HMACPairs{Separator: ";", Signature: "h1", Timestamp: "ts"},
 		SignedContent: "{timestamp}:{body}",
-		DeliveryID:    HMACField{JSON: "notification_id"},
-		EventType:     HMACField{JSON: "event_type"},
+		DeliveryID:    Field{JSON: "notification_id"},
+		EventType:     Field{JSON: "event_type"},
 	},
 	"square": {
 		SignatureHeader: "X-Square-HmacSha256-Signature", Algorithm: "sha256", Encoding: "base64",
 		SignedContent: "{url}{body}",
-		DeliveryID:    HMACField{JSON: "event_id"},
-		EventType:     HMACField{JSON: "type"},
+		DeliveryID:    Field{JSON: "event_id"},
+		EventType:     Field{JSON: "type"},
 	},
 }
 
@@ -413,9 +415,13 @@ func (v *hmacVerifier) matches(sigs [][]byte, body []byte, ts, id string) bool {
 	return false
 }
 
-// field reads f from a verified delivery: the header, else the JSON path in
+func (v *hmacVerifier) field(f Field, h http.Header, payload, body []byte) string {
+	return f.read(h, payload, body)
+}
+
+// read reads f from a verified delivery: the header, else the JSON path in
 // payload, else the form field of body.
-func (v *hmacVerifier) field(f HMACField, h http.Header, payload, body []byte) string {
+func (f Field) read(h http.Header, payload, body []byte) string {
 	if f.Header != "" {
 		if s := h.Get(f.Header); s != "" {
 			return s

@@ -64,6 +64,10 @@ type Config struct {
 	Tolerance time.Duration
 	// HMAC configures provider "hmac" (and only it).
 	HMAC *HMACConfig
+	// EventType, for provider standard, says where the event type is when
+	// the sender does not put it in the body's "type" (a Replicate
+	// prediction has none: {json: "status"}). Unset: "type".
+	EventType *Field
 }
 
 // RetryWindow is how long the provider keeps retrying a delivery that was
@@ -118,6 +122,9 @@ func New(cfg Config) (Verifier, error) {
 	}
 	if cfg.HMAC != nil && cfg.Provider != HMAC {
 		return nil, fmt.Errorf("an hmac section is only for provider hmac, not %q", cfg.Provider)
+	}
+	if cfg.EventType != nil && cfg.Provider != Standard {
+		return nil, fmt.Errorf("event_type is only for provider standard (hmac: hmac.event_type), not %q", cfg.Provider)
 	}
 	switch cfg.Provider {
 	case Stripe:

@@ -64,6 +64,7 @@ func pickStandardHeaders(h http.Header) standardHeaderSet {
 type standardVerifier struct {
 	keys      [][]byte
 	tolerance time.Duration
+	eventType *Field // nil: the body's "type"
 }
 
 func newStandard(cfg Config) (Verifier, error) {
@@ -81,7 +82,10 @@ func newStandard(cfg Config) (Verifier, error) {
 		}
 		keys[i] = k
 	}
-	return &standardVerifier{keys: keys, tolerance: cfg.Tolerance}, nil
+	if cfg.EventType != nil && cfg.EventType.empty() {
+		return nil, errors.New("event_type needs a header, json or form")
+	}
+	return &standardVerifier{keys: keys, tolerance: cfg.Tolerance, eventType: cfg.EventType}, nil
 }
 
 // errStandardKey completes "secret N ..." without naming the secret.
@@ -110,7 +114,7 @@ func standardKey(secret string) ([]byte, error) {
 // is checked before the MAC, as the Standard Webhooks libraries do. The
 // delivery id is the id header (signed; a request signed without one is a
 // FormatError once verified). The event type is the body's top-level string
-// "type", or empty when the body has none (not JSON, no "type", or one
+// "type" (or where the source's event_type says), or empty when the body has none (not JSON, no "type", or one
 // that is too long or not printable): such a delivery is still stored.
 func (v *standardVerifier) Verify(h http.Header, body []byte, now time.Time) (Delivery, error) {
 	names := pickStandardHeaders(h)
@@ -144,6 +148,9 @@ func (v *standardVerifier) Verify(h http.Header, body []byte, now time.Time) (De
 	}
 	p := jsonPayload(body)
 	typ, _ := stringMember(jsonObject(p), "type")
+	if v.eventType != nil {
+		typ = v.eventType.read(h, p, body)
+	}
 	return Delivery{
 		DeliveryID: id,
 		EventType:  usableEventType(typ),

@@ -171,3 +171,32 @@ func TestStandardDelivery(t *testing.T) {
 		SignedAt: t0,
 	}, d)
 }
+
+// A Standard Webhooks sender that puts its event type elsewhere (a
+// Replicate prediction has no "type") is configured with event_type.
+func TestStandardEventTypeFromConfig(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"id":"pred_1","status":"succeeded","output":["x"]}`)
+	h := standardHeaders(standardID, t0.Unix(), standardV1(standardSecret, standardID, t0.Unix(), body))
+	h.Set("X-Event", "prediction.completed")
+	for _, c := range []struct {
+		field *Field
+		want  string
+	}{
+		{nil, ""},
+		{&Field{JSON: "status"}, "succeeded"},
+		{&Field{Header: "X-Event"}, "prediction.completed"},
+		{&Field{JSON: "missing"}, ""},
+	} {
+		v, err := New(Config{Provider: Standard, Secrets: []string{standardSecret}, EventType: c.field})
+		require.NoError(t, err)
+		d, err := v.Verify(h, body, t0)
+		require.NoError(t, err)
+		require.Equal(t, c.want, d.EventType, "%+v", c.field)
+		require.Equal(t, standardID, d.DeliveryID)
+	}
+	_, err := New(Config{Provider: Standard, Secrets: []string{standardSecret}, EventType: &Field{}})
+	require.EqualError(t, err, "event_type needs a header, json or form")
+	_, err = New(Config{Provider: Stripe, Secrets: []string{"whsec_x"}, EventType: &Field{JSON: "x"}})
+	require.EqualError(t, err, `event_type is only for provider standard (hmac: hmac.event_type), not "stripe"`)
+}
