@@ -1,15 +1,21 @@
 -- A refund that later failed (Stripe refund status "failed") is reversed by a
 -- refund_reversal transaction: it debits psp_clearing and credits refunds,
 -- linked to the payment like a refund. What a payment has had refunded is
--- its refunds minus their reversals.
+-- its refunds minus their reversals. Outside a transaction, each check
+-- swapped in one statement and validated separately, so checking existing
+-- rows does not block the worker's postings (VALIDATE takes a SHARE UPDATE
+-- EXCLUSIVE lock); the new checks only widen the old ones.
 
+-- +goose NO TRANSACTION
 -- +goose Up
-ALTER TABLE ledger_transaction DROP CONSTRAINT ledger_transaction_kind_check;
-ALTER TABLE ledger_transaction ADD CONSTRAINT ledger_transaction_kind_check
-    CHECK (kind IN ('payment', 'refund', 'refund_reversal'));
-ALTER TABLE ledger_transaction DROP CONSTRAINT ledger_transaction_payment_links_itself;
-ALTER TABLE ledger_transaction ADD CONSTRAINT ledger_transaction_payment_links_itself
-    CHECK (kind <> 'payment' OR payment_key = idempotency_key);
+ALTER TABLE ledger_transaction DROP CONSTRAINT IF EXISTS ledger_transaction_kind_check,
+    ADD CONSTRAINT ledger_transaction_kind_check
+    CHECK (kind IN ('payment', 'refund', 'refund_reversal')) NOT VALID,
+    DROP CONSTRAINT IF EXISTS ledger_transaction_payment_links_itself,
+    ADD CONSTRAINT ledger_transaction_payment_links_itself
+    CHECK (kind <> 'payment' OR payment_key = idempotency_key) NOT VALID;
+ALTER TABLE ledger_transaction VALIDATE CONSTRAINT ledger_transaction_kind_check;
+ALTER TABLE ledger_transaction VALIDATE CONSTRAINT ledger_transaction_payment_links_itself;
 
 CREATE OR REPLACE VIEW ledger_payment_audit AS
 SELECT p.id AS transaction_id,
@@ -69,9 +75,9 @@ SELECT p.id AS transaction_id,
          FROM ledger_transaction r
         WHERE r.payment_key = p.idempotency_key AND r.kind = 'refund') rf
  WHERE p.kind = 'payment';
-ALTER TABLE ledger_transaction DROP CONSTRAINT ledger_transaction_payment_links_itself;
-ALTER TABLE ledger_transaction ADD CONSTRAINT ledger_transaction_payment_links_itself
-    CHECK (kind = 'refund' OR payment_key = idempotency_key);
-ALTER TABLE ledger_transaction DROP CONSTRAINT ledger_transaction_kind_check;
-ALTER TABLE ledger_transaction ADD CONSTRAINT ledger_transaction_kind_check
+ALTER TABLE ledger_transaction DROP CONSTRAINT IF EXISTS ledger_transaction_payment_links_itself,
+    ADD CONSTRAINT ledger_transaction_payment_links_itself
+    CHECK (kind = 'refund' OR payment_key = idempotency_key),
+    DROP CONSTRAINT IF EXISTS ledger_transaction_kind_check,
+    ADD CONSTRAINT ledger_transaction_kind_check
     CHECK (kind IN ('payment', 'refund'));
