@@ -22,7 +22,7 @@
 //	standard  payment.succeeded         payment: data.amount_minor
 //	standard  payment.refunded          refund: data.amount_minor, data.refund_id
 //	shopify   orders/paid               payment: total_price (decimal string)
-//	shopify   refunds/create            refund: successful "refund" transactions
+//	shopify   refunds/create            refund: "refund" transactions that succeeded or are pending
 //	github    *                         recorded, no ledger effect
 //
 // The merchant is the payload's (Stripe Connect "account", Standard

@@ -109,8 +109,8 @@ func shopifyPayment(env *envelope.Envelope) (ledger.Posting, error) {
 	return p, nil
 }
 
-// shopifyRefundCreated posts the sum of the refund's successful "refund"
-// transactions as a refund of its order, keyed by the refund id, for the shop
+// shopifyRefundCreated posts the sum of the refund's successful or pending
+// "refund" transactions as a refund of its order, keyed by the refund id, for the shop
 // (see shopifyShop). A refund with no money moved (a restock-only refund) is a
 // no-op. Refund transactions are in the order's presentment currency; when
 // that is not the currency the payment was posted in (the shop's), the refund
@@ -202,7 +202,11 @@ func shopifyRefund(env *envelope.Envelope) (ledger.Posting, error) {
 	var currency string
 	var total int64
 	for i, t := range r.Transactions {
-		if t.Kind != "refund" || t.Status != "success" {
+		// Shopify Payments reports a refund it has accepted but not yet
+		// settled as "pending" ("Refund submitted and processing"); Shopify
+		// counts it as refunded, and so does the ledger. Failed and errored
+		// refund transactions moved no money.
+		if t.Kind != "refund" || (t.Status != "success" && t.Status != "pending") {
 			continue
 		}
 		if t.Currency == "" {

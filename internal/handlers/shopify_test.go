@@ -119,3 +119,18 @@ func TestShopifyPresentmentCurrencyRefundsPostInThePaymentsCurrency(t *testing.T
 		t.Fatalf("refund past the order = %v, want a permanent over-refund", err)
 	}
 }
+
+// Shopify Payments refunds are "pending" when refunds/create is sent
+// ("Refund submitted and processing"): they count; failed ones do not.
+func TestShopifyPendingRefundTransactionsCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	shop := map[string]string{"X-Shopify-Shop-Domain": "demo.myshopify.com"}
+	b.mustHandle(t, b.envelope(t, "shopify", "shopify", "orders/paid", webhooktest.ShopifyOrderPaid(7001, "100.00", "USD"), shop))
+	refund := []byte(`{"id":7101,"order_id":7001,"transactions":[
+		{"id":1,"kind":"refund","gateway":"shopify_payments","status":"pending","amount":"30.00","currency":"USD"},
+		{"id":2,"kind":"refund","status":"failure","amount":"50.00","currency":"USD"},
+		{"id":3,"kind":"refund","status":"success","amount":"5.00","currency":"USD"}]}`)
+	res := b.mustHandle(t, b.envelope(t, "shopify", "shopify", "refunds/create", refund, shop))
+	equal(t, "refunded", [2]any{res.Posted, res.AmountMinor}, [2]any{true, int64(3500)})
+}
