@@ -275,10 +275,17 @@ func section(w io.Writer, name string, n int) {
 // writeSummaries prints envelopes as an aligned table.
 func writeSummaries(w io.Writer, envs []admin.Summary) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tEVENT TYPE\tSTATUS\tATTEMPTS\tDELIVERY ID\tLAST ERROR")
+	fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tEVENT TYPE\tSTATUS\tATTEMPTS\tDELIVERY ID\tLAST ERROR / REASON")
 	for _, e := range envs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, fmtTime(e.ReceivedAt), e.Source, e.EventType,
-			e.Status, e.Attempts, e.DeliveryID, oneLine(deref(e.LastError), 60))
+		typ, note := e.EventType, deref(e.LastError)
+		if typ == "" {
+			typ = "(none)" // stored whatever its body: the provider sent no event type
+		}
+		if e.Reason != nil {
+			note = *e.Reason // ignored: stored but not routed, and why
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, fmtTime(e.ReceivedAt), e.Source, typ,
+			e.Status, e.Attempts, e.DeliveryID, oneLine(note, 60))
 	}
 	return tw.Flush()
 }

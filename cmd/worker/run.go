@@ -31,7 +31,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	fetchPoll := fs.Duration("fetch-poll-interval", "WORKER_FETCH_POLL_INTERVAL", 0, "River fetch poll interval (default 1s)")
 	snoozeDefault := fs.Duration("snooze", "WORKER_SNOOZE", worker.DefaultPolicy.SnoozeDefault, "wait of a not-ready envelope")
 	maxSnooze := fs.Duration("max-snooze", "WORKER_MAX_SNOOZE", worker.DefaultPolicy.MaxSnooze, "cap on one snooze (downstream Retry-After included)")
-	maxAge := fs.Duration("max-age", "WORKER_MAX_AGE", worker.DefaultPolicy.MaxAge, "an envelope older than this fails instead of snoozing again")
+	maxAge := fs.Duration("max-age", "WORKER_MAX_AGE", worker.DefaultPolicy.MaxAge, "an envelope older than this fails instead of snoozing again (raised to the provider's retry window + 1h; a source's max_age replaces it)")
 	drain := fs.Duration("shutdown-timeout", "WORKER_SHUTDOWN_TIMEOUT", 30*time.Second, "how long SIGTERM lets running jobs finish")
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
@@ -96,7 +96,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			return err
 		}
 		for name, src := range cfg.Sources {
-			sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max, MaxAttempts: src.MaxAttempts}
+			sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max, MaxAttempts: src.MaxAttempts, MaxAge: src.MaxAge}
 			if src.Throttle != nil {
 				sp.ThrottlePerSecond, sp.ThrottleKey = src.Throttle.PerSecond, src.Throttle.Key
 			}
@@ -105,6 +105,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		if registry, err = handlers.WithForwarding(registry, cfg, nil); err != nil {
 			return err
 		}
+		registry = handlers.WithAccounts(registry, cfg)
 		if longest := forwardBudget(cfg); longest >= *jobTimeout {
 			return usageError{fmt.Errorf("forward timeouts of one source add up to %s, not less than --job-timeout %s: raise the job timeout or lower the forward timeouts", longest, *jobTimeout)}
 		}

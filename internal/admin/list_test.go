@@ -203,3 +203,40 @@ func jsonInt(n int64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+// A delivery stored whatever its body (no event type, not JSON) is ignored
+// by the worker, and the listing says why it was not routed.
+func TestListShowsWhyStoredEnvelopesWereNotRouted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.runWorker(t)
+	res, err := b.store.Insert(ctx, envelope.NewDelivery{Source: "src", Provider: "standard", DeliveryID: "msg_text",
+		Body: []byte("not json"), Headers: map[string]string{}})
+	require.NoError(t, err)
+	noType := res.EnvelopeID
+	unknown := b.insert(t, "standard", "msg_unknown", "invoice.created", []byte(`{"type":"invoice.created"}`))
+	eventually(t, 10*time.Second, "both ignored", func() bool {
+		return b.status(t, noType) == "ignored" && b.status(t, unknown) == "ignored"
+	})
+
+	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{Status: envelope.StatusIgnored}})
+	require.NoError(t, err)
+	require.Equal(t, []int64{unknown, noType}, ids(page.Envelopes))
+	require.NotNil(t, page.Envelopes[0].Reason)
+	require.Equal(t, "no handler for standard event invoice.created", *page.Envelopes[0].Reason)
+	require.NotNil(t, page.Envelopes[1].Reason)
+	require.Contains(t, *page.Envelopes[1].Reason, "no handler")
+	require.Equal(t, "", page.Envelopes[1].EventType)
+
+	d, err := Show(ctx, b.pool, noType, ShowOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, d.Envelope.Reason)
+
+	// Not ignored: no reason.
+	failed := seedFailed(t, b.pool, "gh", 1)
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Source: "gh"}})
+	require.NoError(t, err)
+	require.Equal(t, failed, ids(page.Envelopes))
+	require.Nil(t, page.Envelopes[0].Reason)
+}

@@ -193,7 +193,7 @@ func loadEnvelope(ctx context.Context, tx pgx.Tx, id int64, opts ShowOptions, e 
 		       (SELECT max(d.received_at) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id)
 		  FROM envelope WHERE id = $1`, id, opts.NoBody).Scan(
 		&e.ID, &e.Source, &e.Provider, &e.DeliveryID, &e.EventType, &e.Status, &e.ReceivedAt,
-		&e.ProcessedAt, &e.Attempts, &e.LastError, &e.Duplicates, &e.BodySize,
+		&e.ProcessedAt, &e.Attempts, &e.LastError, &e.Duplicates, &e.BodySize, &e.Reason,
 		&e.Headers, &sum, &body, &e.BodyPurgedAt, &e.SignedAt, &result, &e.LastDuplicateAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &NotFoundError{IDs: []int64{id}}

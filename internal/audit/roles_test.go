@@ -36,6 +36,7 @@ var grantDecisions = map[string]map[string]string{
 	"envelope_replay":                {"inbox_worker": "DELETE,SELECT", "inbox_admin": "DELETE,INSERT,SELECT"},
 	"ledger_account":                 {"inbox_worker": "INSERT,SELECT", "inbox_admin": "SELECT"},
 	"ledger_transaction":             {"inbox_worker": "INSERT,SELECT", "inbox_admin": "SELECT"},
+	"ledger_presentment":             {"inbox_worker": "INSERT,SELECT", "inbox_admin": "SELECT"},
 	"ledger_transaction.description": {"inbox_worker": "UPDATE"},
 	"ledger_entry":                   {"inbox_worker": "INSERT,SELECT", "inbox_admin": "SELECT"},
 	"throttle_window":                {"inbox_worker": "DELETE,INSERT,SELECT,UPDATE", "inbox_admin": "SELECT"},

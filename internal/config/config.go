@@ -55,6 +55,25 @@ type Source struct {
 	Throttle *Throttle `yaml:"throttle"`
 	// Forward sends verified deliveries on to internal HTTP endpoints.
 	Forward []*Forward `yaml:"forward"`
+	// MaxAge bounds how long an envelope of the source may keep waiting
+	// (snoozing: a refund for its payment) before it fails. Zero: the
+	// worker's --max-age, raised to the provider's retry window (Stripe 3
+	// days, Shopify 48 h, Standard Webhooks about 28 h) plus an hour.
+	MaxAge time.Duration `yaml:"max_age"`
+	// HMAC configures a source of provider "hmac": a generic HMAC sender
+	// (signature header, algorithm, encoding, signed content, timestamp,
+	// where the delivery id and event type are), or a preset of one
+	// (slack, paddle, square). See provider.HMACConfig.
+	HMAC *provider.HMACConfig `yaml:"hmac"`
+	// EventType, for provider standard, is where the event type is when the
+	// sender does not put it in the body's "type": {json: "status"},
+	// {header: X-Event}. See provider.Field.
+	EventType *provider.Field `yaml:"event_type"`
+	// AccountID is the provider account the source's deliveries belong to
+	// (a Stripe account id, acct_...): the ledger's merchant when the
+	// payload names none, so that several sources of one account share one
+	// ledger. Empty: the source name.
+	AccountID string `yaml:"account_id"`
 }
 
 // Backoff is a source's retry schedule.
@@ -91,6 +110,7 @@ type Forward struct {
 var (
 	sourceName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	varRef     = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+	accountID  = regexp.MustCompile(`^[[:graph:]]{1,255}$`)
 )
 
 // Load reads and validates the sources file at path. getenv resolves ${VAR}
@@ -232,6 +252,12 @@ func (s *Source) validate() error {
 	if s.MaxAttempts < 0 {
 		return errors.New("max_attempts must not be negative")
 	}
+	if s.MaxAge < 0 {
+		return errors.New("max_age must not be negative")
+	}
+	if s.AccountID != "" && !accountID.MatchString(s.AccountID) {
+		return errors.New("account_id must be 1-255 characters without spaces or control characters")
+	}
 	// provider.New checks the provider name and the secrets.
 	if _, err := s.Verifier(); err != nil {
 		return err
@@ -313,7 +339,7 @@ func CheckEventPattern(p string) error {
 
 // Verifier builds the source's signature verifier.
 func (s *Source) Verifier() (provider.Verifier, error) {
-	return provider.New(provider.Config{Provider: s.Provider, Secrets: s.Secrets, Tolerance: s.Tolerance})
+	return provider.New(provider.Config{Provider: s.Provider, Secrets: s.Secrets, Tolerance: s.Tolerance, HMAC: s.HMAC, EventType: s.EventType})
 }
 
 func expand(n *yaml.Node, getenv func(string) string) error {

@@ -219,3 +219,88 @@ sources:
 		t.Errorf("unknown-shop: %v", err)
 	}
 }
+
+func TestAccountID(t *testing.T) {
+	t.Parallel()
+	parse := func(account string) (*config.Config, error) {
+		return config.Parse([]byte(`
+sources:
+  stripe-a:
+    provider: stripe
+    secrets: ["whsec_x"]
+    account_id: "`+account+`"
+`), func(string) string { return "" })
+	}
+	cfg, err := parse("acct_1Nv0FGQ9RKHgCVdK")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Sources["stripe-a"].AccountID; got != "acct_1Nv0FGQ9RKHgCVdK" {
+		t.Errorf("AccountID = %q", got)
+	}
+	for _, bad := range []string{"acct 1", " acct_1", "acct_\t1"} {
+		_, err := parse(bad)
+		if err == nil || !strings.Contains(err.Error(), `source "stripe-a": account_id`) {
+			t.Errorf("account_id %q: %v, want an error naming the source and key", bad, err)
+		}
+	}
+}
+
+func TestMaxAge(t *testing.T) {
+	t.Parallel()
+	parse := func(v string) (*config.Config, error) {
+		return config.Parse([]byte(`
+sources:
+  stripe:
+    provider: stripe
+    secrets: ["whsec_x"]
+    max_age: `+v+`
+`), func(string) string { return "" })
+	}
+	cfg, err := parse("96h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Sources["stripe"].MaxAge; got != 96*time.Hour {
+		t.Errorf("MaxAge = %s", got)
+	}
+	if _, err := parse("-1h"); err == nil || !strings.Contains(err.Error(), "max_age") {
+		t.Errorf("negative max_age: %v", err)
+	}
+}
+
+// The generic HMAC source of docs/providers.md, written out, decodes
+// strictly and builds a verifier; a misspelt key is an error.
+func TestHMACSource(t *testing.T) {
+	t.Parallel()
+	const src = `
+sources:
+  acme:
+    provider: hmac
+    secrets: ["acme-secret"]
+    tolerance: 5m
+    hmac:
+      signature_header: X-Acme-Signature
+      algorithm: sha256
+      encoding: hex
+      pairs: {separator: ",", signature: v1, timestamp: t}
+      signed_content: "{timestamp}.{body}"
+      delivery_id: {header: X-Acme-Delivery}
+      event_type: {json: "type"}
+`
+	cfg, err := config.Parse([]byte(src), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cfg.Sources["acme"].HMAC
+	if h == nil || h.Pairs == nil || h.Pairs.Signature != "v1" || h.DeliveryID.Header != "X-Acme-Delivery" || h.EventType.JSON != "type" {
+		t.Fatalf("hmac = %+v", h)
+	}
+	if _, err := config.Parse([]byte(strings.Replace(src, "signed_content", "signed_contnet", 1)), func(string) string { return "" }); err == nil {
+		t.Error("a misspelt hmac key was accepted")
+	}
+	if _, err := config.Parse([]byte(strings.Replace(src, "delivery_id: {header: X-Acme-Delivery}", "", 1)), func(string) string { return "" }); err == nil ||
+		!strings.Contains(err.Error(), `source "acme"`) || !strings.Contains(err.Error(), "delivery_id") {
+		t.Errorf("hmac source without delivery_id: %v", err)
+	}
+}

@@ -14,19 +14,26 @@
 // # Built-in handlers
 //
 //	stripe    payment_intent.succeeded  payment: data.object.amount_received
-//	stripe    charge.refunded           refund: the new part of the cumulative data.object.amount_refunded
+//	stripe    charge.refunded           refund: the new part of the charge's refunded amount (amount_refunded,
+//	                                    less what a partial capture released before API version basil);
+//	                                    a never-captured charge (cancelled authorization) is a no-op
+//	stripe    charge.refund.updated,    refund_reversal of a Refund whose status is "failed"
+//	          refund.updated, refund.failed
 //	standard  payment.succeeded         payment: data.amount_minor
 //	standard  payment.refunded          refund: data.amount_minor, data.refund_id
 //	shopify   orders/paid               payment: total_price (decimal string)
-//	shopify   refunds/create            refund: successful "refund" transactions
+//	shopify   refunds/create            refund: "refund" transactions that succeeded or are pending
 //	github    *                         recorded, no ledger effect
 //
 // The merchant is the payload's (Stripe Connect "account", Standard
-// data.merchant_id, Shopify X-Shopify-Shop-Domain header), else the envelope's
-// source name. Business keys, unique across the ledger, are:
+// data.merchant_id, Shopify X-Shopify-Shop-Domain header), else the source's
+// configured account_id (see WithAccounts), else the envelope's source name.
+// A Stripe refund or reversal is posted for its payment's merchant. Business
+// keys, unique across the ledger, are:
 //
 //	stripe:payment:<payment_intent id>
-//	stripe:refund:<charge id>:<cumulative amount_refunded>
+//	stripe:refund:<charge id>:<refunded amount>:<event id>
+//	stripe:refund_failed:<refund id>
 //	standard:<merchant>:payment:<payment_id>
 //	standard:<merchant>:refund:<refund_id>
 //	shopify:order:<order id>    (Shopify ids are global; the shop header is unsigned)

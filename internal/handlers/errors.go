@@ -86,7 +86,7 @@ func classify(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ledger.ErrPaymentNotPosted):
+	case errors.Is(err, ledger.ErrPaymentNotPosted), errors.Is(err, ledger.ErrRefundNotPosted):
 		return NotReady(err)
 	case errors.Is(err, ledger.ErrUnknownCurrency), errors.Is(err, ledger.ErrInvalidAmount), errors.As(err, &pe):
 		return Permanent(err)

@@ -125,6 +125,25 @@ func (r *Registry) RegisterSource(source string, events []string, mode SourceMod
 // When no source route matches it is Lookup(env.Provider, env.EventType).
 // false means no handler: the envelope is to be ignored.
 func (r *Registry) LookupEnvelope(env *envelope.Envelope) (Handler, bool) {
+	h, ok := r.lookupEnvelope(env)
+	if !ok {
+		return nil, false
+	}
+	r.mu.RLock()
+	account := r.accounts[env.Source]
+	r.mu.RUnlock()
+	if account != "" {
+		h = withAccount{h: h, account: account}
+	}
+	if env.Provider == "shopify" {
+		if id := header(env, shopifyEventIDHeader); id != "" {
+			h = shopifyEventOnce{h: h, eventID: id}
+		}
+	}
+	return h, true
+}
+
+func (r *Registry) lookupEnvelope(env *envelope.Envelope) (Handler, bool) {
 	r.mu.RLock()
 	var matched []Handler
 	instead := false
@@ -244,6 +263,9 @@ func (r *Registry) clone() *Registry {
 	}
 	for s, routes := range r.sources {
 		out.sources[s] = append([]sourceRoute(nil), routes...)
+	}
+	for s, a := range r.accounts {
+		out.accounts[s] = a
 	}
 	return out
 }

@@ -240,16 +240,16 @@ func TestStripePartialRefundsPostCumulativeDeltas(t *testing.T) {
 	refund300 := fixture(t, "stripe_charge_refunded_300.json")
 	first := b.envelope(t, "stripe", "stripe", "charge.refunded", refund300, nil)
 	res := b.mustHandle(t, first)
-	tr := b.transaction(t, "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:300")
+	tr := b.transaction(t, "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:300:evt_3PmB2xLkdIwHu7ix0sVv9QwE")
 	equal(t, "first refund", tr, txRow{tr.ID, first.ID, "refund", "stripe", payKey, "USD", 300})
 	equal(t, "first result", res, handlers.PostingResult{
-		Posted: true, LedgerTransactionID: tr.ID, Kind: "refund", IdempotencyKey: "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:300",
+		Posted: true, LedgerTransactionID: tr.ID, Kind: "refund", IdempotencyKey: "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:300:evt_3PmB2xLkdIwHu7ix0sVv9QwE",
 		Merchant: "stripe", AmountMinor: 300, Currency: "USD",
 	})
 
 	second := b.envelope(t, "stripe", "stripe", "charge.refunded", fixture(t, "stripe_charge_refunded_500.json"), nil)
 	res = b.mustHandle(t, second)
-	tr = b.transaction(t, "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:500")
+	tr = b.transaction(t, "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:500:evt_3PmB2xLkdIwHu7ix0dM4rY2k")
 	equal(t, "second refund", tr, txRow{tr.ID, second.ID, "refund", "stripe", payKey, "USD", 200})
 	equal(t, "second result amount", res.AmountMinor, int64(200))
 
@@ -260,7 +260,7 @@ func TestStripePartialRefundsPostCumulativeDeltas(t *testing.T) {
 	// The second envelope replayed: reports its own posting.
 	res = b.mustHandle(t, second)
 	equal(t, "replay", res, handlers.PostingResult{
-		LedgerTransactionID: tr.ID, Kind: "refund", IdempotencyKey: "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:500",
+		LedgerTransactionID: tr.ID, Kind: "refund", IdempotencyKey: "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:500:evt_3PmB2xLkdIwHu7ix0dM4rY2k",
 		Merchant: "stripe", AmountMinor: 200, Currency: "USD", Reason: ledger.ReasonEnvelopePosted,
 	})
 

@@ -43,11 +43,14 @@ type Registry struct {
 	// sources holds per-source routes (forwarding), in registration order;
 	// see RegisterSource.
 	sources map[string][]sourceRoute
+	// accounts holds each source's configured provider account id; see
+	// WithAccounts.
+	accounts map[string]string
 }
 
 // NewRegistry returns an empty Registry.
 func NewRegistry() *Registry {
-	return &Registry{handlers: make(map[route]Handler), sources: make(map[string][]sourceRoute)}
+	return &Registry{handlers: make(map[route]Handler), sources: make(map[string][]sourceRoute), accounts: make(map[string]string)}
 }
 
 // Register routes the provider's eventType to h; eventType Wildcard ("*")
@@ -83,6 +86,9 @@ func Builtin() *Registry {
 	r := NewRegistry()
 	r.Register("stripe", "payment_intent.succeeded", HandlerFunc(stripePaymentIntentSucceeded))
 	r.Register("stripe", "charge.refunded", HandlerFunc(stripeChargeRefunded))
+	r.Register("stripe", "charge.refund.updated", HandlerFunc(stripeRefundUpdated))
+	r.Register("stripe", "refund.updated", HandlerFunc(stripeRefundUpdated))
+	r.Register("stripe", "refund.failed", HandlerFunc(stripeRefundUpdated))
 	r.Register("standard", "payment.succeeded", HandlerFunc(standardPaymentSucceeded))
 	r.Register("standard", "payment.refunded", HandlerFunc(standardPaymentRefunded))
 	r.Register("shopify", "orders/paid", HandlerFunc(shopifyOrderPaid))

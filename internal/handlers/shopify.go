@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/jackc/pgx/v5"
 
@@ -55,6 +56,12 @@ func shopifyPayment(env *envelope.Envelope) (ledger.Posting, error) {
 		Currency            string          `json:"currency"`
 		PresentmentCurrency string          `json:"presentment_currency"`
 		TotalPrice          string          `json:"total_price"`
+		TotalPriceSet       struct {
+			PresentmentMoney struct {
+				Amount       string `json:"amount"`
+				CurrencyCode string `json:"currency_code"`
+			} `json:"presentment_money"`
+		} `json:"total_price_set"`
 	}
 	if err := decodePayload(env, &o); err != nil {
 		return ledger.Posting{}, err
@@ -78,20 +85,39 @@ func shopifyPayment(env *envelope.Envelope) (ledger.Posting, error) {
 	if err != nil {
 		return ledger.Posting{}, fmt.Errorf("total_price: %w", err)
 	}
-	return ledger.Posting{
+	p := ledger.Posting{
 		Kind:           ledger.KindPayment,
 		IdempotencyKey: shopifyOrderKey(id),
 		Merchant:       shopifyShop(env),
 		Currency:       currency,
 		AmountMinor:    amount,
 		Description:    fmt.Sprintf("shopify orders/paid %s %s", id, o.Name),
-	}, nil
+	}
+	// An order presented in another currency than the shop's: its refunds
+	// come in that currency, so the payment records what it was presented
+	// as (total_price_set.presentment_money).
+	pm := o.TotalPriceSet.PresentmentMoney
+	if pc := currencyCode(pm.CurrencyCode); pc != "" && pc != currency && pm.Amount != "" {
+		pres, err := ledger.ParseDecimal(pm.Amount, pc)
+		if err != nil {
+			return ledger.Posting{}, fmt.Errorf("total_price_set.presentment_money.amount: %w", err)
+		}
+		if pres > 0 {
+			p.Presentment = &ledger.Money{Currency: pc, AmountMinor: pres}
+		}
+	}
+	return p, nil
 }
 
-// shopifyRefundCreated posts the sum of the refund's successful "refund"
-// transactions as a refund of its order, keyed by the refund id, for the shop
+// shopifyRefundCreated posts the sum of the refund's successful or pending
+// "refund" transactions as a refund of its order, keyed by the refund id, for the shop
 // (see shopifyShop). A refund with no money moved (a restock-only refund) is a
-// no-op.
+// no-op. Refund transactions are in the order's presentment currency; when
+// that is not the currency the payment was posted in (the shop's), the refund
+// is posted in the payment's currency at the order's own rate (its shop total
+// over its presentment total), cumulatively, so refunds that add up to the
+// whole order add up to the whole payment exactly; the presentment amount is
+// recorded next to it.
 func shopifyRefundCreated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	p, err := shopifyRefund(env)
 	if err != nil {
@@ -100,7 +126,55 @@ func shopifyRefundCreated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope
 	if p.AmountMinor == 0 {
 		return noop(ledger.KindRefund, p.Merchant, p.Currency, "nothing refunded")
 	}
+	if res, ok, err := replayed(ctx, tx, env); err != nil || ok {
+		return res, err
+	}
+	if t, ok, err := ledger.ByKey(ctx, tx, p.IdempotencyKey); err != nil {
+		return nil, err
+	} else if ok {
+		return marshal(PostingResult{LedgerTransactionID: t.ID, Kind: string(t.Kind), IdempotencyKey: t.IdempotencyKey, Merchant: t.Merchant,
+			AmountMinor: t.AmountMinor, Currency: t.Currency, Reason: fmt.Sprintf("business key already posted by envelope %d", t.EnvelopeID)})
+	}
+	pay, err := ledger.Payment(ctx, tx, p.PaymentKey)
+	if err != nil {
+		return nil, classify(fmt.Errorf("shopify %s: %w", env.EventType, err))
+	}
+	if p.Currency != pay.Currency && pay.Presentment != nil && p.Currency == pay.Presentment.Currency {
+		if err := inPaymentCurrency(&p, pay); err != nil {
+			return nil, Permanent(fmt.Errorf("shopify %s: %w", env.EventType, err))
+		}
+		if p.AmountMinor == 0 {
+			return noop(ledger.KindRefund, p.Merchant, p.Currency, "refund rounds to zero in the payment's currency")
+		}
+	}
 	return post(ctx, tx, env, p)
+}
+
+// inPaymentCurrency converts a refund stated in the payment's presentment
+// currency into the payment's currency: the refunds' presentment total after
+// this one, at the payment's rate (rounded half up), less what the ledger
+// has refunded, so rounding never accumulates.
+func inPaymentCurrency(p *ledger.Posting, pay ledger.PaymentState) error {
+	pres := *pay.Presentment
+	after := pay.RefundedPresentmentMinor + p.AmountMinor
+	if p.AmountMinor > pres.AmountMinor || after > pres.AmountMinor {
+		return &ledger.PostingError{Key: p.IdempotencyKey, Reason: fmt.Sprintf(
+			"over-refund: %d %s requested, payment %q has %d of %d %s left", p.AmountMinor, p.Currency, p.PaymentKey,
+			pres.AmountMinor-pay.RefundedPresentmentMinor, pres.AmountMinor, pres.Currency)}
+	}
+	// after <= pres.AmountMinor, so after*AmountMinor/pres.AmountMinor <=
+	// AmountMinor: the quotient fits, and Div64 cannot overflow.
+	hi, lo := bits.Mul64(uint64(after), uint64(pay.AmountMinor))
+	q, r := bits.Div64(hi, lo, uint64(pres.AmountMinor))
+	if r >= uint64(pres.AmountMinor)-r { // r/d >= 1/2
+		q++
+	}
+	shopAfter := int64(q)
+	p.Presentment = &ledger.Money{Currency: p.Currency, AmountMinor: p.AmountMinor}
+	p.Currency = pay.Currency
+	p.AmountMinor = max(min(shopAfter-pay.RefundedMinor, pay.RefundableMinor()), 0)
+	p.Description += fmt.Sprintf(" (%d %s presented)", p.Presentment.AmountMinor, p.Presentment.Currency)
+	return nil
 }
 
 func shopifyRefund(env *envelope.Envelope) (ledger.Posting, error) {
@@ -128,7 +202,11 @@ func shopifyRefund(env *envelope.Envelope) (ledger.Posting, error) {
 	var currency string
 	var total int64
 	for i, t := range r.Transactions {
-		if t.Kind != "refund" || t.Status != "success" {
+		// Shopify Payments reports a refund it has accepted but not yet
+		// settled as "pending" ("Refund submitted and processing"); Shopify
+		// counts it as refunded, and so does the ledger. Failed and errored
+		// refund transactions moved no money.
+		if t.Kind != "refund" || (t.Status != "success" && t.Status != "pending") {
 			continue
 		}
 		if t.Currency == "" {
@@ -157,4 +235,37 @@ func shopifyRefund(env *envelope.Envelope) (ledger.Posting, error) {
 		AmountMinor:    total,
 		Description:    fmt.Sprintf("shopify refunds/create %s of order %s", id, orderID),
 	}, nil
+}
+
+// shopifyEventIDHeader names the event a Shopify delivery carries; one event
+// may arrive under several X-Shopify-Webhook-Id values.
+const shopifyEventIDHeader = "X-Shopify-Event-Id"
+
+// DuplicateResult is the result of an envelope that repeats an event
+// another envelope of its source already carries (Shopify: the same
+// X-Shopify-Event-Id under another X-Shopify-Webhook-Id). Nothing ran for it:
+// no posting, no forwarding.
+type DuplicateResult struct {
+	DuplicateOf int64  `json:"duplicate_of"`
+	Reason      string `json:"reason"`
+}
+
+// shopifyEventOnce runs h only for the first envelope of its source that
+// carries eventID; a later one is a done no-op naming the first, whatever
+// the first's status (replay the first to process the event again).
+type shopifyEventOnce struct {
+	h       Handler
+	eventID string
+}
+
+func (s shopifyEventOnce) Handle(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	first, ok, err := envelope.FirstOfShopifyEvent(ctx, tx, env.Source, s.eventID, env.ID)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		return marshal(DuplicateResult{DuplicateOf: first, Reason: fmt.Sprintf(
+			"same %s as envelope %d: the event is processed once", shopifyEventIDHeader, first)})
+	}
+	return s.h.Handle(ctx, tx, env)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -14,10 +15,11 @@ import (
 
 // stripeEvent is the envelope of every Stripe event.
 type stripeEvent struct {
-	ID      string `json:"id"`
-	Type    string `json:"type"`
-	Account string `json:"account"` // the connected account, for Connect events
-	Data    struct {
+	ID         string `json:"id"`
+	Type       string `json:"type"`
+	APIVersion string `json:"api_version"`
+	Account    string `json:"account"` // the connected account, for Connect events
+	Data       struct {
 		Object json.RawMessage `json:"object"`
 	} `json:"data"`
 }
@@ -37,12 +39,31 @@ func decodeStripe(env *envelope.Envelope, obj any) (stripeEvent, error) {
 	return ev, nil
 }
 
-// merchant is the Connect account, else the source.
-func (ev stripeEvent) merchant(env *envelope.Envelope) string {
+// merchant is the Stripe account the event belongs to: the Connect account
+// the event names, else the account configured for the source (account_id),
+// else the source name.
+func (ev stripeEvent) merchant(ctx context.Context, env *envelope.Envelope) string {
 	if ev.Account != "" {
 		return ev.Account
 	}
+	if a := sourceAccount(ctx); a != "" {
+		return a
+	}
 	return env.Source
+}
+
+// stripeBasil is the first API version (2025-03-31.basil) in which a partial
+// capture no longer creates a Refund for the uncaptured amount, nor counts
+// it in the charge's amount_refunded.
+const stripeBasil = "2025-03-31"
+
+// releasesCountAsRefunds reports whether, at the event's API version, the
+// amount an authorization released (uncaptured) is counted in
+// amount_refunded: before basil it is. Versions are dated, so they compare as
+// strings; an event without one is taken as older.
+func (ev stripeEvent) releasesCountAsRefunds() bool {
+	v, _, _ := strings.Cut(ev.APIVersion, ".")
+	return v < stripeBasil
 }
 
 func stripePaymentKey(paymentIntentID string) string { return "stripe:payment:" + paymentIntentID }
@@ -50,14 +71,14 @@ func stripePaymentKey(paymentIntentID string) string { return "stripe:payment:" 
 // stripePaymentIntentSucceeded posts data.object.amount_received as a payment
 // keyed by the PaymentIntent id.
 func stripePaymentIntentSucceeded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	p, err := stripePayment(env)
+	p, err := stripePayment(ctx, env)
 	if err != nil {
 		return nil, Permanent(fmt.Errorf("stripe %s: %w", env.EventType, err))
 	}
 	return post(ctx, tx, env, p)
 }
 
-func stripePayment(env *envelope.Envelope) (ledger.Posting, error) {
+func stripePayment(ctx context.Context, env *envelope.Envelope) (ledger.Posting, error) {
 	var pi struct {
 		ID             string          `json:"id"`
 		Object         string          `json:"object"`
@@ -89,34 +110,40 @@ func stripePayment(env *envelope.Envelope) (ledger.Posting, error) {
 	return ledger.Posting{
 		Kind:           ledger.KindPayment,
 		IdempotencyKey: stripePaymentKey(pi.ID),
-		Merchant:       ev.merchant(env),
+		Merchant:       ev.merchant(ctx, env),
 		Currency:       currency,
 		AmountMinor:    minor,
 		Description:    fmt.Sprintf("stripe payment_intent.succeeded %s (event %s)", pi.ID, ev.ID),
 	}, nil
 }
 
-// stripeChargeRefunded posts the part of data.object.amount_refunded, which
-// Stripe reports cumulatively per charge, that the ledger does not hold yet
-// for the charge's PaymentIntent. Events may arrive in any order: an event
-// whose cumulative amount is already covered is a no-op, so the ledger ends
-// at the largest cumulative amount seen. The refund's key carries the
-// cumulative amount, so each step posts once.
+// stripeChargeRefunded posts the part of the charge's refunded amount that
+// the ledger does not hold yet for the charge's PaymentIntent. Stripe reports
+// amount_refunded cumulatively per charge; before API version basil it also
+// counts the amount a partial capture released (authorized 1000, captured
+// 600: amount_refunded 400 with no refund at all), so the refunded amount is
+// amount_refunded less (amount - amount_captured) there. A charge that was
+// never captured (an authorization cancelled or expired) has refunded
+// nothing: a no-op with that reason, whether or not its payment is in the
+// ledger. Events may arrive in any order: an event whose amount is already
+// covered is a no-op, so the ledger ends at the largest amount seen. A refund
+// that later fails is reversed by stripeRefundUpdated, and the amount the
+// charge then reports is lower; the refund's key carries the event id, so a
+// refund after a failed one posts too. The refund is posted for the
+// payment's merchant: a PaymentIntent id names one payment across Stripe.
 func stripeChargeRefunded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	r, err := stripeRefund(env)
+	r, err := stripeRefund(ctx, env)
 	if err != nil {
 		return nil, Permanent(fmt.Errorf("stripe %s: %w", env.EventType, err))
+	}
+	if r.uncaptured {
+		return noop(ledger.KindRefund, r.Merchant, r.Currency, "authorization released, never captured: not a refund")
 	}
 
 	// A replayed envelope reports what it posted the first time, rather than
 	// "nothing new refunded".
-	if t, ok, err := ledger.ByEnvelope(ctx, tx, env.ID); err != nil {
-		return nil, err
-	} else if ok {
-		return marshal(PostingResult{
-			LedgerTransactionID: t.ID, Kind: string(t.Kind), IdempotencyKey: t.IdempotencyKey, Merchant: t.Merchant,
-			AmountMinor: t.AmountMinor, Currency: t.Currency, Reason: ledger.ReasonEnvelopePosted,
-		})
+	if res, ok, err := replayed(ctx, tx, env); err != nil || ok {
+		return res, err
 	}
 
 	// Locks the payment until the transaction ends: concurrent refund events
@@ -130,26 +157,45 @@ func stripeChargeRefunded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope
 		return nil, Permanent(&ledger.PostingError{Key: r.IdempotencyKey, Reason: fmt.Sprintf(
 			"refund currency %s differs from payment %q currency %s", r.Currency, r.PaymentKey, pay.Currency)})
 	}
-	r.AmountMinor = r.cumulativeMinor - pay.RefundedMinor
+	r.Merchant = pay.Merchant
+	r.AmountMinor = r.refundedMinor - pay.RefundedMinor
 	if r.AmountMinor <= 0 {
 		return noop(ledger.KindRefund, r.Merchant, r.Currency, "nothing new refunded")
 	}
 	return post(ctx, tx, env, r.Posting)
 }
 
+// replayed returns the result of an envelope that already has its ledger
+// transaction (a replay, or a retry after a crash).
+func replayed(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, bool, error) {
+	t, ok, err := ledger.ByEnvelope(ctx, tx, env.ID)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	res, err := marshal(PostingResult{
+		LedgerTransactionID: t.ID, Kind: string(t.Kind), IdempotencyKey: t.IdempotencyKey, Merchant: t.Merchant,
+		AmountMinor: t.AmountMinor, Currency: t.Currency, Reason: ledger.ReasonEnvelopePosted,
+	})
+	return res, true, err
+}
+
 // stripeRefundEvent is a charge.refunded event, parsed; its Posting lacks
 // the amount, which depends on the ledger.
 type stripeRefundEvent struct {
 	ledger.Posting
-	chargeID        string
-	cumulativeMinor int64 // amount_refunded in ISO minor units
+	chargeID      string
+	refundedMinor int64 // what the charge has refunded, in ISO minor units
+	uncaptured    bool  // the charge was never captured: nothing to refund
 }
 
-func stripeRefund(env *envelope.Envelope) (stripeRefundEvent, error) {
+func stripeRefund(ctx context.Context, env *envelope.Envelope) (stripeRefundEvent, error) {
 	var ch struct {
 		ID             string          `json:"id"`
 		Object         string          `json:"object"`
+		Amount         json.RawMessage `json:"amount"`
+		AmountCaptured json.RawMessage `json:"amount_captured"`
 		AmountRefunded json.RawMessage `json:"amount_refunded"`
+		Captured       *bool           `json:"captured"`
 		Currency       string          `json:"currency"`
 		PaymentIntent  *string         `json:"payment_intent"`
 	}
@@ -162,32 +208,106 @@ func stripeRefund(env *envelope.Envelope) (stripeRefundEvent, error) {
 		return stripeRefundEvent{}, fmt.Errorf("data.object is a %q, want a charge", ch.Object)
 	case ch.ID == "":
 		return stripeRefundEvent{}, missing("data.object.id")
-	case ch.PaymentIntent == nil || *ch.PaymentIntent == "":
-		return stripeRefundEvent{}, missing("data.object.payment_intent")
 	case ch.Currency == "":
 		return stripeRefundEvent{}, missing("data.object.currency")
 	}
-	cumulative, err := jsonInt(ch.AmountRefunded, "data.object.amount_refunded")
-	if err != nil {
-		return stripeRefundEvent{}, err
-	}
 	currency := currencyCode(ch.Currency)
-	cumulativeMinor, err := stripeToMinor(cumulative, currency)
+	out := stripeRefundEvent{Posting: ledger.Posting{Kind: ledger.KindRefund, Merchant: ev.merchant(ctx, env), Currency: currency}, chargeID: ch.ID}
+	if ch.Captured != nil && !*ch.Captured {
+		out.uncaptured = true
+		return out, nil
+	}
+	if ch.PaymentIntent == nil || *ch.PaymentIntent == "" {
+		return stripeRefundEvent{}, missing("data.object.payment_intent")
+	}
+	refunded, err := jsonInt(ch.AmountRefunded, "data.object.amount_refunded")
 	if err != nil {
 		return stripeRefundEvent{}, err
 	}
-	return stripeRefundEvent{
-		Posting: ledger.Posting{
-			Kind:           ledger.KindRefund,
-			IdempotencyKey: fmt.Sprintf("stripe:refund:%s:%d", ch.ID, cumulative),
-			PaymentKey:     stripePaymentKey(*ch.PaymentIntent),
-			Merchant:       ev.merchant(env),
-			Currency:       currency,
-			Description:    fmt.Sprintf("stripe charge.refunded %s of %s, cumulative %d (event %s)", ch.ID, *ch.PaymentIntent, cumulative, ev.ID),
-		},
-		chargeID:        ch.ID,
-		cumulativeMinor: cumulativeMinor,
-	}, nil
+	if ev.releasesCountAsRefunds() && len(ch.AmountCaptured) > 0 && string(ch.AmountCaptured) != "null" {
+		amount, err := jsonInt(ch.Amount, "data.object.amount")
+		if err != nil {
+			return stripeRefundEvent{}, err
+		}
+		captured, err := jsonInt(ch.AmountCaptured, "data.object.amount_captured")
+		if err != nil {
+			return stripeRefundEvent{}, err
+		}
+		if released := amount - captured; released > 0 {
+			refunded = max(refunded-released, 0)
+		}
+	}
+	refundedMinor, err := stripeToMinor(refunded, currency)
+	if err != nil {
+		return stripeRefundEvent{}, err
+	}
+	out.IdempotencyKey = fmt.Sprintf("stripe:refund:%s:%d:%s", ch.ID, refunded, ev.ID)
+	out.PaymentKey = stripePaymentKey(*ch.PaymentIntent)
+	out.Description = fmt.Sprintf("stripe charge.refunded %s of %s, refunded %d (event %s)", ch.ID, *ch.PaymentIntent, refunded, ev.ID)
+	out.refundedMinor = refundedMinor
+	return out, nil
+}
+
+// stripeRefundUpdated reverses a refund that failed (data.object is a
+// Refund whose status is "failed": charge.refund.updated, refund.updated,
+// refund.failed). Stripe returned the money to the balance, so the ledger
+// takes the refund back, keyed by the refund id, for the payment's
+// merchant. Any other status is a no-op. A failure that arrives before its
+// refund is in the ledger waits (snoozes) for it.
+func stripeRefundUpdated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	var re struct {
+		ID            string          `json:"id"`
+		Object        string          `json:"object"`
+		Amount        json.RawMessage `json:"amount"`
+		Currency      string          `json:"currency"`
+		Status        string          `json:"status"`
+		PaymentIntent *string         `json:"payment_intent"`
+	}
+	ev, err := decodeStripe(env, &re)
+	if err == nil {
+		switch {
+		case re.Object != "" && re.Object != "refund":
+			err = fmt.Errorf("data.object is a %q, want a refund", re.Object)
+		case re.ID == "":
+			err = missing("data.object.id")
+		case re.Currency == "":
+			err = missing("data.object.currency")
+		}
+	}
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("stripe %s: %w", env.EventType, err))
+	}
+	currency := currencyCode(re.Currency)
+	if re.Status != "failed" {
+		return noop(ledger.KindRefundReversal, ev.merchant(ctx, env), currency, fmt.Sprintf("refund %s is %s: nothing to reverse", re.ID, re.Status))
+	}
+	if re.PaymentIntent == nil || *re.PaymentIntent == "" {
+		return nil, Permanent(fmt.Errorf("stripe %s: %w", env.EventType, missing("data.object.payment_intent")))
+	}
+	amount, err := jsonInt(re.Amount, "data.object.amount")
+	if err == nil {
+		amount, err = stripeToMinor(amount, currency)
+	}
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("stripe %s: %w", env.EventType, err))
+	}
+	if res, ok, err := replayed(ctx, tx, env); err != nil || ok {
+		return res, err
+	}
+	p := ledger.Posting{
+		Kind:           ledger.KindRefundReversal,
+		IdempotencyKey: "stripe:refund_failed:" + re.ID,
+		PaymentKey:     stripePaymentKey(*re.PaymentIntent),
+		Currency:       currency,
+		AmountMinor:    amount,
+		Description:    fmt.Sprintf("stripe %s: refund %s of %s failed (event %s)", env.EventType, re.ID, *re.PaymentIntent, ev.ID),
+	}
+	pay, err := ledger.Payment(ctx, tx, p.PaymentKey)
+	if err != nil {
+		return nil, classify(fmt.Errorf("stripe %s %s: %w", env.EventType, re.ID, err))
+	}
+	p.Merchant = pay.Merchant
+	return post(ctx, tx, env, p)
 }
 
 // Stripe's own exponents: amounts are in "the smallest currency unit", which

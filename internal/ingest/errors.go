@@ -31,10 +31,9 @@ func (e *readError) Unwrap() error { return e.err }
 
 // errorBody is every error response's JSON.
 type errorBody struct {
-	Error      string `json:"error"`
-	Status     string `json:"status"`
-	EnvelopeID int64  `json:"envelope_id,omitempty"`
-	RequestID  string `json:"request_id,omitempty"`
+	Error     string `json:"error"`
+	Status    string `json:"status"`
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // classify maps err to a status code, the outcome name used in logs and
@@ -60,7 +59,11 @@ func classify(err error) (code int, outcome, msg string) {
 	case errors.As(err, &fmtErr):
 		return http.StatusBadRequest, "bad_request", fmtErr.Error()
 	case errors.As(err, &conflict):
-		return http.StatusUnprocessableEntity, "conflict", "delivery id already received with a different body; the original is kept and the conflict recorded"
+		// Only the provider holds the secret, so a verified same-id delivery
+		// with another body is its own re-rendered resend (Stripe renders
+		// pending_webhooks at send time): answered 2xx, as a non-2xx makes
+		// providers retry for days and then disable the endpoint.
+		return http.StatusOK, "conflict", "duplicate"
 	case errors.Is(err, errOverloaded):
 		return http.StatusServiceUnavailable, "overloaded", "too many deliveries in flight, not acknowledged; retry later"
 	case pgCode(err) == "42501":
@@ -111,11 +114,18 @@ func unavailable(err error) bool {
 // writeError answers err with its status and logs it.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, log *slog.Logger) {
 	code, outcome, msg := classify(err)
-	body := errorBody{Error: msg, Status: outcome, RequestID: middleware.GetReqID(r.Context())}
 	var conflict *envelope.ConflictError
 	if errors.As(err, &conflict) {
-		body.EnvelopeID = conflict.EnvelopeID
+		// Acknowledged as a duplicate; the variant is in envelope_conflict,
+		// counted (outcome "conflict") and logged for the operator. The log
+		// names ids only, never the body.
+		log.WarnContext(r.Context(), "delivery id reused with a different body: acknowledged as a duplicate, original kept, variant recorded",
+			"envelope_id", conflict.EnvelopeID, "conflict_id", conflict.ConflictID, "status", code, "outcome", outcome)
+		s.observe(r, outcome, "")
+		writeJSON(w, code, acceptedBody{EnvelopeID: conflict.EnvelopeID, Status: msg})
+		return
 	}
+	body := errorBody{Error: msg, Status: outcome, RequestID: middleware.GetReqID(r.Context())}
 	if code == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", strconv.Itoa(s.retryAfterSeconds))
 	}
@@ -123,7 +133,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, l
 	switch {
 	case code == http.StatusInternalServerError, outcome == "db_permission":
 		lvl = slog.LevelError
-	case code == http.StatusServiceUnavailable, code == http.StatusUnauthorized, code == http.StatusUnprocessableEntity:
+	case code == http.StatusServiceUnavailable, code == http.StatusUnauthorized:
 		lvl = slog.LevelWarn
 	}
 	// err's text is ours (verifier reasons, store errors): never a secret,

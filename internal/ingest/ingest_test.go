@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -234,22 +235,104 @@ func TestDuplicateSameBodyAnswers200AndStoresNothingNew(t *testing.T) {
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM envelope_duplicate WHERE envelope_id = $1", first.EnvelopeID))
 }
 
-func TestSameDeliveryIDDifferentBodyIs422AndRecorded(t *testing.T) {
+// A verified same-id delivery with another body is the provider's own
+// re-rendered resend: answered 200 duplicate (a non-2xx makes providers
+// retry for days), the original untouched, the variant recorded, counted and
+// logged at WARN without its body.
+func TestSameDeliveryIDDifferentBodyIs200DuplicateAndRecorded(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	b := serve(t, pgtest.NewPool(t), ingest.Options{Observe: func(_, outcome, _ string, _ time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcomes[outcome]++
+	}})
 	source, d := sample(provider.GitHub, "7b2f0c1e-conflict")
 	first := b.send(t, source, d)
 	require.Equal(t, http.StatusAccepted, first.code)
 	d.Body = webhooktest.GitHubPush("refs/heads/other")
 	r := b.send(t, source, d)
-	require.Equal(t, http.StatusUnprocessableEntity, r.code, r.raw)
+	require.Equal(t, http.StatusOK, r.code, r.raw)
+	require.Equal(t, "duplicate", r.Status)
 	require.Equal(t, first.EnvelopeID, r.EnvelopeID)
+	require.Empty(t, r.Error)
 	env, jobs, conflicts := b.stored(t)
 	require.Equal(t, [3]int{1, 1, 1}, [3]int{env, jobs, conflicts})
 	// The original is untouched.
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND body = $2`, first.EnvelopeID, webhooktest.GitHubPush("refs/heads/main")))
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope_duplicate`), "a conflict is not a duplicate")
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1 AND body = $2 AND body_sha256 = sha256($2)`, first.EnvelopeID, d.Body))
+
+	mu.Lock()
+	require.Equal(t, map[string]int{"accepted": 1, "conflict": 1}, outcomes, "counted as a conflict, not a duplicate")
+	mu.Unlock()
+	var warned bool
+	for line := range strings.SplitSeq(b.logs.String(), "\n") {
+		if strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "different body") {
+			warned = true
+			require.Contains(t, line, fmt.Sprintf(`"envelope_id":%d`, first.EnvelopeID))
+			require.NotContains(t, line, "refs/heads", "the log carries no body")
+			require.NotContains(t, line, githubSecret)
+		}
+	}
+	require.True(t, warned, "a WARN line for the conflict: %s", b.logs.String())
+}
+
+// A verified delivery with a delivery id is stored whatever its body: no
+// event type, not JSON, empty, GitHub's form encoding. The raw bytes are the
+// record; the event type is empty where there is none.
+func TestVerifiedDeliveryIsStoredWhateverItsBody(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	form := "payload=" + url.QueryEscape(string(webhooktest.GitHubPush("refs/heads/main")))
+	cases := []struct {
+		name, source string
+		d            webhooktest.Delivery
+		contentType  string
+		wantType     string
+		wantPayload  string // "" for NULL
+	}{
+		{"standard without type", "payments", webhooktest.Delivery{Provider: provider.Standard, Secret: standardSecret, DeliveryID: "msg_notype",
+			Body: []byte(`{"test": 2432232314}`)}, "", "", `{"test": 2432232314}`},
+		{"standard not JSON", "payments", webhooktest.Delivery{Provider: provider.Standard, Secret: standardSecret, DeliveryID: "msg_text",
+			Body: []byte("hello")}, "", "", ""},
+		{"standard empty", "payments", webhooktest.Delivery{Provider: provider.Standard, Secret: standardSecret, DeliveryID: "msg_empty",
+			Body: []byte{}}, "", "", ""},
+		{"standard JSON jsonb refuses", "payments", webhooktest.Delivery{Provider: provider.Standard, Secret: standardSecret, DeliveryID: "msg_nul",
+			Body: []byte(`{"type":"note","text":"\u0000"}`)}, "", "note", ""},
+		{"shopify not JSON", "shopify", webhooktest.Delivery{Provider: provider.Shopify, Secret: shopifySecret, DeliveryID: "x5", EventType: "orders/paid",
+			Body: []byte("id=1&total=2")}, "", "orders/paid", ""},
+		{"github form-encoded", "github", webhooktest.Delivery{Provider: provider.GitHub, Secret: githubSecret, DeliveryID: "gh-form", EventType: "push",
+			Body: []byte(form)}, "application/x-www-form-urlencoded", "push", string(webhooktest.GitHubPush("refs/heads/main"))},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, err := c.d.Request(context.Background(), b.url+"/webhooks/"+c.source)
+			require.NoError(t, err)
+			if c.contentType != "" {
+				req.Header.Set("Content-Type", c.contentType)
+			}
+			r := do(t, req)
+			require.Equal(t, http.StatusAccepted, r.code, r.raw)
+			var (
+				eventType string
+				body      []byte
+				payload   *string
+			)
+			require.NoError(t, b.pool.QueryRow(context.Background(),
+				`SELECT event_type, body, payload::text FROM envelope WHERE id = $1`, r.EnvelopeID).Scan(&eventType, &body, &payload))
+			require.Equal(t, c.wantType, eventType)
+			require.Equal(t, c.d.Body, body, "raw body byte-exact")
+			if c.wantPayload == "" {
+				require.Nil(t, payload)
+			} else {
+				require.NotNil(t, payload)
+				require.JSONEq(t, c.wantPayload, *payload)
+			}
+			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, r.EnvelopeID))
+		})
+	}
 }
 
 func TestRejectionsStoreNothing(t *testing.T) {
@@ -326,9 +409,9 @@ func TestRejectionsStoreNothing(t *testing.T) {
 			req.Header.Del("X-GitHub-Delivery")
 			return req
 		}, http.StatusBadRequest},
-		{"body not JSON", "shopify", func(t *testing.T) *http.Request {
-			d := webhooktest.Delivery{Provider: provider.Shopify, Secret: shopifySecret, DeliveryID: "x5", EventType: "orders/paid", Body: []byte("id=1&total=2")}
-			req, err := d.Request(context.Background(), b.url+"/webhooks/shopify")
+		{"stripe body not JSON", "stripe", func(t *testing.T) *http.Request {
+			d := webhooktest.Delivery{Provider: provider.Stripe, Secret: stripeSecret, Body: []byte("id=evt_1&type=charge.refunded")}
+			req, err := d.Request(context.Background(), b.url+"/webhooks/stripe")
 			require.NoError(t, err)
 			return req
 		}, http.StatusBadRequest},
@@ -510,7 +593,8 @@ func TestDuplicateWhileWorkerHoldsEnvelope(t *testing.T) {
 	require.Less(t, time.Since(start), 900*time.Millisecond)
 	d.Body = webhooktest.StripePayment("evt_held", "pi_other", 1, "usd")
 	r = b.send(t, source, d)
-	require.Equal(t, http.StatusUnprocessableEntity, r.code, r.raw)
+	require.Equal(t, http.StatusOK, r.code, r.raw)
+	require.Equal(t, "duplicate", r.Status)
 }
 
 // A client that stops sending mid-body gets a client error, not a 503 that

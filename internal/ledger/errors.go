@@ -20,6 +20,12 @@ var ErrInvalidAmount = errors.New("invalid amount")
 // still be on its way, so callers should retry later.
 var ErrPaymentNotPosted = errors.New("payment not posted")
 
+// ErrRefundNotPosted is returned, wrapped, when a refund reversal would take
+// back more than the payment has had refunded: the refund it reverses is not
+// in the ledger (yet). Like ErrPaymentNotPosted it may clear up by itself,
+// when the refund's own event is processed.
+var ErrRefundNotPosted = errors.New("refund to reverse not posted")
+
 // AmountError says why an amount was refused. errors.Is(err,
 // ErrInvalidAmount) holds for it.
 type AmountError struct {

@@ -17,13 +17,16 @@ type Kind string
 const (
 	KindPayment Kind = "payment"
 	KindRefund  Kind = "refund"
+	// KindRefundReversal undoes a refund that failed after it was posted
+	// (Stripe: a refund whose status became "failed"; the money came back).
+	KindRefundReversal Kind = "refund_reversal"
 )
 
 // Account names, per merchant, as stored in ledger_account.name.
 //
 // A payment debits psp_clearing (money the payment provider owes the
 // merchant) and credits sales. A refund debits refunds (a contra-revenue
-// account) and credits psp_clearing.
+// account) and credits psp_clearing; a refund reversal the other way round.
 const (
 	AccountPSPClearing = "psp_clearing"
 	AccountSales       = "sales"
@@ -48,6 +51,16 @@ type Posting struct {
 	Currency    string // ISO 4217, uppercase
 	AmountMinor int64  // in the currency's minor units, > 0
 	Description string
+	// Presentment, when set, is what the customer was presented in another
+	// currency (Shopify's presentment currency); it is recorded next to the
+	// transaction (ledger_presentment) and summed into PaymentState.
+	Presentment *Money
+}
+
+// Money is an amount in a currency's minor units.
+type Money struct {
+	Currency    string
+	AmountMinor int64
 }
 
 // Result says what Post did.
@@ -76,13 +89,19 @@ type Transaction struct {
 	PostedAt       time.Time
 }
 
-// PaymentState is a posted payment and how much of it is refunded so far.
+// PaymentState is a posted payment and how much of it is refunded so far
+// (refunds less refund reversals).
 type PaymentState struct {
 	TransactionID int64
 	Merchant      string
 	Currency      string
 	AmountMinor   int64
 	RefundedMinor int64
+	// Presentment is the payment's presentment amount, nil when it has
+	// none; RefundedPresentmentMinor sums the presentment amounts its
+	// refunds recorded in that currency.
+	Presentment              *Money
+	RefundedPresentmentMinor int64
 }
 
 // RefundableMinor is what may still be refunded.
@@ -113,7 +132,9 @@ func (s PaymentState) RefundableMinor() int64 { return s.AmountMinor - s.Refunde
 // of one payment are serialized and can't together exceed it. It fails with
 // ErrPaymentNotPosted (wrapped) and writes nothing when the payment is not in
 // the ledger, and with a *PostingError when its currency or merchant differs
-// from the payment's or it would refund more than remains.
+// from the payment's or it would refund more than remains. A refund reversal
+// does the same, and fails with ErrRefundNotPosted (wrapped) when it would
+// reverse more than the payment has refunded.
 //
 // Errors: ErrUnknownCurrency (wrapped), *AmountError, *PostingError, and
 // ErrPaymentNotPosted (wrapped) are about the posting; any other error comes
@@ -123,7 +144,7 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 		return Result{}, err
 	}
 
-	if p.Kind == KindRefund {
+	if p.Kind == KindRefund || p.Kind == KindRefundReversal {
 		if t, ok, err := ByEnvelope(ctx, tx, envelopeID); err != nil {
 			return Result{}, err
 		} else if ok {
@@ -147,14 +168,19 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 			return Result{}, &PostingError{Key: p.IdempotencyKey, Reason: fmt.Sprintf("refund currency %s differs from payment %q currency %s", p.Currency, p.PaymentKey, pay.Currency)}
 		case pay.Merchant != p.Merchant:
 			return Result{}, &PostingError{Key: p.IdempotencyKey, Reason: fmt.Sprintf("refund merchant %q differs from payment %q merchant %q", p.Merchant, p.PaymentKey, pay.Merchant)}
-		case p.AmountMinor > pay.RefundableMinor():
+		case p.Kind == KindRefund && p.AmountMinor > pay.RefundableMinor():
 			return Result{}, &PostingError{Key: p.IdempotencyKey, Reason: fmt.Sprintf("over-refund: %d %s requested, payment %q has %d of %d left", p.AmountMinor, p.Currency, p.PaymentKey, pay.RefundableMinor(), pay.AmountMinor)}
+		case p.Kind == KindRefundReversal && p.AmountMinor > pay.RefundedMinor:
+			return Result{}, fmt.Errorf("%w: %d %s to reverse, payment %q has %d refunded", ErrRefundNotPosted, p.AmountMinor, p.Currency, p.PaymentKey, pay.RefundedMinor)
 		}
 	}
 
 	debit, credit := AccountPSPClearing, AccountSales
-	if p.Kind == KindRefund {
+	switch p.Kind {
+	case KindRefund:
 		debit, credit = AccountRefunds, AccountPSPClearing
+	case KindRefundReversal:
+		debit, credit = AccountPSPClearing, AccountRefunds
 	}
 	accounts, err := accountIDs(ctx, tx, p.Merchant, debit, credit)
 	if err != nil {
@@ -185,6 +211,12 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 	if err != nil {
 		return Result{}, fmt.Errorf("insert ledger transaction %q: %w", p.IdempotencyKey, err)
 	}
+	if m := p.Presentment; m != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger_presentment (transaction_id, currency, amount_minor) VALUES ($1, $2, $3)`,
+			id, m.Currency, m.AmountMinor); err != nil {
+			return Result{}, fmt.Errorf("insert presentment of ledger transaction %d: %w", id, err)
+		}
+	}
 	return Result{TransactionID: id, Created: true}, nil
 }
 
@@ -192,7 +224,7 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 func (p *Posting) normalize() error {
 	bad := func(reason string) error { return &PostingError{Key: p.IdempotencyKey, Reason: reason} }
 	switch {
-	case p.Kind != KindPayment && p.Kind != KindRefund:
+	case p.Kind != KindPayment && p.Kind != KindRefund && p.Kind != KindRefundReversal:
 		return bad(fmt.Sprintf("unknown kind %q", p.Kind))
 	case p.IdempotencyKey == "":
 		return bad("empty idempotency key")
@@ -208,10 +240,10 @@ func (p *Posting) normalize() error {
 		}
 	} else {
 		if p.PaymentKey == "" {
-			return bad("refund without a payment key")
+			return bad(string(p.Kind) + " without a payment key")
 		}
 		if p.PaymentKey == p.IdempotencyKey {
-			return bad("a refund's idempotency key must differ from its payment's")
+			return bad("a " + string(p.Kind) + "'s idempotency key must differ from its payment's")
 		}
 	}
 	if _, err := checkCurrency(p.Currency); err != nil {
@@ -219,6 +251,14 @@ func (p *Posting) normalize() error {
 	}
 	if p.AmountMinor <= 0 {
 		return &AmountError{Amount: strconv.FormatInt(p.AmountMinor, 10), Currency: p.Currency, Reason: "must be positive"}
+	}
+	if m := p.Presentment; m != nil {
+		if _, err := checkCurrency(m.Currency); err != nil {
+			return err
+		}
+		if m.AmountMinor <= 0 {
+			return &AmountError{Amount: strconv.FormatInt(m.AmountMinor, 10), Currency: m.Currency, Reason: "presentment amount must be positive"}
+		}
 	}
 	return nil
 }
@@ -280,6 +320,11 @@ func ByEnvelope(ctx context.Context, q Querier, envelopeID int64) (Transaction, 
 	return t, ok, nil
 }
 
+// ByKey returns the ledger transaction posted under a business key, if any.
+func ByKey(ctx context.Context, q Querier, key string) (Transaction, bool, error) {
+	return byKey(ctx, q, key)
+}
+
 func byKey(ctx context.Context, q Querier, key string) (Transaction, bool, error) {
 	t, ok, err := scanTransaction(q.QueryRow(ctx, `SELECT `+transactionColumns+` FROM ledger_transaction WHERE idempotency_key = $1`, key))
 	if err != nil {
@@ -309,11 +354,29 @@ func Payment(ctx context.Context, tx pgx.Tx, paymentKey string) (PaymentState, e
 	// A separate statement on purpose: its snapshot is taken after the lock
 	// was granted, so it sees every refund committed by whoever held it.
 	err = tx.QueryRow(ctx, `
-		SELECT coalesce(sum(amount_minor), 0)::bigint
+		SELECT coalesce(sum(CASE kind WHEN 'refund' THEN amount_minor ELSE -amount_minor END), 0)::bigint
 		  FROM ledger_transaction
-		 WHERE payment_key = $1 AND kind = 'refund'`, paymentKey).Scan(&s.RefundedMinor)
+		 WHERE payment_key = $1 AND kind IN ('refund', 'refund_reversal')`, paymentKey).Scan(&s.RefundedMinor)
 	if err != nil {
 		return PaymentState{}, fmt.Errorf("sum refunds of payment %q: %w", paymentKey, err)
+	}
+	var m Money
+	err = tx.QueryRow(ctx, `SELECT currency, amount_minor FROM ledger_presentment WHERE transaction_id = $1`, s.TransactionID).
+		Scan(&m.Currency, &m.AmountMinor)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return s, nil
+	case err != nil:
+		return PaymentState{}, fmt.Errorf("load presentment of payment %q: %w", paymentKey, err)
+	}
+	s.Presentment = &m
+	err = tx.QueryRow(ctx, `
+		SELECT coalesce(sum(CASE t.kind WHEN 'refund' THEN p.amount_minor ELSE -p.amount_minor END), 0)::bigint
+		  FROM ledger_transaction t JOIN ledger_presentment p ON p.transaction_id = t.id
+		 WHERE t.payment_key = $1 AND t.kind IN ('refund', 'refund_reversal') AND p.currency = $2`,
+		paymentKey, m.Currency).Scan(&s.RefundedPresentmentMinor)
+	if err != nil {
+		return PaymentState{}, fmt.Errorf("sum presentment refunds of payment %q: %w", paymentKey, err)
 	}
 	return s, nil
 }

@@ -509,3 +509,54 @@ func TestPostAmountsByCurrencyExponent(t *testing.T) {
 		})
 	}
 }
+
+// A refund that failed after it was posted is reversed: the money is back in
+// psp_clearing, the payment may be refunded again, and a reversal can never
+// exceed what was refunded.
+func TestRefundReversal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mustPost(t, b.envelope(t), payment("p1", "acme", "USD", 1000))
+	b.mustPost(t, b.envelope(t), refund("r1", "p1", "acme", "USD", 400))
+	reversal := func(key string, amount int64) ledger.Posting {
+		p := refund(key, "p1", "acme", "USD", amount)
+		p.Kind = ledger.KindRefundReversal
+		return p
+	}
+
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ledger.Post(b.ctx, tx, b.envelope(t), reversal("rev:too-much", 401))
+	if !errors.Is(err, ledger.ErrRefundNotPosted) {
+		t.Fatalf("reversal of 401 after a refund of 400: %v, want ErrRefundNotPosted", err)
+	}
+	_ = tx.Rollback(b.ctx)
+
+	res := b.mustPost(t, b.envelope(t), reversal("rev:r1", 400))
+	equalEntries(t, b.entries(t, res.TransactionID), []entry{
+		{"acme", ledger.AccountPSPClearing, "USD", 400},
+		{"acme", ledger.AccountRefunds, "USD", -400},
+	})
+	tx, err = b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pay, err := ledger.Payment(b.ctx, tx, "p1")
+	_ = tx.Rollback(b.ctx)
+	if err != nil || pay.RefundedMinor != 0 || pay.RefundableMinor() != 1000 {
+		t.Fatalf("Payment after the reversal = %+v, %v; want nothing refunded", pay, err)
+	}
+	// The whole payment may be refunded now.
+	b.mustPost(t, b.envelope(t), refund("r2", "p1", "acme", "USD", 1000))
+
+	var refunded, reversed, remaining int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT refunded_minor, reversed_minor, remaining_minor FROM ledger_payment_audit WHERE payment_key = 'p1'`).
+		Scan(&refunded, &reversed, &remaining); err != nil {
+		t.Fatal(err)
+	}
+	if refunded != 1000 || reversed != 400 || remaining != 0 {
+		t.Fatalf("ledger_payment_audit: refunded %d, reversed %d, remaining %d; want 1000, 400, 0", refunded, reversed, remaining)
+	}
+}

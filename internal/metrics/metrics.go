@@ -47,7 +47,7 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 		}, []string{"source"}),
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inbox_ingest_conflicts_total",
-			Help: "Deliveries that reused a stored delivery id with a different body.",
+			Help: "Deliveries that reused a stored delivery id with a different body (answered 200 duplicate; the variant is in envelope_conflict).",
 		}, []string{"source"}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inbox_ingest_request_duration_seconds",

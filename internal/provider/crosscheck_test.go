@@ -1,20 +1,26 @@
 package provider
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"testing"
 	"time"
 
+	"github.com/google/go-github/v83/github"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v82/webhook"
 )
 
 // These tests check the verifiers and Sign against the providers' own
-// signing code: stripe-go's webhook package and the Standard Webhooks Go
-// library.
+// signing and verifying code: stripe-go's webhook package, the Standard
+// Webhooks Go library, Svix's Go library (differential_test.go) and
+// go-github's ValidatePayload.
 
 // randomBody returns a JSON body of random size and content, with an id and
 // a type.
@@ -138,4 +144,39 @@ func TestStandardSignVerifiedByLibrary(t *testing.T) {
 	require.NoError(t, err)
 	_, err = v.Verify(standardHeaders(standardID, now.Unix(), otherSig), standardBody, now)
 	require.Error(t, err)
+}
+
+// TestGitHubAgainstGoGitHub checks the verifier against go-github's
+// ValidatePayload on both content types GitHub sends: it accepts exactly
+// what go-github accepts, and its Payload is the JSON go-github returns
+// (for a form-encoded body, the decoded "payload" field).
+func TestGitHubAgainstGoGitHub(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(7, 8))
+	v, err := New(Config{Provider: GitHub, Secrets: []string{githubSecret}})
+	require.NoError(t, err)
+	for i := range 40 {
+		event := randomBody(r)
+		body, contentType := event, "application/json"
+		if i%2 == 1 {
+			body, contentType = []byte(url.Values{"payload": {string(event)}}.Encode()), "application/x-www-form-urlencoded"
+		}
+		secret := githubSecret
+		if i%5 == 4 {
+			secret = "someone else's" // both must refuse
+		}
+		h := githubHeaders("issues", githubSig(secret, body))
+		h.Set("Content-Type", contentType)
+
+		req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+		req.Header = h
+		want, refErr := github.ValidatePayload(req, []byte(githubSecret))
+		d, err := v.Verify(h, body, t0)
+		require.Equal(t, refErr == nil, err == nil, "case %d: go-github %v, ours %v", i, refErr, err)
+		if refErr != nil {
+			continue
+		}
+		require.Equal(t, string(want), string(d.Payload), "case %d", i)
+		require.Equal(t, githubDelivery, d.DeliveryID)
+	}
 }

@@ -2,7 +2,9 @@ package provider
 
 import (
 	"encoding/hex"
+	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -40,12 +42,15 @@ func newGitHub(cfg Config) (Verifier, error) {
 }
 
 // Verify implements Verifier. The SHA-1 X-Hub-Signature is never accepted.
-// Only JSON bodies are accepted: a webhook configured with the
-// application/x-www-form-urlencoded content type gets a FormatError saying
-// so. The delivery id is X-GitHub-Delivery (the same on a redelivery) and
-// the event type X-GitHub-Event, followed by "." and the body's "action"
-// when the body is an object with a non-empty string action
-// ("pull_request.opened"). Neither header is covered by the signature.
+// The signature is over the raw body whatever its content type. Any
+// verified body is stored; the parsed Payload is the body when it is JSON,
+// and for a webhook configured with the application/x-www-form-urlencoded
+// content type (GitHub's API default) the JSON in its "payload" form field,
+// as go-github's ValidatePayload returns it; nil when neither is JSON. The
+// delivery id is X-GitHub-Delivery (the same on a redelivery) and the event
+// type X-GitHub-Event, followed by "." and the payload's "action" when it is
+// an object with a non-empty string action ("pull_request.opened"); empty
+// when the header is missing. Neither header is covered by the signature.
 func (v *githubVerifier) Verify(h http.Header, body []byte, _ time.Time) (Delivery, error) {
 	header := h.Get(githubSignatureHeader)
 	if header == "" {
@@ -66,27 +71,33 @@ func (v *githubVerifier) Verify(h http.Header, body []byte, _ time.Time) (Delive
 		return Delivery{}, sigErr("no signature matches")
 	}
 
-	if !isJSON(body) {
-		return Delivery{}, formatErr("body is not JSON: set the GitHub webhook's content type to application/json")
-	}
 	id := h.Get(githubDeliveryHeader)
 	if err := checkDeliveryID(id, "X-GitHub-Delivery header"); err != nil {
 		return Delivery{}, err
 	}
+	p := githubPayload(h.Get("Content-Type"), body)
 	typ := h.Get(githubEventHeader)
-	if typ == "" {
-		return Delivery{}, formatErr("missing event type (X-GitHub-Event header)")
-	}
-	if action, ok := stringMember(jsonObject(body), "action"); ok && action != "" {
+	if action, ok := stringMember(jsonObject(p), "action"); ok && action != "" && typ != "" {
 		typ += "." + action
-	}
-	if err := checkEventType(typ, "X-GitHub-Event header and body \"action\""); err != nil {
-		return Delivery{}, err
 	}
 	return Delivery{
 		DeliveryID: id,
-		EventType:  typ,
-		Payload:    payload(body),
+		EventType:  usableEventType(typ),
+		Payload:    p,
 		Headers:    auditHeaders(h, githubKeep, []string{githubSignatureHeader, githubSHA1SignatureHeader}),
 	}, nil
+}
+
+// githubPayload returns the event JSON of a verified GitHub body: the
+// "payload" form field of an application/x-www-form-urlencoded body, else
+// the body itself; nil when that is not JSON.
+func githubPayload(contentType string, body []byte) []byte {
+	if mt, _, err := mime.ParseMediaType(contentType); err == nil && mt == "application/x-www-form-urlencoded" {
+		form, err := url.ParseQuery(string(body))
+		if err != nil {
+			return nil
+		}
+		return jsonPayload([]byte(form.Get("payload")))
+	}
+	return jsonPayload(body)
 }

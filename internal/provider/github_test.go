@@ -58,7 +58,12 @@ func githubCases(t testing.TB) []verifyCase {
 	form := url.Values{"payload": {string(githubBody)}}.Encode()
 	formHeaders, formBody := event("pull_request", form)
 	formHeaders.Set("Content-Type", "application/x-www-form-urlencoded")
-	notJSON := "body is not JSON: set the GitHub webhook's content type to application/json"
+	formCharset, formCharsetBody := event("pull_request", form)
+	formCharset.Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
+	formNoPayload, formNoPayloadBody := event("ping", "zen=x")
+	formNoPayload.Set("Content-Type", "application/x-www-form-urlencoded")
+	text, textBody := event("ping", "Hello, World!")
+	empty, emptyBody := event("ping", "")
 	longAction, longActionBody := event("pull_request", `{"action":"`+strings.Repeat("a", 256-len("pull_request."))+`"}`)
 	tooLong, tooLongBody := event("pull_request", `{"action":"`+strings.Repeat("a", 257-len("pull_request."))+`"}`)
 
@@ -89,11 +94,15 @@ func githubCases(t testing.TB) []verifyCase {
 		c("wrong secret", sig(githubSig("not the secret", githubBody)), githubBody, noMatch, ""),
 		c("old secret after rotation", sig(githubSig(githubOldSecret, githubBody)), githubBody, noMatch, ""),
 
-		c("form-encoded body", formHeaders, formBody, "", notJSON),
+		{name: "form-encoded body", cfg: cfg, h: formHeaders, body: formBody, now: t0, wantID: githubDelivery, wantType: "pull_request.opened", wantPayload: string(githubBody)},
+		{name: "form-encoded body with a charset", cfg: cfg, h: formCharset, body: formCharsetBody, now: t0, wantID: githubDelivery, wantType: "pull_request.opened", wantPayload: string(githubBody)},
+		ok("form-encoded body without payload", cfg, formNoPayload, formNoPayloadBody, "ping"),
+		ok("text body", cfg, text, textBody, "ping"),
+		ok("empty body", cfg, empty, emptyBody, "ping"),
+		ok("missing event header", cfg, with(good, "X-GitHub-Event", ""), githubBody, ""),
+		ok("event type too long", cfg, tooLong, tooLongBody, ""),
 		c("missing delivery header", with(good, "X-GitHub-Delivery", ""), githubBody, "", "missing delivery id (X-GitHub-Delivery header)"),
 		c("delivery id too long", with(good, "X-GitHub-Delivery", strings.Repeat("d", 513)), githubBody, "", "delivery id (X-GitHub-Delivery header) is longer than 512 bytes"),
-		c("missing event header", with(good, "X-GitHub-Event", ""), githubBody, "", "missing event type (X-GitHub-Event header)"),
-		c("event type too long", tooLong, tooLongBody, "", `event type (X-GitHub-Event header and body "action") is longer than 256 bytes`),
 	}
 }
 

@@ -21,7 +21,8 @@ const (
 	Standard = "standard"
 )
 
-// Names lists every supported provider.
+// Names lists every provider with a fixed signing scheme; HMAC, configured
+// per source, is not among them.
 var Names = []string{Stripe, GitHub, Shopify, Standard}
 
 // Delivery is what a verified request carries.
@@ -61,6 +62,30 @@ type Config struct {
 	// Tolerance bounds |now - signed timestamp| for providers that sign one.
 	// Zero means DefaultTolerance.
 	Tolerance time.Duration
+	// HMAC configures provider "hmac" (and only it).
+	HMAC *HMACConfig
+	// EventType, for provider standard, says where the event type is when
+	// the sender does not put it in the body's "type" (a Replicate
+	// prediction has none: {json: "status"}). Unset: "type".
+	EventType *Field
+}
+
+// RetryWindow is how long the provider keeps retrying a delivery that was
+// not acknowledged, by its documented schedule: Stripe up to 3 days, Shopify
+// 48 hours (8 tries), Standard Webhooks senders (Svix's schedule: 5 s, 5 min,
+// 30 min, 2 h, 5 h, 10 h, 10 h) about 27.6 hours; GitHub does not retry (0).
+// A refund waiting for its payment must wait at least this long, as the
+// payment's own delivery may be that late. Unknown providers: 0.
+func RetryWindow(name string) time.Duration {
+	switch name {
+	case Stripe:
+		return 72 * time.Hour
+	case Shopify:
+		return 48 * time.Hour
+	case Standard:
+		return 5*time.Second + 5*time.Minute + 30*time.Minute + (2+5+10+10)*time.Hour
+	}
+	return 0
 }
 
 // DefaultTolerance is the timestamp tolerance when a source sets none; it is
@@ -95,6 +120,12 @@ func New(cfg Config) (Verifier, error) {
 	if cfg.Tolerance == 0 {
 		cfg.Tolerance = DefaultTolerance
 	}
+	if cfg.HMAC != nil && cfg.Provider != HMAC {
+		return nil, fmt.Errorf("an hmac section is only for provider hmac, not %q", cfg.Provider)
+	}
+	if cfg.EventType != nil && cfg.Provider != Standard {
+		return nil, fmt.Errorf("event_type is only for provider standard (hmac: hmac.event_type), not %q", cfg.Provider)
+	}
 	switch cfg.Provider {
 	case Stripe:
 		return newStripe(cfg)
@@ -104,7 +135,9 @@ func New(cfg Config) (Verifier, error) {
 		return newShopify(cfg)
 	case Standard:
 		return newStandard(cfg)
+	case HMAC:
+		return newHMAC(cfg)
 	default:
-		return nil, fmt.Errorf("%w %q (want one of stripe, github, shopify, standard)", ErrUnknownProvider, cfg.Provider)
+		return nil, fmt.Errorf("%w %q (want one of stripe, github, shopify, standard, hmac)", ErrUnknownProvider, cfg.Provider)
 	}
 }

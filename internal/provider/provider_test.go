@@ -5,11 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -19,17 +21,19 @@ var t0 = time.Unix(1700000000, 0).UTC()
 
 // verifyCase is one request to one configured verifier and its expected
 // outcome: a SignatureError with wantSig, a FormatError with wantFmt, or
-// (both empty) a Delivery with wantID and wantType.
+// (both empty) a Delivery with wantID, wantType and a Payload that is
+// wantPayload when set, else the body when it is JSON, else nil.
 type verifyCase struct {
-	name     string
-	cfg      Config
-	h        http.Header
-	body     []byte
-	now      time.Time
-	wantSig  string
-	wantFmt  string
-	wantID   string
-	wantType string
+	name        string
+	cfg         Config
+	h           http.Header
+	body        []byte
+	now         time.Time
+	wantSig     string
+	wantFmt     string
+	wantID      string
+	wantType    string
+	wantPayload string
 }
 
 // run verifies c and checks its outcome.
@@ -53,7 +57,14 @@ func (c verifyCase) run(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, c.wantID, d.DeliveryID)
 		require.Equal(t, c.wantType, d.EventType)
-		require.Equal(t, string(c.body), string(d.Payload))
+		switch {
+		case c.wantPayload != "":
+			require.Equal(t, c.wantPayload, string(d.Payload))
+		case utf8.Valid(c.body) && json.Valid(c.body):
+			require.Equal(t, string(c.body), string(d.Payload))
+		default:
+			require.Nil(t, d.Payload, "a body that is not JSON has no payload")
+		}
 	}
 }
 
@@ -153,7 +164,7 @@ func TestNew(t *testing.T) {
 		cfg     Config
 		wantErr string
 	}{
-		{"unknown provider", Config{Provider: "paypal", Secrets: []string{"s3cr3t-value"}}, `unknown provider "paypal" (want one of stripe, github, shopify, standard)`},
+		{"unknown provider", Config{Provider: "paypal", Secrets: []string{"s3cr3t-value"}}, `unknown provider "paypal" (want one of stripe, github, shopify, standard, hmac)`},
 		{"empty provider", Config{Secrets: []string{"s3cr3t-value"}}, `unknown provider ""`},
 		{"no secrets", Config{Provider: Stripe}, "no secret configured"},
 		{"empty secret list", Config{Provider: GitHub, Secrets: []string{}}, "no secret configured"},
@@ -232,9 +243,10 @@ func TestSignSetsOnlySignatures(t *testing.T) {
 func TestErrorMessages(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "signature rejected: no signature matches", (&SignatureError{Reason: "no signature matches"}).Error())
-	require.Equal(t, "malformed delivery: body is not valid JSON", errNotJSON.Error())
+	missing := formatErr("missing delivery id (webhook-id header)")
+	require.Equal(t, "malformed delivery: missing delivery id (webhook-id header)", missing.Error())
 	var fe *FormatError
-	require.True(t, errors.As(errNotJSON, &fe))
+	require.True(t, errors.As(missing, &fe))
 }
 
 func TestPayloadIsACopy(t *testing.T) {

@@ -18,6 +18,44 @@ const (
 	standardSecretPrefix = "whsec_"
 )
 
+// Svix's headers: the same scheme under Svix's brand, which Svix-powered
+// senders (Resend, Clerk, ...) use unless they pay for white-labelling.
+const (
+	svixIDHeader        = "svix-id"
+	svixTimestampHeader = "svix-timestamp"
+	svixSignatureHeader = "svix-signature"
+)
+
+// standardHeaderSet names one family of the three headers.
+type standardHeaderSet struct{ id, timestamp, signature string }
+
+var (
+	webhookHeaderSet = standardHeaderSet{standardIDHeader, standardTimestampHeader, standardSignatureHeader}
+	svixHeaderSet    = standardHeaderSet{svixIDHeader, svixTimestampHeader, svixSignatureHeader}
+)
+
+// complete reports whether h carries all three headers of the set.
+func (s standardHeaderSet) complete(h http.Header) bool {
+	return h.Get(s.id) != "" && h.Get(s.timestamp) != "" && h.Get(s.signature) != ""
+}
+
+// pickStandardHeaders chooses the header family a request uses: Svix's when
+// all three svix-* headers are present (Svix's own library does the same),
+// else webhook-* when they are all present or webhook-signature is, else
+// svix-* when svix-signature is (so a missing header is named in the
+// family the sender uses), else webhook-*.
+func pickStandardHeaders(h http.Header) standardHeaderSet {
+	switch {
+	case svixHeaderSet.complete(h):
+		return svixHeaderSet
+	case webhookHeaderSet.complete(h), h.Get(standardSignatureHeader) != "":
+		return webhookHeaderSet
+	case h.Get(svixSignatureHeader) != "":
+		return svixHeaderSet
+	}
+	return webhookHeaderSet
+}
+
 // standardVerifier verifies Standard Webhooks (https://www.standardwebhooks.com):
 // webhook-signature "v1,<base64> [v1,<base64> ...]", HMAC-SHA256 of
 // webhook-id + "." + webhook-timestamp + "." + body keyed by the secret with
@@ -26,6 +64,7 @@ const (
 type standardVerifier struct {
 	keys      [][]byte
 	tolerance time.Duration
+	eventType *Field // nil: the body's "type"
 }
 
 func newStandard(cfg Config) (Verifier, error) {
@@ -43,76 +82,91 @@ func newStandard(cfg Config) (Verifier, error) {
 		}
 		keys[i] = k
 	}
-	return &standardVerifier{keys: keys, tolerance: cfg.Tolerance}, nil
+	if cfg.EventType != nil && cfg.EventType.empty() {
+		return nil, errors.New("event_type needs a header, json or form")
+	}
+	return &standardVerifier{keys: keys, tolerance: cfg.Tolerance, eventType: cfg.EventType}, nil
 }
 
 // errStandardKey completes "secret N ..." without naming the secret.
 var errStandardKey = errors.New("is not base64 after the whsec_ prefix")
 
 // standardKey decodes a Standard Webhooks secret into its HMAC key. The
-// "whsec_" prefix is optional. The error names no part of the secret.
+// "whsec_" prefix is optional, and so is the base64 padding: an unpadded
+// secret (as some senders display them) is accepted, as the Python library
+// accepts it. The error names no part of the secret.
 func standardKey(secret string) ([]byte, error) {
-	k, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, standardSecretPrefix))
+	enc := strings.TrimPrefix(secret, standardSecretPrefix)
+	k, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil && !strings.HasSuffix(enc, "=") {
+		k, err = base64.RawStdEncoding.DecodeString(enc)
+	}
 	if err != nil || len(k) == 0 {
 		return nil, errStandardKey
 	}
 	return k, nil
 }
 
-// Verify implements Verifier. Any v1 signature matching any secret verifies;
-// other versions (v1a, ...) are skipped. The timestamp is checked before the
-// MAC, as the Standard Webhooks libraries do. The delivery id is webhook-id
-// (signed; a request signed without one is a FormatError once verified) and
-// the event type the body's "type".
+// Verify implements Verifier. The headers are webhook-id,
+// webhook-timestamp and webhook-signature, or Svix's svix-id, svix-timestamp
+// and svix-signature (see pickStandardHeaders). Any v1 signature matching
+// any secret verifies; other versions (v1a, ...) are skipped. The timestamp
+// is checked before the MAC, as the Standard Webhooks libraries do. The
+// delivery id is the id header (signed; a request signed without one is a
+// FormatError once verified). The event type is the body's top-level string
+// "type" (or where the source's event_type says), or empty when the body has none (not JSON, no "type", or one
+// that is too long or not printable): such a delivery is still stored.
 func (v *standardVerifier) Verify(h http.Header, body []byte, now time.Time) (Delivery, error) {
-	header := h.Get(standardSignatureHeader)
+	names := pickStandardHeaders(h)
+	header := h.Get(names.signature)
 	if header == "" {
-		return Delivery{}, sigErr("missing webhook-signature header")
+		return Delivery{}, sigErr("missing " + names.signature + " header")
 	}
-	sigs, err := parseStandardSignature(header)
+	sigs, err := parseStandardSignature(header, names.signature)
 	if err != nil {
 		return Delivery{}, err
 	}
-	ts := h.Get(standardTimestampHeader)
+	ts := h.Get(names.timestamp)
 	if ts == "" {
-		return Delivery{}, sigErr("missing webhook-timestamp header")
+		return Delivery{}, sigErr("missing " + names.timestamp + " header")
 	}
 	signedAt, ok := parseUnix(ts)
 	if !ok {
-		return Delivery{}, sigErr("malformed webhook-timestamp header")
+		return Delivery{}, sigErr("malformed " + names.timestamp + " header")
 	}
 	if err := checkTimestamp(signedAt, now, v.tolerance); err != nil {
 		return Delivery{}, err
 	}
-	id := h.Get(standardIDHeader)
+	id := h.Get(names.id)
 	dot := []byte(".")
 	if !matchAny(v.keys, sigs, []byte(id), dot, []byte(ts), dot, body) {
 		return Delivery{}, sigErr("no signature matches")
 	}
 
-	if !isJSON(body) {
-		return Delivery{}, errNotJSON
-	}
-	if err := checkDeliveryID(id, "webhook-id header"); err != nil {
+	if err := checkDeliveryID(id, names.id+" header"); err != nil {
 		return Delivery{}, err
 	}
-	typ, _ := stringMember(jsonObject(body), "type")
-	if err := checkEventType(typ, `body "type"`); err != nil {
-		return Delivery{}, err
+	p := jsonPayload(body)
+	typ, _ := stringMember(jsonObject(p), "type")
+	if v.eventType != nil {
+		typ = v.eventType.read(h, p, body)
 	}
 	return Delivery{
 		DeliveryID: id,
-		EventType:  typ,
-		Payload:    payload(body),
-		Headers:    auditHeaders(h, []string{standardIDHeader, standardTimestampHeader}, []string{standardSignatureHeader}),
-		SignedAt:   signedAt,
+		EventType:  usableEventType(typ),
+		Payload:    p,
+		Headers: auditHeaders(h,
+			[]string{standardIDHeader, standardTimestampHeader, svixIDHeader, svixTimestampHeader},
+			[]string{standardSignatureHeader, svixSignatureHeader}),
+		SignedAt: signedAt,
 	}, nil
 }
 
 // parseStandardSignature returns the decodable v1 signatures of a
-// webhook-signature header: space-separated "version,base64" entries, other
-// versions and entries without a comma skipped.
-func parseStandardSignature(header string) ([][]byte, error) {
+// webhook-signature (or svix-signature, named by name) header:
+// space-separated "version,base64" entries, other versions and entries
+// without a comma skipped.
+func parseStandardSignature(header, name string) ([][]byte, error) {
 	var sigs [][]byte
 	haveV1 := false
 	for _, entry := range strings.Fields(header) {
@@ -127,9 +181,9 @@ func parseStandardSignature(header string) ([][]byte, error) {
 	}
 	switch {
 	case !haveV1:
-		return nil, sigErr("no v1 signature in webhook-signature header")
+		return nil, sigErr("no v1 signature in " + name + " header")
 	case len(sigs) == 0:
-		return nil, sigErr("malformed webhook-signature header")
+		return nil, sigErr("malformed " + name + " header")
 	}
 	return sigs, nil
 }

@@ -105,12 +105,14 @@ func stripeCases(t testing.TB) []verifyCase {
 		c("zero timestamp", sig(stripeHeader(stripeSecret, 0, stripeBody)), stripeBody, t0, "timestamp outside tolerance (too old)", ""),
 	}
 
+	// Stripe's delivery id is in the body: a verified body without one
+	// cannot be deduplicated, and is refused.
 	formats := []struct{ name, body, want string }{
-		{"not JSON", `id=evt_1&type=x`, "body is not valid JSON"},
-		{"truncated JSON", `{"id":"evt_1","type":"x"`, "body is not valid JSON"},
-		{"two JSON values", `{"id":"evt_1","type":"x"} {}`, "body is not valid JSON"},
-		{"invalid UTF-8", "{\"id\":\"evt_\xff\",\"type\":\"x\"}", "body is not valid JSON"},
-		{"empty", ``, "body is not valid JSON"},
+		{"not JSON", `id=evt_1&type=x`, `missing delivery id (body "id")`},
+		{"truncated JSON", `{"id":"evt_1","type":"x"`, `missing delivery id (body "id")`},
+		{"two JSON values", `{"id":"evt_1","type":"x"} {}`, `missing delivery id (body "id")`},
+		{"empty", ``, `missing delivery id (body "id")`},
+		{"invalid UTF-8", "{\"id\":\"evt_\xff\",\"type\":\"x\"}", `missing delivery id (body "id")`},
 		{"array", `[{"id":"evt_1","type":"x"}]`, `missing delivery id (body "id")`},
 		{"no id", `{"type":"payment_intent.succeeded"}`, `missing delivery id (body "id")`},
 		{"empty id", `{"id":"","type":"payment_intent.succeeded"}`, `missing delivery id (body "id")`},
@@ -119,13 +121,24 @@ func stripeCases(t testing.TB) []verifyCase {
 		{"id in another case", `{"ID":"evt_1","type":"payment_intent.succeeded"}`, `missing delivery id (body "id")`},
 		{"id too long", `{"id":"evt_` + strings.Repeat("x", 509) + `","type":"t"}`, `delivery id (body "id") is longer than 512 bytes`},
 		{"id with a NUL", `{"id":"evt_\u0000","type":"t"}`, `delivery id (body "id") is not printable UTF-8`},
-		{"no type", `{"id":"evt_1"}`, `missing event type (body "type")`},
-		{"type not a string", `{"id":"evt_1","type":["a"]}`, `missing event type (body "type")`},
-		{"type too long", `{"id":"evt_1","type":"` + strings.Repeat("t", 257) + `"}`, `event type (body "type") is longer than 256 bytes`},
 	}
 	for _, f := range formats {
 		h, body := signedBody(f.body)
 		cases = append(cases, c("format: "+f.name, h, body, t0, "", f.want))
+	}
+	// A verified body with an id is stored whatever else it lacks: the
+	// event type is then empty (the worker ignores it unless a handler
+	// matches), the payload nil when the body is not JSON.
+	stored := []struct{ name, body, wantType string }{
+		{"no type", `{"id":"evt_1"}`, ""},
+		{"type not a string", `{"id":"evt_1","type":["a"]}`, ""},
+		{"type too long", `{"id":"evt_1","type":"` + strings.Repeat("t", 257) + `"}`, ""},
+		{"type with a newline", `{"id":"evt_1","type":"a\nb"}`, ""},
+		{"NUL escape in JSON", `{"id":"evt_1","type":"x","note":"\u0000"}`, "x"},
+	}
+	for _, f := range stored {
+		h, body := signedBody(f.body)
+		cases = append(cases, verifyCase{name: "stored: " + f.name, cfg: cfg, h: h, body: body, now: t0, wantID: "evt_1", wantType: f.wantType})
 	}
 	h, body := signedBody(`{"id":"evt_` + strings.Repeat("x", 508) + `","type":"` + strings.Repeat("t", 256) + `"}`)
 	cases = append(cases, verifyCase{name: "id and type at their limits", cfg: cfg, h: h, body: body, now: t0,

@@ -126,9 +126,6 @@ func sigErr(reason string) error { return &SignatureError{Reason: reason} }
 
 func formatErr(reason string) error { return &FormatError{Reason: reason} }
 
-// errNotJSON is the FormatError for a verified body that is not JSON.
-var errNotJSON = formatErr("body is not valid JSON")
-
 // isJSON reports whether body is one valid JSON value in UTF-8 (what every
 // supported provider sends, and what a PostgreSQL jsonb column accepts).
 func isJSON(body []byte) bool {
@@ -172,17 +169,15 @@ func checkDeliveryID(id, where string) error {
 	return nil
 }
 
-// checkEventType checks an event type taken from where (for the message).
-func checkEventType(typ, where string) error {
-	switch {
-	case typ == "":
-		return formatErr("missing event type (" + where + ")")
-	case len(typ) > MaxEventTypeLen:
-		return formatErr(fmt.Sprintf("event type (%s) is longer than %d bytes", where, MaxEventTypeLen))
-	case !printable(typ):
-		return formatErr("event type (" + where + ") is not printable UTF-8")
+// usableEventType returns typ when it can be stored and routed on, and ""
+// when it is longer than MaxEventTypeLen or not printable UTF-8. An event
+// type is never a reason to refuse a verified delivery: one with an empty
+// type is stored, and the worker marks it ignored unless a handler matches.
+func usableEventType(typ string) string {
+	if len(typ) > MaxEventTypeLen || !printable(typ) {
+		return ""
 	}
-	return nil
+	return typ
 }
 
 // printable reports whether s is valid UTF-8 without control characters (a
@@ -219,8 +214,11 @@ func auditHeaders(h http.Header, keep, signatures []string) map[string]string {
 	return m
 }
 
-// payload returns a copy of body, so the Delivery does not alias the
-// caller's buffer.
-func payload(body []byte) json.RawMessage {
+// jsonPayload returns a copy of body when it is JSON (so the Delivery does
+// not alias the caller's buffer), and nil when it is not.
+func jsonPayload(body []byte) json.RawMessage {
+	if !isJSON(body) {
+		return nil
+	}
 	return json.RawMessage(append([]byte(nil), body...))
 }

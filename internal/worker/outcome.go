@@ -51,7 +51,10 @@ func outcome(err error, attempt, maxAttempts int, age time.Duration, p Policy) a
 	case errors.As(err, &notReady):
 		wait, snooze = notReady.Wait, true
 		if wait <= 0 {
-			wait = p.SnoozeDefault
+			// A tenth of the time waited so far, at least the default: a
+			// refund waiting days for its payment (Stripe retries for 3)
+			// wakes a few hundred times, not every 10 s.
+			wait = max(p.SnoozeDefault, age/10)
 		}
 	case errors.As(err, &retryAfter):
 		wait, snooze = retryAfter.After, true

@@ -10,6 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/provider"
 )
 
 // SourcePolicy is what a source configures about processing.
@@ -27,6 +30,35 @@ type SourcePolicy struct {
 	// envelope fails "attempts exhausted" (it also bounds replayed and
 	// reconciled jobs, which are inserted with River's default).
 	MaxAttempts int
+	// MaxAge, when set, bounds snoozing for the source's envelopes instead
+	// of the policy's MaxAge and the provider's retry window (see maxAge).
+	MaxAge time.Duration
+}
+
+// retryWindowSlack is added to a provider's retry window when it bounds a
+// snooze: a refund gives up only after its payment's last possible retry.
+const retryWindowSlack = time.Hour
+
+// maxAge is how long an envelope of provider may keep snoozing: the source's
+// own max_age when it sets one, else the policy's MaxAge, but never less
+// than the provider's retry window (plus an hour), as the event it waits
+// for may arrive that late (Stripe retries for 3 days, Shopify for 48 h).
+func maxAge(p Policy, sp SourcePolicy, providerName string) time.Duration {
+	if sp.MaxAge > 0 {
+		return sp.MaxAge
+	}
+	if w := provider.RetryWindow(providerName); w > 0 {
+		return max(p.MaxAge, w+retryWindowSlack)
+	}
+	return p.MaxAge
+}
+
+// policyFor is the policy for env's attempts: w.Policy with its MaxAge
+// per source and provider (see maxAge).
+func (w *ProcessWorker) policyFor(env *envelope.Envelope) Policy {
+	p := w.Policy
+	p.MaxAge = maxAge(p, w.Sources[env.Source], env.Provider)
+	return p
 }
 
 // throttledError is a throttle slot refused: the job waits for a window.

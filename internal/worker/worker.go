@@ -32,7 +32,8 @@ type Policy struct {
 	// MaxSnooze caps one snooze, whatever a downstream's Retry-After says.
 	MaxSnooze time.Duration
 	// MaxAge bounds snoozing: an envelope older than this fails instead of
-	// waiting again.
+	// waiting again. A provider's retry window raises it, a source's own
+	// max_age replaces it (see maxAge).
 	MaxAge time.Duration
 	// JobTimeout bounds one attempt (River rescues a job whose worker died
 	// only when it has one; it is never disabled).
@@ -454,7 +455,7 @@ func (w *ProcessWorker) decide(a *attempt) action {
 	if sp := w.Sources[a.env.Source]; sp.MaxAttempts > 0 && sp.MaxAttempts < maxAttempts {
 		maxAttempts = sp.MaxAttempts
 	}
-	act := outcome(a.handlerErr, job.Attempt, maxAttempts, a.startedAt.Sub(a.env.WaitingSince()), w.Policy)
+	act := outcome(a.handlerErr, job.Attempt, maxAttempts, a.startedAt.Sub(a.env.WaitingSince()), w.policyFor(a.env))
 	if act.final && job.Attempt < job.MaxAttempts {
 		// Final before River's own limit: make sure River stops too.
 		act.riverErr = river.JobCancel(errors.New(act.reason))

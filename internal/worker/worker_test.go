@@ -61,8 +61,15 @@ func setup(t testing.TB) *bundle {
 // run starts a worker client; it stops when the test ends.
 func (b *bundle) run(t *testing.T, policy worker.Policy) *river.Client[pgx.Tx] {
 	t.Helper()
+	return b.runConfig(t, worker.Config{Policy: policy})
+}
+
+// runConfig is run with cfg's policy and sources.
+func (b *bundle) runConfig(t *testing.T, cfg worker.Config) *river.Client[pgx.Tx] {
+	t.Helper()
 	client, err := worker.NewClient(b.worker, b.registry, worker.Config{
-		Policy:            policy,
+		Policy:            cfg.Policy,
+		Sources:           cfg.Sources,
 		MaxWorkers:        4,
 		FetchCooldown:     5 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond,
@@ -266,7 +273,10 @@ func TestRefundWaitsForPayment(t *testing.T) {
 func TestSnoozeBoundedByAgeFails(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.run(t, worker.Policy{SnoozeDefault: 50 * time.Millisecond, MaxAge: 300 * time.Millisecond})
+	// The source's own max_age: the provider's retry window (28 h for
+	// Standard Webhooks) would otherwise raise the policy's.
+	b.runConfig(t, worker.Config{Policy: worker.Policy{SnoozeDefault: 50 * time.Millisecond, MaxAge: 300 * time.Millisecond},
+		Sources: map[string]worker.SourcePolicy{"src": {MaxAge: 300 * time.Millisecond}}})
 	id := b.insert(t, "standard", "msg_orphan", "payment.refunded", webhooktest.StandardRefund("re_o", "pay_never", "m_1", 300, "USD"), 0)
 	e := b.waitFinal(t, id)
 	require.Equal(t, envelope.StatusFailed, e.Status)

@@ -1,0 +1,136 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/webhooktest"
+)
+
+// run handles env through reg's envelope routing and returns the raw result.
+func (b *bundle) run(t *testing.T, reg *handlers.Registry, env *envelope.Envelope) json.RawMessage {
+	t.Helper()
+	h, ok := reg.LookupEnvelope(env)
+	if !ok {
+		t.Fatalf("no handler for %s %s", env.Provider, env.EventType)
+	}
+	var raw json.RawMessage
+	if err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		raw, err = h.Handle(b.ctx, tx, env)
+		return err
+	}); err != nil {
+		t.Fatalf("handle: %v", err)
+	}
+	return raw
+}
+
+// Shopify may deliver one event under two X-Shopify-Webhook-Ids (same
+// X-Shopify-Event-Id): both envelopes are kept, the event is processed once
+// (posting and forwarding), and the second names the first.
+func TestShopifyEventUnderTwoWebhookIDsIsProcessedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reg := handlers.Builtin()
+	var forwarded atomic.Int64
+	reg.RegisterSource("shopify", nil, handlers.Besides, handlers.HandlerFunc(
+		func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+			forwarded.Add(1)
+			return json.RawMessage(`{"forwarded":true}`), nil
+		}))
+	body := webhooktest.ShopifyOrderPaid(820982911946154508, "199.00", "USD")
+	hdr := func(webhookID string) map[string]string {
+		return map[string]string{"X-Shopify-Webhook-Id": webhookID, "X-Shopify-Event-Id": "ev-98880550-4b24",
+			"X-Shopify-Shop-Domain": "demo.myshopify.com", "X-Shopify-Topic": "orders/paid"}
+	}
+	first := b.envelope(t, "shopify", "shopify", "orders/paid", body, hdr("wh-1"))
+	second := b.envelope(t, "shopify", "shopify", "orders/paid", body, hdr("wh-2"))
+	other := b.envelope(t, "shopify", "shopify", "orders/paid", webhooktest.ShopifyOrderPaid(2, "5.00", "USD"),
+		map[string]string{"X-Shopify-Event-Id": "ev-other", "X-Shopify-Shop-Domain": "demo.myshopify.com"})
+
+	// The second is processed first: it still defers to the first.
+	var dup handlers.DuplicateResult
+	if err := json.Unmarshal(b.run(t, reg, second), &dup); err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "duplicate", dup, handlers.DuplicateResult{DuplicateOf: first.ID,
+		Reason: "same X-Shopify-Event-Id as envelope " + itoa(first.ID) + ": the event is processed once"})
+	equal(t, "forwarded by the duplicate", forwarded.Load(), int64(0))
+	equal(t, "postings by the duplicate", b.count(t, "ledger_transaction"), 0)
+
+	b.run(t, reg, first)
+	b.run(t, reg, other)
+	equal(t, "forwarded", forwarded.Load(), int64(2))
+	equal(t, "postings", b.count(t, "ledger_transaction"), 2)
+	equal(t, "envelopes kept", b.count(t, "envelope"), 3)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// An order a USD shop presented in EUR: the payment posts in USD and records
+// the EUR; its refunds, which Shopify states in EUR (the refund
+// transactions' currency), post in USD at the order's rate, and refunds that
+// add up to the order add up to the payment to the cent.
+func TestShopifyPresentmentCurrencyRefundsPostInThePaymentsCurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	shop := map[string]string{"X-Shopify-Shop-Domain": "eu-shop.myshopify.com"}
+	order := []byte(`{"id":5001,"name":"#5001","currency":"USD","presentment_currency":"EUR","total_price":"110.00",
+		"total_price_set":{"shop_money":{"amount":"110.00","currency_code":"USD"},"presentment_money":{"amount":"100.00","currency_code":"EUR"}}}`)
+	res := b.mustHandle(t, b.envelope(t, "shopify", "shopify", "orders/paid", order, shop))
+	equal(t, "payment", [2]any{res.AmountMinor, res.Currency}, [2]any{int64(11000), "USD"})
+
+	refund := func(id int64, eur string) []byte {
+		return fmt.Appendf(nil, `{"id":%d,"order_id":5001,"transactions":[{"id":%d,"kind":"refund","status":"success","amount":%q,"currency":"EUR"}]}`, id, id+1, eur)
+	}
+	for _, c := range []struct {
+		id   int64
+		eur  string
+		want int64 // USD cents
+	}{
+		{601, "50.00", 5500},
+		{602, "33.33", 3666}, // 83.33 EUR in all = 91.663 USD -> 91.66, less 55.00
+		{603, "16.67", 1834}, // the rest: 100.00 EUR = 110.00 USD exactly
+	} {
+		res := b.mustHandle(t, b.envelope(t, "shopify", "shopify", "refunds/create", refund(c.id, c.eur), shop))
+		equal(t, fmt.Sprintf("refund %d", c.id), [3]any{res.Posted, res.AmountMinor, res.Currency}, [3]any{true, c.want, "USD"})
+	}
+	equal(t, "balances", fmt.Sprint(b.balances(t, "eu-shop.myshopify.com")), "[psp_clearing USD 0 refunds USD 11000 sales USD -11000]")
+	var eur int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT sum(p.amount_minor) FROM ledger_presentment p JOIN ledger_transaction t ON t.id = p.transaction_id WHERE t.kind = 'refund'`).Scan(&eur); err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "presentment refunded", eur, int64(10000))
+
+	// One cent more is an over-refund, in the presentment currency.
+	_, err := b.handle(t, b.envelope(t, "shopify", "shopify", "refunds/create", refund(604, "0.01"), shop))
+	var pe *handlers.PermanentError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "over-refund") {
+		t.Fatalf("refund past the order = %v, want a permanent over-refund", err)
+	}
+}
+
+// Shopify Payments refunds are "pending" when refunds/create is sent
+// ("Refund submitted and processing"): they count; failed ones do not.
+func TestShopifyPendingRefundTransactionsCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	shop := map[string]string{"X-Shopify-Shop-Domain": "demo.myshopify.com"}
+	b.mustHandle(t, b.envelope(t, "shopify", "shopify", "orders/paid", webhooktest.ShopifyOrderPaid(7001, "100.00", "USD"), shop))
+	refund := []byte(`{"id":7101,"order_id":7001,"transactions":[
+		{"id":1,"kind":"refund","gateway":"shopify_payments","status":"pending","amount":"30.00","currency":"USD"},
+		{"id":2,"kind":"refund","status":"failure","amount":"50.00","currency":"USD"},
+		{"id":3,"kind":"refund","status":"success","amount":"5.00","currency":"USD"}]}`)
+	res := b.mustHandle(t, b.envelope(t, "shopify", "shopify", "refunds/create", refund, shop))
+	equal(t, "refunded", [2]any{res.Posted, res.AmountMinor}, [2]any{true, int64(3500)})
+}

@@ -1,0 +1,225 @@
+package handlers_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/ledger"
+	"github.com/inboxhq/inbox/internal/webhooktest"
+)
+
+// The payloads below follow Stripe's documented shapes: a PaymentIntent
+// (amount, amount_received), a Charge (amount, amount_captured,
+// amount_refunded, captured, payment_intent) and a Refund (amount, charge,
+// payment_intent, status). Before API version 2025-03-31.basil a partial
+// capture creates a Refund for the uncaptured amount and counts it in the
+// charge's amount_refunded; from basil on it does neither
+// (docs.stripe.com/changelog/basil/2025-03-31/remove-refund-from-partial-capture-and-payment-cancellation-flow).
+
+const (
+	preBasil = "2024-06-20"
+	basil    = "2025-03-31.basil"
+)
+
+func stripeEventAt(id, typ, apiVersion, object string) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":%q,"created":1700000000,"livemode":false,"type":%q,"data":{"object":%s}}`, id, apiVersion, typ, object)
+}
+
+// stripePI is a payment_intent.succeeded for amount authorized and
+// received captured.
+func stripePI(evt, pi, apiVersion string, amount, received int64) []byte {
+	return stripeEventAt(evt, "payment_intent.succeeded", apiVersion, fmt.Sprintf(
+		`{"id":%q,"object":"payment_intent","amount":%d,"amount_capturable":0,"amount_received":%d,"currency":"usd","status":"succeeded","capture_method":"manual"}`,
+		pi, amount, received))
+}
+
+// stripeCharge is a charge.refunded (or charge.captured) charge.
+func stripeCharge(evt, typ, apiVersion, ch, pi string, amount, captured, refunded int64, isCaptured bool) []byte {
+	return stripeEventAt(evt, typ, apiVersion, fmt.Sprintf(
+		`{"id":%q,"object":"charge","amount":%d,"amount_captured":%d,"amount_refunded":%d,"captured":%t,"currency":"usd","payment_intent":%q,"refunded":%t,"status":"succeeded"}`,
+		ch, amount, captured, refunded, isCaptured, pi, refunded == amount))
+}
+
+// stripeRefundObject is an event whose data.object is a Refund.
+func stripeRefundObject(evt, typ, re, ch, pi, status string, amount int64) []byte {
+	return stripeEventAt(evt, typ, preBasil, fmt.Sprintf(
+		`{"id":%q,"object":"refund","amount":%d,"charge":%q,"currency":"usd","payment_intent":%q,"reason":"requested_by_customer","status":%q,"failure_reason":%s}`,
+		re, amount, ch, pi, status, map[bool]string{true: `"expired_or_canceled_card"`, false: "null"}[status == "failed"]))
+}
+
+// refunded is the sum of the payment's refunds less their reversals.
+func (b *bundle) refunded(t *testing.T, paymentKey string) int64 {
+	t.Helper()
+	var n int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT refunded_minor FROM ledger_payment_audit WHERE payment_key = $1`, paymentKey).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Authorize 1000, capture 600, refund 100: the ledger holds a payment of 600
+// and a refund of 100, whatever the API version; the released 400 is no refund.
+func TestStripePartialCaptureIsNotARefund(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		version string
+		// amount_refunded as Stripe reports it after the capture, and
+		// after the real refund of 100
+		afterCapture, afterRefund int64
+	}{
+		{preBasil, 400, 500},
+		{basil, 0, 100},
+	} {
+		t.Run(c.version, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			pi, ch := "pi_cap_"+c.version, "ch_cap_"+c.version
+			b.mustHandle(t, b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", stripePI("evt_pi", pi, c.version, 1000, 600), nil))
+			if c.afterCapture > 0 {
+				res := b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
+					stripeCharge("evt_release", "charge.refunded", c.version, ch, pi, 1000, 600, c.afterCapture, true), nil))
+				equal(t, "release", res.Reason, "nothing new refunded")
+			}
+			res := b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
+				stripeCharge("evt_refund", "charge.refunded", c.version, ch, pi, 1000, 600, c.afterRefund, true), nil))
+			equal(t, "refund posted", res.Posted, true)
+			equal(t, "refund amount", res.AmountMinor, int64(100))
+			equal(t, "refunded", b.refunded(t, "stripe:payment:"+pi), int64(100))
+			equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 500 refunds USD 100 sales USD -600]")
+		})
+	}
+}
+
+// Capture 300 of 1000: the release of 700 is not an over-refund, and the
+// whole captured amount can still be refunded.
+func TestStripeSmallCaptureThenFullRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mustHandle(t, b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", stripePI("evt_pi", "pi_small", preBasil, 1000, 300), nil))
+	res := b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
+		stripeCharge("evt_release", "charge.refunded", preBasil, "ch_small", "pi_small", 1000, 300, 700, true), nil))
+	equal(t, "release", res.Reason, "nothing new refunded")
+	res = b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
+		stripeCharge("evt_full", "charge.refunded", preBasil, "ch_small", "pi_small", 1000, 300, 1000, true), nil))
+	equal(t, "full refund", res.AmountMinor, int64(300))
+	equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 0 refunds USD 300 sales USD -300]")
+}
+
+// An authorization cancelled or expired before capture: Stripe (before
+// basil) refunds it in full; nothing was paid, so nothing is refunded, and
+// the envelope does not wait for a payment that will never come.
+func TestStripeCancelledAuthorizationIsANoOp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res := b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
+		stripeCharge("evt_cancel", "charge.refunded", preBasil, "ch_cancel", "pi_cancel", 1000, 0, 1000, false), nil))
+	equal(t, "result", res, handlers.PostingResult{Kind: "refund", Merchant: "stripe", Currency: "USD", Reason: "authorization released, never captured: not a refund"})
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+}
+
+// A refund that fails is reversed, once, whichever event reports it; a
+// refund made after it posts too, and a failure that arrives before its
+// refund waits for it.
+func TestStripeFailedRefundIsReversed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const pi, ch, payKey = "pi_fail", "ch_fail", "stripe:payment:pi_fail"
+	b.mustHandle(t, b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", stripePI("evt_pi", pi, preBasil, 1000, 1000), nil))
+
+	// The failure first: the refund is not in the ledger yet.
+	failed := stripeRefundObject("evt_failed", "charge.refund.updated", "re_1", ch, pi, "failed", 300)
+	_, err := b.handle(t, b.envelope(t, "stripe", "stripe", "charge.refund.updated", failed, nil))
+	var nr *handlers.NotReadyError
+	if !errors.As(err, &nr) || !errors.Is(err, ledger.ErrRefundNotPosted) {
+		t.Fatalf("failure before its refund = %v, want a NotReadyError wrapping ErrRefundNotPosted", err)
+	}
+
+	b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
+		stripeCharge("evt_r1", "charge.refunded", preBasil, ch, pi, 1000, 1000, 300, true), nil))
+	// Still pending, not failed: a no-op.
+	res := b.mustHandle(t, b.envelope(t, "stripe", "stripe", "refund.updated",
+		stripeRefundObject("evt_pending", "refund.updated", "re_1", ch, pi, "pending", 300), nil))
+	equal(t, "pending", res.Reason, "refund re_1 is pending: nothing to reverse")
+
+	res = b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refund.updated", failed, nil))
+	equal(t, "reversal", res, handlers.PostingResult{Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "refund_reversal",
+		IdempotencyKey: "stripe:refund_failed:re_1", Merchant: "stripe", AmountMinor: 300, Currency: "USD"})
+	equal(t, "refunded after the failure", b.refunded(t, payKey), int64(0))
+	// The same failure as refund.failed (another event type): once.
+	res = b.mustHandle(t, b.envelope(t, "stripe", "stripe", "refund.failed",
+		stripeRefundObject("evt_failed2", "refund.failed", "re_1", ch, pi, "failed", 300), nil))
+	equal(t, "second report", res.Posted, false)
+	equal(t, "refunded", b.refunded(t, payKey), int64(0))
+
+	// A new refund of 300: the charge reports 300 again, which is new money.
+	res = b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
+		stripeCharge("evt_r2", "charge.refunded", preBasil, ch, pi, 1000, 1000, 300, true), nil))
+	equal(t, "refund after the failure", res.AmountMinor, int64(300))
+	equal(t, "refunded", b.refunded(t, payKey), int64(300))
+	equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 700 refunds USD 300 sales USD -1000]")
+}
+
+// handleVia runs env through reg's envelope routing (source account ids
+// included), as the worker does.
+func (b *bundle) handleVia(t *testing.T, reg *handlers.Registry, env *envelope.Envelope) handlers.PostingResult {
+	t.Helper()
+	h, ok := reg.LookupEnvelope(env)
+	if !ok {
+		t.Fatalf("no handler for %s %s", env.Provider, env.EventType)
+	}
+	var raw []byte
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		raw, err = h.Handle(b.ctx, tx, env)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("handle %s on %s: %v", env.EventType, env.Source, err)
+	}
+	return decodeResult(t, raw)
+}
+
+// One Stripe account split over two sources (payment intents to one,
+// charges to the other) is one merchant: its refunds post, and the same
+// event reaching both sources posts once.
+func TestStripeSourcesOfOneAccountShareALedger(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := &config.Config{Sources: map[string]*config.Source{
+		"stripe-pi": {Name: "stripe-pi", Provider: "stripe", AccountID: "acct_shared"},
+		"stripe-ch": {Name: "stripe-ch", Provider: "stripe", AccountID: "acct_shared"},
+	}}
+	reg := handlers.WithAccounts(handlers.Builtin(), cfg)
+	pay := stripePI("evt_pi", "pi_shared", preBasil, 1000, 1000)
+	res := b.handleVia(t, reg, b.envelope(t, "stripe-pi", "stripe", "payment_intent.succeeded", pay, nil))
+	equal(t, "payment merchant", res.Merchant, "acct_shared")
+	// The same event at the other source: the business key's no-op.
+	res = b.handleVia(t, reg, b.envelope(t, "stripe-ch", "stripe", "payment_intent.succeeded", pay, nil))
+	equal(t, "second source posted", res.Posted, false)
+
+	res = b.handleVia(t, reg, b.envelope(t, "stripe-ch", "stripe", "charge.refunded",
+		stripeCharge("evt_r", "charge.refunded", preBasil, "ch_shared", "pi_shared", 1000, 1000, 250, true), nil))
+	equal(t, "refund", res, handlers.PostingResult{Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "refund",
+		IdempotencyKey: "stripe:refund:ch_shared:250:evt_r", Merchant: "acct_shared", AmountMinor: 250, Currency: "USD"})
+	equal(t, "balances", fmt.Sprint(b.balances(t, "acct_shared")), "[psp_clearing USD 750 refunds USD 250 sales USD -1000]")
+	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 2)
+}
+
+// Without an account id, a refund is still posted for its payment's
+// merchant (a PaymentIntent id is unique across Stripe): renaming a source,
+// or splitting one, does not break the refunds of older payments.
+func TestStripeRefundPostsForThePaymentsMerchant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mustHandle(t, b.envelope(t, "stripe-old", "stripe", "payment_intent.succeeded", webhooktest.StripePayment("evt_old", "pi_renamed", 1000, "usd"), nil))
+	res := b.mustHandle(t, b.envelope(t, "stripe-new", "stripe", "charge.refunded",
+		stripeCharge("evt_r", "charge.refunded", preBasil, "ch_renamed", "pi_renamed", 1000, 1000, 400, true), nil))
+	equal(t, "refund merchant", res.Merchant, "stripe-old")
+	equal(t, "refund amount", res.AmountMinor, int64(400))
+}
