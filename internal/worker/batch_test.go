@@ -213,3 +213,67 @@ func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE merchant = 'm_bad'`))
 	require.Equal(t, 8, b.count(t, `SELECT count(*) FROM ledger_transaction`))
 }
+
+func TestThrottleHoldsInBatchedMode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const perSecond = 10
+	var busy []int64
+	for i := range 40 {
+		busy = append(busy, b.insert(t, "standard", fmt.Sprintf("busy-%d", i), "payment.succeeded",
+			webhooktest.StandardPayment(fmt.Sprintf("pb_%d", i), "m_busy", 100, "EUR"), 0))
+	}
+	var quiet []int64
+	for i := range 5 {
+		quiet = append(quiet, b.insert(t, "standard", fmt.Sprintf("quiet-%d", i), "payment.succeeded",
+			webhooktest.StandardPayment(fmt.Sprintf("pq_%d", i), "m_quiet", 100, "EUR"), 0))
+	}
+	client, err := worker.NewClient(b.worker, b.registry, worker.Config{
+		MaxWorkers:        100,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		Sources:           map[string]worker.SourcePolicy{"src": {ThrottlePerSecond: perSecond}},
+		ReconcileEvery:    -1,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	for _, id := range append(quiet, busy...) {
+		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
+	}
+	require.Less(t, b.transactions(t, busy), len(busy), "the throttled envelopes still shared transactions")
+	var maxPerSecond int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `
+		SELECT max(n) FROM (SELECT count(*) AS n FROM envelope_attempt
+		  WHERE envelope_id = ANY($1) AND outcome = 'done' GROUP BY date_trunc('second', started_at)) x`, busy).Scan(&maxPerSecond))
+	require.LessOrEqual(t, maxPerSecond, perSecond+1, "more than the limit in one second")
+	require.Positive(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, busy),
+		"the burst over the limit waited")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, quiet),
+		"the quiet merchant was not held up")
+}
+
+func TestForwardingSourcesGetATransactionPerEnvelopeWhileOthersBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.registry.RegisterSource("fwd", nil, handlers.Instead, handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+		return json.RawMessage(`{"forwarded":true}`), nil
+	}))
+	var fwd, other []int64
+	for i := range 6 {
+		body := webhooktest.StandardPayment(fmt.Sprintf("pf_%d", i), "m_1", 100, "EUR")
+		res, err := b.store.Insert(context.Background(), envelope.NewDelivery{Source: "fwd", Provider: "standard",
+			DeliveryID: fmt.Sprintf("fwd-%d", i), EventType: "payment.succeeded", Body: body, Payload: body, Headers: map[string]string{}})
+		require.NoError(t, err)
+		fwd = append(fwd, res.EnvelopeID)
+		other = append(other, b.insert(t, "standard", fmt.Sprintf("other-%d", i), "payment.succeeded",
+			webhooktest.StandardPayment(fmt.Sprintf("po_%d", i), "m_1", 100, "EUR"), 0))
+	}
+	b.runBatched(t, worker.Batching{})
+	for _, id := range append(fwd, other...) {
+		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
+	}
+	require.Equal(t, len(fwd), b.transactions(t, fwd), "one transaction per forwarded envelope")
+	require.Less(t, b.transactions(t, other), len(other))
+	require.Equal(t, 6, b.count(t, `SELECT count(*) FROM ledger_transaction`), "mode instead: no posting for the forwarded ones")
+}

@@ -66,7 +66,6 @@ type throttledError struct {
 	key  string
 	wait time.Duration
 	rate int
-	at   time.Time // the database's clock when the slot was refused
 }
 
 func (e *throttledError) Error() string {
@@ -108,7 +107,8 @@ func backoff(minWait, maxWait time.Duration, attempt int) time.Duration {
 
 // takeThrottleSlot counts one envelope for key in the current one-second
 // window (the database's clock, shared by every worker process) and returns
-// how long to wait when the window is already full, and the database's time.
+// how long to wait when the window is already full, and the database's time
+// of the count (the attempt's start: the window it counts in).
 func takeThrottleSlot(ctx context.Context, pool *pgxpool.Pool, key string, perSecond int) (time.Duration, time.Time, error) {
 	var count int
 	var waitSeconds float64

@@ -126,9 +126,6 @@ type ProcessWorker struct {
 // unit is one job's attempt, as handed to a batch.
 type unit struct {
 	job *river.Job[envelope.ProcessArgs]
-	// throttled, when set, is this attempt's outcome, decided before the
-	// batch: the throttle refused a slot, and no handler runs.
-	throttled *throttledError
 }
 
 func (w *ProcessWorker) init() {
@@ -167,14 +164,6 @@ var errBusy = errors.New("envelope row held by another transaction")
 func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.ProcessArgs]) error {
 	w.init()
 	u := unit{job: job}
-	if th, err := w.throttle(ctx, job); err != nil {
-		if errors.Is(err, envelope.ErrNotFound) {
-			return river.JobCancel(err) // nothing to process, ever
-		}
-		return err
-	} else if th != nil {
-		u.throttled = th
-	}
 	lane := w.batched
 	if w.Registry.HasSourceRoutes(job.Args.Source) {
 		lane = w.unbatched
@@ -191,6 +180,9 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 // attempt is one unit's progress through a batch.
 type attempt struct {
 	unit
+	// throttled, when set, is this attempt's outcome: the throttle refused
+	// a slot, and no handler runs.
+	throttled *throttledError
 	env       *envelope.Envelope
 	startedAt time.Time
 	// outcomeLog names what happened, for the log and the metrics.
@@ -305,6 +297,9 @@ func (w *ProcessWorker) processTx(ctx context.Context, units []unit, skipLocked,
 		for _, a := range atts {
 			if a.err != nil {
 				continue
+			}
+			if err := w.throttle(ctx, a); err != nil {
+				return err
 			}
 			rec, ok, err := w.run(ctx, tx, a, savepoints)
 			if err != nil {
@@ -546,30 +541,32 @@ func DefaultName() string {
 	return fmt.Sprintf("%s:%d", h, os.Getpid())
 }
 
-// throttle takes a slot for the envelope's throttle key when its source is
-// throttled, and returns a *throttledError when the current window is full
-// (the attempt is then recorded and bounded like any snooze).
-func (w *ProcessWorker) throttle(ctx context.Context, job *river.Job[envelope.ProcessArgs]) (*throttledError, error) {
-	sp, ok := w.Sources[job.Args.Source]
-	if !ok || sp.ThrottlePerSecond <= 0 {
-		return nil, nil
+// throttle takes a slot for a's envelope when its source is throttled, at
+// the moment the batch processes it (so the limit holds for processing
+// times, however long the job waited for its batch), keyed on the locked
+// row's merchant; a full window sets a.throttled. The slot is counted in a
+// statement of its own on the pool, committed at once: a window's count is
+// never held by a batch still running, and a batch that rolls back leaves
+// its slots taken, which errs on the side of the limit.
+func (w *ProcessWorker) throttle(ctx context.Context, a *attempt) error {
+	sp, ok := w.Sources[a.env.Source]
+	if !ok || sp.ThrottlePerSecond <= 0 || a.env.Status != envelope.StatusPending {
+		return nil
 	}
-	env, err := envelope.Get(ctx, w.Pool, job.Args.EnvelopeID)
-	if err != nil {
-		return nil, err
-	}
-	if env.Status != envelope.StatusPending {
-		return nil, nil // nothing to process; let the batch complete the job
-	}
-	key := job.Args.Source
+	key := a.env.Source
 	if sp.ThrottleKey != "source" {
-		key += "/" + handlers.Merchant(env)
+		key += "/" + handlers.Merchant(a.env)
 	}
 	wait, at, err := takeThrottleSlot(ctx, w.Pool, key, sp.ThrottlePerSecond)
-	if err != nil || wait == 0 {
-		return nil, err
+	if err != nil {
+		return err
 	}
-	return &throttledError{key: key, wait: wait, rate: sp.ThrottlePerSecond, at: at}, nil
+	a.startedAt = at // the window it counts in
+	if wait == 0 {
+		return nil
+	}
+	a.throttled = &throttledError{key: key, wait: wait, rate: sp.ThrottlePerSecond}
+	return nil
 }
 
 func (w *ProcessWorker) countSnooze(source, cause string) {
