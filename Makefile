@@ -11,7 +11,7 @@ ARGS ?=
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help run test drills build migrate demo db db-stop db-destroy lint bench generate clean
+.PHONY: help run test drills mutate build migrate demo db db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -27,6 +27,9 @@ test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; A
 drills: ## failure drills at full size, each on its own throwaway PostgreSQL (process logs in .tmp/drills)
 	@mkdir -p .tmp/drills
 	INBOX_DRILL_SCALE=full INBOX_DRILL_LOGS=$(CURDIR)/.tmp/drills $(GO) test -count=1 -timeout 30m -v -run '$(DRILL)' ./e2e
+
+mutate: ## the mutation run: each bug of scripts/mutations.txt in a temporary copy, its tests must fail (ARGS=...)
+	scripts/mutate $(ARGS)
 
 build: ## build bin/ingest, bin/worker and bin/sendhook
 	$(GO) build -o bin/ ./cmd/...
