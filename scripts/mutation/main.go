@@ -169,9 +169,9 @@ func run(listPath, only, reportPath string, timeout time.Duration, baseline, che
 }
 
 // apply runs one mutation in the copy at dir and restores the files.
-func apply(dir string, m mutation, timeout time.Duration, checkOnly bool) result {
+func apply(dir string, m mutation, timeout time.Duration, checkOnly bool) (r result) {
 	start := time.Now()
-	r := result{m: m}
+	r.m = m
 	originals := map[string][]byte{}
 	defer func() {
 		for f, b := range originals {
