@@ -214,7 +214,7 @@ func apply(dir string, m mutation, timeout time.Duration, checkOnly bool) (r res
 	ok, output := goTest(dir, m.Tests, m.Run, timeout)
 	switch {
 	case bytes.Contains(output, []byte("[build failed]")) || bytes.Contains(output, []byte("[setup failed]")) || buildError(output):
-		r.status, r.detail = noBuild, firstLine(output)
+		r.status, r.detail = noBuild, compileError(output)
 	case ok && m.Equivalent != "":
 		r.status, r.detail = equivalent, m.Equivalent
 	case ok:
@@ -268,6 +268,16 @@ func failures(output []byte) string {
 var buildErrRE = regexp.MustCompile(`(?m)^# \S+`)
 
 func buildError(output []byte) bool { return buildErrRE.Match(output) }
+
+var compileErrRE = regexp.MustCompile(`(?m)^\S+\.go:\d+:\d+: .*$`)
+
+// compileError is the compiler's first complaint, else the first line.
+func compileError(output []byte) string {
+	if m := compileErrRE.Find(output); m != nil {
+		return string(m)
+	}
+	return firstLine(output)
+}
 
 func firstLine(b []byte) string {
 	for _, l := range strings.Split(string(b), "\n") {
