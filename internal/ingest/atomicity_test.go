@@ -57,7 +57,7 @@ func (b *bundle) waitStatus(t *testing.T, id int64, want string) {
 func TestStalledEnqueueIs503AndTheRetryIsProcessed(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	b := serve(t, pool, ingest.Options{StoreTimeout: 500 * time.Millisecond})
+	b := serve(t, pool, ingest.Options{StoreTimeout: 2 * time.Second})
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
