@@ -40,6 +40,14 @@ func (e *hookedError) Unwrap() error { return e.err }
 // test ends.
 func (b *bundle) startClient(t *testing.T) *river.Client[pgx.Tx] {
 	t.Helper()
+	client := b.newClient(t)
+	require.NoError(t, client.Start(context.Background()))
+	return client
+}
+
+// newClient is startClient without the start.
+func (b *bundle) newClient(t *testing.T) *river.Client[pgx.Tx] {
+	t.Helper()
 	client, err := worker.NewClient(b.pool, b.registry, worker.Config{
 		MaxWorkers:        1,
 		FetchCooldown:     5 * time.Millisecond,
@@ -48,7 +56,6 @@ func (b *bundle) startClient(t *testing.T) *river.Client[pgx.Tx] {
 		ReconcileEvery:    -1,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -123,7 +130,7 @@ func TestStaleAttemptsFailureDoesNotOverwriteDone(t *testing.T) {
 			inner, _ := handlers.Builtin().Lookup("standard", "payment.succeeded")
 			var calls atomic.Int32
 			var hookErr error
-			var b2 *river.Client[pgx.Tx]
+			var b2 *river.Client[pgx.Tx] // worker B, started by the hook
 			var jobID int64
 			ctx := context.Background()
 			hook := func() {
@@ -133,7 +140,9 @@ func TestStaleAttemptsFailureDoesNotOverwriteDone(t *testing.T) {
 				if hookErr != nil {
 					return
 				}
-				b2 = b.startClient(t)
+				if hookErr = b2.Start(ctx); hookErr != nil {
+					return
+				}
 				hookErr = waitFor(15*time.Second, func() (bool, error) {
 					var done bool
 					err := b.pool.QueryRow(ctx, `SELECT e.status = 'done' AND j.state = 'completed' AND j.attempt = 2
@@ -155,6 +164,7 @@ func TestStaleAttemptsFailureDoesNotOverwriteDone(t *testing.T) {
 				}
 				return inner.Handle(ctx, tx, env)
 			}))
+			b2 = b.newClient(t)
 			id := b.insert(t, "standard", "msg_stale_"+tc.name, "payment.succeeded", webhooktest.StandardPayment("pay_stale", "m_stale", 500, "USD"), tc.maxAttempts)
 			require.NoError(t, b.pool.QueryRow(ctx, `SELECT id FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, id).Scan(&jobID))
 
