@@ -13,7 +13,7 @@ FUZZTIME ?= 60s
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help run test drills fuzz build migrate demo db db-stop db-destroy lint bench generate clean
+.PHONY: help run test drills fuzz mutate build migrate demo db db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -36,6 +36,9 @@ fuzz: ## run each fuzz target for FUZZTIME against the dev PostgreSQL (their see
 		set -- $$t; echo "== $$2 ($$1)"; \
 		TEST_DATABASE_URL="$$url" $(GO) test -run '^$$' -fuzz "^$$2$$" -fuzztime $(FUZZTIME) "$$1" || exit 1; \
 	done
+
+mutate: ## the mutation run: each bug of scripts/mutations.txt in a temporary copy, its tests must fail (ARGS=...)
+	scripts/mutate $(ARGS)
 
 build: ## build bin/ingest, bin/worker and bin/sendhook
 	$(GO) build -o bin/ ./cmd/...

@@ -10,7 +10,6 @@ WITH claimed AS (
     SELECT e.id, e.payload->'data' AS d
       FROM envelope e
      WHERE e.status = 'pending'
-     ORDER BY e.id
      LIMIT 50
        FOR NO KEY UPDATE SKIP LOCKED
 ), jobs AS (

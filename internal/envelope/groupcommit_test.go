@@ -30,7 +30,7 @@ func setupStore(t *testing.T, opts envelope.StoreOptions) *storeBundle {
 	return &storeBundle{pool: pool, store: envelope.NewStoreWith(pool, rc, opts)}
 }
 
-func delivery(id, body string) envelope.NewDelivery {
+func ghDelivery(id, body string) envelope.NewDelivery {
 	return envelope.NewDelivery{Source: "src", Provider: "github", DeliveryID: id, EventType: "push",
 		Body: []byte(body), Payload: []byte(body), Headers: map[string]string{"X-GitHub-Event": "push"}}
 }
@@ -98,20 +98,20 @@ func TestConcurrentDeliveriesShareATransactionAndEachGetsItsOwnAnswer(t *testing
 	t.Parallel()
 	b := setupStore(t, envelope.StoreOptions{MaxConcurrent: 1, MaxBatch: 64})
 	// Stored before: one to be redelivered with the same body, one with another.
-	_, err := b.store.Insert(context.Background(), delivery("old-same", `{"n":1}`))
+	_, err := b.store.Insert(context.Background(), ghDelivery("old-same", `{"n":1}`))
 	require.NoError(t, err)
-	_, err = b.store.Insert(context.Background(), delivery("old-diff", `{"n":1}`))
+	_, err = b.store.Insert(context.Background(), ghDelivery("old-diff", `{"n":1}`))
 	require.NoError(t, err)
 
-	ds := []envelope.NewDelivery{delivery("first", `{"first":1}`)}
+	ds := []envelope.NewDelivery{ghDelivery("first", `{"first":1}`)}
 	for i := range 20 {
-		ds = append(ds, delivery(fmt.Sprintf("new-%02d", i), fmt.Sprintf(`{"i":%d}`, i)))
+		ds = append(ds, ghDelivery(fmt.Sprintf("new-%02d", i), fmt.Sprintf(`{"i":%d}`, i)))
 	}
 	ds = append(ds,
-		delivery("old-same", `{"n":1}`),   // duplicate of a stored envelope
-		delivery("old-diff", `{"n":2}`),   // conflict with a stored envelope
-		delivery("new-03", `{"i":3}`),     // duplicate of a new one in the same transaction
-		delivery("new-04", `{"other":4}`), // conflict with a new one in the same transaction
+		ghDelivery("old-same", `{"n":1}`),   // duplicate of a stored envelope
+		ghDelivery("old-diff", `{"n":2}`),   // conflict with a stored envelope
+		ghDelivery("new-03", `{"i":3}`),     // duplicate of a new one in the same transaction
+		ghDelivery("new-04", `{"other":4}`), // conflict with a new one in the same transaction
 	)
 	txBefore, _ := b.store.InsertStats()
 	answers := b.sendTogether(t, ds)
@@ -177,9 +177,9 @@ func TestConcurrentDeliveriesShareATransactionAndEachGetsItsOwnAnswer(t *testing
 func TestARowTheDatabaseRefusesFailsAloneAndItsNeighboursAreStored(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t, envelope.StoreOptions{MaxConcurrent: 1})
-	bad := delivery("bad", `{}`)
+	bad := ghDelivery("bad", `{}`)
 	bad.Source = "Not A Valid Source" // refused by envelope's CHECK
-	ds := []envelope.NewDelivery{delivery("a", `{}`), delivery("b", `{}`), bad, delivery("c", `{}`)}
+	ds := []envelope.NewDelivery{ghDelivery("a", `{}`), ghDelivery("b", `{}`), bad, ghDelivery("c", `{}`)}
 	answers := b.sendTogether(t, ds)
 	for i, a := range answers {
 		if i == 2 {
@@ -205,9 +205,9 @@ func TestAJobThatCannotBeEnqueuedStoresNeitherItsEnvelopeNorFailsItsNeighbours(t
 		END $$;
 		CREATE TRIGGER refuse_boom BEFORE INSERT ON river_job FOR EACH ROW EXECUTE FUNCTION refuse_boom();`)
 	require.NoError(t, err)
-	boom := delivery("boom-1", `{}`)
+	boom := ghDelivery("boom-1", `{}`)
 	boom.Source = "boom"
-	answers := b.sendTogether(t, []envelope.NewDelivery{delivery("a", `{}`), boom, delivery("b", `{}`)})
+	answers := b.sendTogether(t, []envelope.NewDelivery{ghDelivery("a", `{}`), boom, ghDelivery("b", `{}`)})
 	require.NoError(t, answers[0].err)
 	require.ErrorContains(t, answers[1].err, "job insert refused")
 	require.NoError(t, answers[2].err)
@@ -221,13 +221,13 @@ func TestADeliveryWhoseContextEndsWhileQueuedIsNotStored(t *testing.T) {
 	b := setupStore(t, envelope.StoreOptions{MaxConcurrent: 1})
 	release := b.holdInserts(t)
 	first := make(chan error, 1)
-	go func() { _, err := b.store.Insert(context.Background(), delivery("first", `{}`)); first <- err }()
+	go func() { _, err := b.store.Insert(context.Background(), ghDelivery("first", `{}`)); first <- err }()
 	require.Eventually(t, func() bool {
 		return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0
 	}, 10*time.Second, 5*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := b.store.Insert(ctx, delivery("impatient", `{}`))
+	_, err := b.store.Insert(ctx, ghDelivery("impatient", `{}`))
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "got %v", err)
 	release()
 	require.NoError(t, <-first)

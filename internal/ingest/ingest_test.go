@@ -224,6 +224,10 @@ func TestDuplicateSameBodyAnswers200AndStoresNothingNew(t *testing.T) {
 	source, d := sample(provider.Standard, "msg_dup")
 	first := b.send(t, source, d)
 	require.Equal(t, http.StatusAccepted, first.code)
+	// Its job finished (as a worker would): River's uniqueness no longer
+	// covers it, so a duplicate that enqueued again would show as a new row.
+	_, err := b.pool.Exec(context.Background(), `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE (args->>'envelope_id')::bigint = $1`, first.EnvelopeID)
+	require.NoError(t, err)
 	// A provider retry: same id and body, new timestamp and signature.
 	d.SignedAt = time.Now().Add(time.Second)
 	second := b.send(t, source, d)

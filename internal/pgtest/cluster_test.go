@@ -92,3 +92,14 @@ func TestClustersAreSeparate(t *testing.T) {
 	}
 	conn.Close(ctx)
 }
+
+// CI=true (or 1, TRUE) turns environment skips into failures; unset or false
+// keeps them skips.
+func TestInCI(t *testing.T) {
+	for v, want := range map[string]bool{"true": true, "1": true, "TRUE": true, "": false, "false": false, "0": false, "nope": false} {
+		t.Setenv("CI", v)
+		if got := InCI(); got != want {
+			t.Errorf("CI=%q: InCI() = %v, want %v", v, got, want)
+		}
+	}
+}
