@@ -275,8 +275,8 @@ func TestSnoozeBoundedByAgeFails(t *testing.T) {
 	b := setup(t)
 	// The source's own max_age: the provider's retry window (28 h for
 	// Standard Webhooks) would otherwise raise the policy's.
-	b.runConfig(t, worker.Config{Policy: worker.Policy{SnoozeDefault: 50 * time.Millisecond, MaxAge: 300 * time.Millisecond},
-		Sources: map[string]worker.SourcePolicy{"src": {MaxAge: 300 * time.Millisecond}}})
+	b.runConfig(t, worker.Config{Policy: worker.Policy{SnoozeDefault: 50 * time.Millisecond, MaxAge: 1500 * time.Millisecond},
+		Sources: map[string]worker.SourcePolicy{"src": {MaxAge: 1500 * time.Millisecond}}}) // long enough for a first attempt on a loaded machine
 	id := b.insert(t, "standard", "msg_orphan", "payment.refunded", webhooktest.StandardRefund("re_o", "pay_never", "m_1", 300, "USD"), 0)
 	e := b.waitFinal(t, id)
 	require.Equal(t, envelope.StatusFailed, e.Status)
