@@ -33,7 +33,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	storeTimeout := fs.Duration("store-timeout", "INGEST_STORE_TIMEOUT", 3*time.Second, "bound on storing one delivery; past it the answer is 503")
 	maxConns := fs.Int("db-max-conns", "INGEST_DB_MAX_CONNS", 20, "database pool size (at least --store-concurrency + 2)")
 	storeBatch := fs.Int("store-batch", "INGEST_STORE_BATCH", 64, "most deliveries one transaction stores: deliveries arriving while a commit is in flight share the next one (1: one transaction each)")
-	storeConcurrency := fs.Int("store-concurrency", "INGEST_STORE_CONCURRENCY", 4, "store transactions in flight at once (default from measurement: docs/benchmarks.md)")
+	storeConcurrency := fs.Int("store-concurrency", "INGEST_STORE_CONCURRENCY", 2, "store transactions in flight at once (default from measurement: docs/benchmarks.md)")
 	drain := fs.Duration("shutdown-timeout", "INGEST_SHUTDOWN_TIMEOUT", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")

@@ -32,7 +32,8 @@ type StoreOptions struct {
 	// MaxBatch is the most deliveries one transaction stores (default 64).
 	MaxBatch int
 	// MaxConcurrent is how many insert transactions may be in flight at
-	// once, each on its own pool connection (default 4).
+	// once, each on its own pool connection (default 2: on 2 cores, 2
+	// stored 1.2-1.3x more deliveries/s than 4 or 8; docs/benchmarks.md).
 	MaxConcurrent int
 }
 
@@ -48,7 +49,7 @@ func NewStoreWith(pool *pgxpool.Pool, client *river.Client[pgx.Tx], opts StoreOp
 	s := &Store{pool: pool, river: client}
 	s.inserts = groupcommit.New(s.insertBatch, groupcommit.Options{
 		MaxBatch:      opts.MaxBatch,
-		MaxConcurrent: opts.MaxConcurrent,
+		MaxConcurrent: cmp.Or(opts.MaxConcurrent, 2),
 		Timeout:       10 * time.Second,
 	})
 	return s
