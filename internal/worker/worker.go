@@ -461,21 +461,29 @@ func (w *ProcessWorker) decide(a *attempt) action {
 // observe logs and counts a committed attempt.
 func (w *ProcessWorker) observe(ctx context.Context, a *attempt) {
 	env := a.env
-	log := w.Logger.With("envelope_id", env.ID, "job_id", a.job.ID, "attempt", a.job.Attempt,
-		"source", env.Source, "delivery_id", env.DeliveryID, "event_type", env.EventType)
-	if a.handlerErr == nil {
-		log.Info("envelope processed", "outcome", a.outcomeLog)
+	lvl := slog.LevelDebug
+	switch {
+	case a.handlerErr == nil:
 		w.observeFinal(env, a.outcomeLog, a.startedAt, a.result)
+	case a.act.final:
+		lvl = slog.LevelError
+	case !errors.As(a.handlerErr, new(*throttledError)):
+		lvl = slog.LevelWarn // a throttled wait stays DEBUG: the metric counts them, a flood would flood the log
+	}
+	if a.handlerErr != nil {
+		w.observeFailure(env, a.act, a.startedAt, a.handlerErr)
+	}
+	if !w.Logger.Enabled(ctx, lvl) {
 		return
 	}
-	lvl := slog.LevelWarn
-	if a.act.final {
-		lvl = slog.LevelError
-	} else if errors.As(a.handlerErr, new(*throttledError)) {
-		lvl = slog.LevelDebug // the metric counts them; a flood would flood the log
+	attrs := []any{"envelope_id", env.ID, "job_id", a.job.ID, "attempt", a.job.Attempt,
+		"source", env.Source, "delivery_id", env.DeliveryID, "event_type", env.EventType}
+	if a.handlerErr == nil {
+		// DEBUG: the envelope_attempt row is the record of every attempt.
+		w.Logger.Log(ctx, lvl, "envelope processed", append(attrs, "outcome", a.outcomeLog)...)
+		return
 	}
-	log.Log(ctx, lvl, "envelope attempt failed", "outcome", string(a.act.outcome), "error", a.act.reason)
-	w.observeFailure(env, a.act, a.startedAt, a.handlerErr)
+	w.Logger.Log(ctx, lvl, "envelope attempt failed", append(attrs, "outcome", string(a.act.outcome), "error", a.act.reason)...)
 }
 
 // fence locks the jobs' rows and checks that each attempt still owns its
