@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -23,21 +21,7 @@ import (
 // envelopes already stored are processed in shared transactions.
 func (b *bundle) runBatched(t *testing.T, batching worker.Batching) {
 	t.Helper()
-	client, err := worker.NewClient(b.worker, b.registry, worker.Config{
-		Policy:            worker.Policy{SnoozeDefault: time.Hour},
-		MaxWorkers:        100,
-		Batching:          batching,
-		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 20 * time.Millisecond,
-		RetryPolicy:       fastRetry{},
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	require.NoError(t, client.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = client.Stop(ctx)
-	})
+	b.runConfig(t, worker.Config{Policy: worker.Policy{SnoozeDefault: time.Hour}, MaxWorkers: 100, Batching: batching})
 }
 
 func (b *bundle) waitPending(t *testing.T, id int64) *envelope.Envelope {
@@ -228,16 +212,8 @@ func TestThrottleHoldsInBatchedMode(t *testing.T) {
 		quiet = append(quiet, b.insert(t, "standard", fmt.Sprintf("quiet-%d", i), "payment.succeeded",
 			webhooktest.StandardPayment(fmt.Sprintf("pq_%d", i), "m_quiet", 100, "EUR"), 0))
 	}
-	client, err := worker.NewClient(b.worker, b.registry, worker.Config{
-		MaxWorkers:        100,
-		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 20 * time.Millisecond,
-		Sources:           map[string]worker.SourcePolicy{"src": {ThrottlePerSecond: perSecond}},
-		ReconcileEvery:    -1,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	require.NoError(t, client.Start(context.Background()))
-	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	b.runConfig(t, worker.Config{MaxWorkers: 100, ReconcileEvery: -1,
+		Sources: map[string]worker.SourcePolicy{"src": {ThrottlePerSecond: perSecond}}})
 	for _, id := range append(quiet, busy...) {
 		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,20 +17,6 @@ import (
 	"github.com/inboxhq/inbox/internal/worker"
 )
 
-func (b *bundle) runLimits(t *testing.T, cfg worker.Config) {
-	t.Helper()
-	cfg.MaxWorkers, cfg.FetchCooldown, cfg.FetchPollInterval = 4, 5*time.Millisecond, 20*time.Millisecond
-	cfg.RetryPolicy, cfg.ReconcileEvery = fastRetry{}, -1
-	client, err := worker.NewClient(b.worker, b.registry, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	require.NoError(t, client.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = client.Stop(ctx)
-	})
-}
-
 // A source's max_attempts lower than the job's own (River's default 25, as
 // for a replayed job) is when the envelope fails "attempts exhausted", and
 // River stops too (the job is cancelled, not retried to its own limit).
@@ -41,7 +25,7 @@ func TestSourceMaxAttemptsBoundsRetries(t *testing.T) {
 	b := setup(t)
 	var calls atomic.Int32
 	b.registry.Register("standard", "payment.succeeded", flaky(100, &calls))
-	b.runLimits(t, worker.Config{Sources: map[string]worker.SourcePolicy{"src": {MaxAttempts: 2}}})
+	b.runConfig(t, worker.Config{Sources: map[string]worker.SourcePolicy{"src": {MaxAttempts: 2}}, ReconcileEvery: -1})
 	id := b.insert(t, "standard", "msg_src_limit", "payment.succeeded", webhooktest.StandardPayment("pay_l", "m_l", 100, "USD"), 0)
 	e := b.waitFinal(t, id)
 	require.Equal(t, envelope.StatusFailed, e.Status)
@@ -66,7 +50,7 @@ func TestRetryAfterIsCappedAtMaxSnooze(t *testing.T) {
 		}
 		return json.RawMessage(`{"ok":true}`), nil
 	}))
-	b.runLimits(t, worker.Config{Policy: worker.Policy{MaxSnooze: 300 * time.Millisecond}})
+	b.runConfig(t, worker.Config{Policy: worker.Policy{MaxSnooze: 300 * time.Millisecond}, ReconcileEvery: -1})
 	id := b.insert(t, "github", "gh-capped", "push", webhooktest.GitHubPush("refs/heads/main"), 0)
 	e := b.waitFinal(t, id)
 	require.Equal(t, envelope.StatusDone, e.Status)

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -64,17 +65,18 @@ func (b *bundle) run(t *testing.T, policy worker.Policy) *river.Client[pgx.Tx] {
 	return b.runConfig(t, worker.Config{Policy: policy})
 }
 
-// runConfig is run with cfg's policy and sources.
+// runConfig starts a worker client with cfg, its zero fields filled with
+// the tests' fast defaults (4 workers, 5 ms fetch cooldown, 20 ms poll,
+// retries after 10 ms); it stops when the test ends.
 func (b *bundle) runConfig(t *testing.T, cfg worker.Config) *river.Client[pgx.Tx] {
 	t.Helper()
-	client, err := worker.NewClient(b.worker, b.registry, worker.Config{
-		Policy:            cfg.Policy,
-		Sources:           cfg.Sources,
-		MaxWorkers:        4,
-		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 20 * time.Millisecond,
-		RetryPolicy:       fastRetry{},
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg.MaxWorkers = cmp.Or(cfg.MaxWorkers, 4)
+	cfg.FetchCooldown = cmp.Or(cfg.FetchCooldown, 5*time.Millisecond)
+	cfg.FetchPollInterval = cmp.Or(cfg.FetchPollInterval, 20*time.Millisecond)
+	if cfg.RetryPolicy == nil {
+		cfg.RetryPolicy = fastRetry{}
+	}
+	client, err := worker.NewClient(b.worker, b.registry, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() {
