@@ -13,7 +13,7 @@ FUZZTIME ?= 60s
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help run test drills fuzz mutate build migrate demo db db-stop db-destroy lint bench generate clean
+.PHONY: help run test drills fuzz mutate bench-pipeline build migrate demo db db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -65,6 +65,9 @@ lint: ## gofmt -l, go vet, and shellcheck on the scripts when it is installed
 	if [[ -n "$$out" ]]; then echo "needs gofmt -w:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@if command -v shellcheck >/dev/null; then shellcheck scripts/* .ci/run; else echo 'shellcheck not installed: skipped'; fi
+
+bench-pipeline: ## ingest, worker and steady-state throughput against their baselines, in one run (docs/benchmarks.md)
+	scripts/bench-pipeline
 
 bench: ## run the benchmarks (no tests) against the dev PostgreSQL
 	@url=$$(scripts/dev-db ensure) || exit 1; \

@@ -18,7 +18,7 @@ import (
 // BenchmarkIngestHTTP measures verified deliveries stored per second through
 // the real HTTP server: signature check, envelope insert, River InsertTx and
 // COMMIT per request, with concurrent senders (GOMAXPROCS x 8). Compare its
-// deliveries/s with scripts/bench-ingest's pgbench of the same SQL.
+// deliveries/s with scripts/bench-pipeline's figures (docs/benchmarks.md).
 func BenchmarkIngestHTTP(b *testing.B) {
 	bb := serve(b, pgtest.NewPool(b), ingest.Options{})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
