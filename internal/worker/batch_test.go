@@ -253,3 +253,13 @@ func TestForwardingSourcesGetATransactionPerEnvelopeWhileOthersBatch(t *testing.
 	require.Less(t, b.transactions(t, other), len(other))
 	require.Equal(t, 6, b.count(t, `SELECT count(*) FROM ledger_transaction`), "mode instead: no posting for the forwarded ones")
 }
+
+func TestADeliveryWithNoEventTypeIsIgnoredWithAReasonThatSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.runBatched(t, worker.Batching{})
+	id := b.insert(t, "standard", "no-type", "", []byte(`{"status":"succeeded"}`), 0)
+	e := b.waitFinal(t, id)
+	require.Equal(t, envelope.StatusIgnored, e.Status)
+	require.JSONEq(t, `{"reason":"no handler for standard event (none: the delivery named no event type)"}`, string(e.Result))
+}

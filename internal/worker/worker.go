@@ -391,7 +391,11 @@ func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoin
 	} else if h, ok := w.Registry.LookupEnvelope(env); !ok {
 		a.outcomeLog = "ignored"
 		rec.Status, rec.Attempt.Outcome = envelope.StatusIgnored, envelope.OutcomeIgnored
-		rec.Result, _ = json.Marshal(map[string]string{"reason": "no handler for " + env.Provider + " event " + env.EventType})
+		event := env.EventType
+		if event == "" {
+			event = "(none: the delivery named no event type)"
+		}
+		rec.Result, _ = json.Marshal(map[string]string{"reason": "no handler for " + env.Provider + " event " + event})
 		return rec, true, nil
 	} else {
 		if err := w.handle(ctx, tx, a, h, savepoints); err != nil {
