@@ -186,6 +186,13 @@ func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
+	if d := deferredFrom(ctx, tx); d != nil && p.Kind == KindPayment && p.Presentment == nil {
+		id, err := d.add(ctx, envelopeID, p, accounts[debit], accounts[credit])
+		if err != nil {
+			return Result{}, err
+		}
+		return Result{TransactionID: id, Created: true}, nil
+	}
 	// One statement writes the transaction and its two entries. No conflict
 	// target: a lost race on either unique constraint (envelope or business
 	// key) inserts nothing, and existing says which one.

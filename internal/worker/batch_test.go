@@ -263,3 +263,28 @@ func TestADeliveryWithNoEventTypeIsIgnoredWithAReasonThatSaysSo(t *testing.T) {
 	require.Equal(t, envelope.StatusIgnored, e.Status)
 	require.JSONEq(t, `{"reason":"no handler for standard event (none: the delivery named no event type)"}`, string(e.Result))
 }
+
+func TestBatchedPaymentsPostOnceEvenWhenOneBatchHoldsThemTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ids []int64
+	for i := range 10 {
+		ids = append(ids, b.insert(t, "standard", fmt.Sprintf("first-%d", i), "payment.succeeded",
+			webhooktest.StandardPayment(fmt.Sprintf("pay_%d", i), "m_1", 100, "EUR"), 0))
+	}
+	// The same two payments again under other delivery ids, in the same batch.
+	for i := range 2 {
+		ids = append(ids, b.insert(t, "standard", fmt.Sprintf("again-%d", i), "payment.succeeded",
+			webhooktest.StandardPayment(fmt.Sprintf("pay_%d", i), "m_1", 100, "EUR"), 0))
+	}
+	b.runBatched(t, worker.Batching{MaxBatch: 50, MaxConcurrent: 1})
+	for _, id := range ids {
+		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
+	}
+	require.Equal(t, 10, b.count(t, `SELECT count(*) FROM ledger_transaction`))
+	require.Equal(t, 1000, b.count(t, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'`))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND result->>'posted' = 'false'`, ids))
+	// Every envelope's result names the transaction that records its payment.
+	require.Equal(t, 12, b.count(t, `SELECT count(*) FROM envelope e JOIN ledger_transaction t ON t.id = (e.result->>'ledger_transaction_id')::bigint
+		WHERE e.id = ANY($1) AND t.idempotency_key = 'standard:m_1:payment:' || (e.payload->'data'->>'payment_id')`, ids))
+}

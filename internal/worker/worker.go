@@ -294,6 +294,13 @@ func (w *ProcessWorker) processTx(ctx context.Context, units []unit, skipLocked,
 			return err
 		}
 		var recs []envelope.Record
+		var postings *ledger.Deferred
+		if !savepoints {
+			// The optimistic pass writes the batch's payments in one
+			// statement; any conflict runs the batch again with each
+			// posting written, and answered, on its own.
+			postings = ledger.NewDeferred(tx)
+		}
 		for _, a := range atts {
 			if a.err != nil {
 				continue
@@ -301,13 +308,18 @@ func (w *ProcessWorker) processTx(ctx context.Context, units []unit, skipLocked,
 			if err := w.throttle(ctx, a); err != nil {
 				return err
 			}
-			rec, ok, err := w.run(ctx, tx, a, savepoints)
+			rec, ok, err := w.run(ctx, tx, a, savepoints, postings)
 			if err != nil {
 				return err
 			}
 			if ok {
 				recs = append(recs, rec)
 			}
+		}
+		if err := postings.Flush(ctx); errors.Is(err, ledger.ErrDeferredConflict) {
+			return fmt.Errorf("%w (%v)", errIsolate, err)
+		} else if err != nil {
+			return err
 		}
 		if len(recs) > 0 {
 			done, err := envelope.FinishMany(ctx, tx, w.Name, recs)
@@ -376,7 +388,7 @@ func completeJobs(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 // write, or false when there is none (the envelope was already final). An
 // error is the whole transaction's: a savepoint that cannot be made or
 // undone, or errIsolate for a handler error without a savepoint.
-func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoints bool) (envelope.Record, bool, error) {
+func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoints bool, postings *ledger.Deferred) (envelope.Record, bool, error) {
 	env := a.env
 	rec := envelope.Record{EnvelopeID: env.ID, Attempt: envelope.Attempt{
 		JobID: a.job.ID, Attempt: a.job.Attempt, StartedAt: a.startedAt, Worker: w.Name}}
@@ -398,7 +410,7 @@ func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoin
 		rec.Result, _ = json.Marshal(map[string]string{"reason": "no handler for " + env.Provider + " event " + event})
 		return rec, true, nil
 	} else {
-		if err := w.handle(ctx, tx, a, h, savepoints); err != nil {
+		if err := w.handle(ctx, tx, a, h, savepoints, postings); err != nil {
 			return rec, false, err
 		}
 		if a.handlerErr == nil {
@@ -422,9 +434,16 @@ func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoin
 // (its effects and its error's aftermath rolled back alone when it fails),
 // and sets a.result and a.handlerErr. Without savepoints a handler error is
 // errIsolate: the caller rolls the whole transaction back.
-func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h handlers.Handler, savepoints bool) error {
+func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h handlers.Handler, savepoints bool, postings *ledger.Deferred) error {
 	ctx = ledger.WithAccounts(ctx, w.accounts)
 	if !savepoints {
+		if a.env.Attempts == 0 && a.env.LastReplayedAt == nil {
+			// A first attempt of a never-replayed envelope: its payment is
+			// almost surely new to the ledger, so it can be written with
+			// the batch's others (a replay would conflict and cost the
+			// batch a second run).
+			ctx = ledger.WithDeferred(ctx, postings)
+		}
 		if a.result, a.handlerErr = runHandler(ctx, h, tx, a.env); a.handlerErr != nil {
 			return fmt.Errorf("envelope %d: %w (%v)", a.env.ID, errIsolate, a.handlerErr)
 		}

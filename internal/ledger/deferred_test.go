@@ -1,0 +1,68 @@
+package ledger_test
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/ledger"
+)
+
+func TestDeferredPaymentsAreWrittenTogetherWithTheIDsPostAnswered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e1, e2, e3 := b.envelope(t), b.envelope(t), b.envelope(t)
+	var results []ledger.Result
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		d := ledger.NewDeferred(tx)
+		ctx := ledger.WithAccounts(ledger.WithDeferred(b.ctx, d), ledger.NewAccounts(b.pool))
+		for i, env := range []int64{e1, e2, e3} {
+			res, err := ledger.Post(ctx, tx, env, payment("pay_d"+string(rune('a'+i)), "m_d", "EUR", int64(100*(i+1))))
+			require.NoError(t, err)
+			results = append(results, res)
+		}
+		require.Equal(t, 3, d.Len())
+		var n int
+		require.NoError(t, tx.QueryRow(b.ctx, `SELECT count(*) FROM ledger_transaction`).Scan(&n))
+		require.Zero(t, n, "deferred: nothing written before Flush")
+		// A refund of a deferred payment does not see it yet.
+		_, err := ledger.Post(ctx, tx, e3, ledger.Posting{Kind: ledger.KindRefund, IdempotencyKey: "re_d", PaymentKey: "pay_da", Merchant: "m_d", Currency: "EUR", AmountMinor: 10})
+		require.ErrorIs(t, err, ledger.ErrPaymentNotPosted)
+		return d.Flush(b.ctx)
+	})
+	require.NoError(t, err)
+	require.Equal(t, 3, b.count(t, "ledger_transaction"))
+	require.Equal(t, 6, b.count(t, "ledger_entry"))
+	for i, res := range results {
+		require.True(t, res.Created)
+		require.Equal(t, []entry{
+			{Merchant: "m_d", Account: ledger.AccountPSPClearing, Currency: "EUR", AmountMinor: int64(100 * (i + 1))},
+			{Merchant: "m_d", Account: ledger.AccountSales, Currency: "EUR", AmountMinor: -int64(100 * (i + 1))},
+		}, b.entries(t, res.TransactionID), "the id Post answered is the transaction written")
+	}
+	// Posted for real, they behave as any posting: a refund now finds its payment.
+	b.mustPost(t, e3, ledger.Posting{Kind: ledger.KindRefund, IdempotencyKey: "re_d", PaymentKey: "pay_da", Merchant: "m_d", Currency: "EUR", AmountMinor: 10})
+}
+
+func TestADeferredPostingThatConflictsMakesFlushRefuseSoTheCallerRetries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	done := b.envelope(t)
+	b.mustPost(t, done, payment("pay_once", "m_c", "EUR", 500))
+	for name, env := range map[string]int64{"same business key, another envelope": b.envelope(t), "same envelope (a replay)": done} {
+		t.Run(name, func(t *testing.T) {
+			err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+				d := ledger.NewDeferred(tx)
+				ctx := ledger.WithDeferred(b.ctx, d)
+				if _, err := ledger.Post(ctx, tx, env, payment("pay_once", "m_c", "EUR", 500)); err != nil {
+					return err
+				}
+				return d.Flush(b.ctx)
+			})
+			require.ErrorIs(t, err, ledger.ErrDeferredConflict)
+		})
+	}
+	require.Equal(t, 1, b.count(t, "ledger_transaction"), "the conflict rolled back with its transaction")
+	require.Equal(t, 2, b.count(t, "ledger_entry"))
+}
