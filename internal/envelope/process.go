@@ -67,18 +67,15 @@ func scanEnvelope(row pgx.Row) (*Envelope, error) {
 // stored parsed payload once retention dropped the body). It also returns the
 // database's clock at the time of the lock.
 func Lock(ctx context.Context, tx pgx.Tx, id int64) (*Envelope, time.Time, error) {
-	var now time.Time
-	if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
-		return nil, now, fmt.Errorf("read clock: %w", err)
-	}
-	e, err := scanEnvelope(tx.QueryRow(ctx, `SELECT `+envelopeColumns+` FROM envelope WHERE id = $1 FOR NO KEY UPDATE`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, now, fmt.Errorf("envelope %d: %w", id, ErrNotFound)
-	}
+	envs, clocks, err := LockMany(ctx, tx, []int64{id}, false)
 	if err != nil {
-		return nil, now, fmt.Errorf("lock envelope %d: %w", id, err)
+		return nil, time.Time{}, fmt.Errorf("lock envelope %d: %w", id, err)
 	}
-	return e, now, nil
+	e, ok := envs[id]
+	if !ok {
+		return nil, time.Time{}, fmt.Errorf("envelope %d: %w", id, ErrNotFound)
+	}
+	return e, clocks[id], nil
 }
 
 // Get loads one envelope without locking it.

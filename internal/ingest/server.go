@@ -148,7 +148,6 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err, log)
 		return
 	}
-	log = log.With("delivery_id", d.DeliveryID, "event_type", d.EventType)
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.storeTimeout)
 	defer cancel()
@@ -164,7 +163,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		MaxAttempts: src.cfg.MaxAttempts,
 	})
 	if err != nil {
-		s.writeError(w, r, err, log.With("envelope_id", res.EnvelopeID))
+		s.writeError(w, r, err, log.With("delivery_id", d.DeliveryID, "event_type", d.EventType, "envelope_id", res.EnvelopeID))
 		return
 	}
 	code, outcome := http.StatusAccepted, "accepted"
@@ -173,8 +172,10 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	// DEBUG: at full rate an INFO line per delivery cost 13% of ingest's
 	// throughput (docs/benchmarks.md), and the envelope row is the record.
-	log.Debug("delivery stored", "envelope_id", res.EnvelopeID, "outcome", outcome, "status", code,
-		"duration_ms", float64(time.Since(start).Microseconds())/1000)
+	if log.Enabled(r.Context(), slog.LevelDebug) {
+		log.Debug("delivery stored", "delivery_id", d.DeliveryID, "event_type", d.EventType, "envelope_id", res.EnvelopeID,
+			"outcome", outcome, "status", code, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+	}
 	s.observe(r, outcome, "")
 	writeJSON(w, code, acceptedBody{EnvelopeID: res.EnvelopeID, Status: outcome})
 }

@@ -96,9 +96,10 @@ func (b Batching) Connections() int {
 // River calls Work once per job, from as many goroutines as it has
 // workers; Work hands its job to a group commit (package groupcommit) and
 // waits for its own verdict. Jobs that wait together are processed in one
-// transaction: their envelopes locked in one statement, each handler under
-// a savepoint of its own (so a handler's error rolls back that envelope's
-// effects alone), every outcome recorded in one statement, one COMMIT.
+// transaction: their envelopes locked in one statement, the handlers run
+// (a handler's error runs the batch again with a savepoint around each, so
+// it rolls back that envelope's effects alone), their payments written in
+// one statement, every outcome recorded in one statement, one COMMIT.
 // The jobs of the envelopes that ended done or ignored are completed in the
 // same transaction, in one statement.
 type ProcessWorker struct {
@@ -118,14 +119,9 @@ type ProcessWorker struct {
 	Metrics *metrics.Worker
 
 	once      sync.Once
-	batched   *groupcommit.Committer[unit, error]
-	unbatched *groupcommit.Committer[unit, error]
+	batched   *groupcommit.Committer[*river.Job[envelope.ProcessArgs], error]
+	unbatched *groupcommit.Committer[*river.Job[envelope.ProcessArgs], error]
 	accounts  *ledger.Accounts
-}
-
-// unit is one job's attempt, as handed to a batch.
-type unit struct {
-	job *river.Job[envelope.ProcessArgs]
 }
 
 func (w *ProcessWorker) init() {
@@ -163,12 +159,11 @@ var errBusy = errors.New("envelope row held by another transaction")
 // decide, after the commit that recorded it.
 func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.ProcessArgs]) error {
 	w.init()
-	u := unit{job: job}
 	lane := w.batched
 	if w.Registry.HasSourceRoutes(job.Args.Source) {
 		lane = w.unbatched
 	}
-	verdict, err := lane.Do(ctx, u)
+	verdict, err := lane.Do(ctx, job)
 	if err != nil {
 		// Nothing was committed (the batch failed, or ctx ended while the
 		// job waited for one): River retries, and decides again.
@@ -177,9 +172,9 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 	return verdict
 }
 
-// attempt is one unit's progress through a batch.
+// attempt is one job's progress through a batch.
 type attempt struct {
-	unit
+	job *river.Job[envelope.ProcessArgs]
 	// throttled, when set, is this attempt's outcome: the throttle refused
 	// a slot, and no handler runs.
 	throttled *throttledError
@@ -192,14 +187,14 @@ type attempt struct {
 	act        action // when handlerErr != nil
 	// verdict is what Work returns to River.
 	verdict error
-	// err, when set, is this unit's failure of its own (not found, lost
+	// err, when set, is this job's failure of its own (not found, lost
 	// race, busy): nothing of it was written.
 	err error
 }
 
-// processBatch processes units in one transaction and returns each one's
+// processBatch processes jobs in one transaction and returns each one's
 // River verdict. When the transaction fails as a whole it is tried again
-// one unit per transaction, so that the unit at fault fails alone; units
+// one job per transaction, so that the job at fault fails alone; jobs
 // whose envelope another transaction holds are processed after the batch,
 // each in a transaction of its own that waits for the row.
 //
@@ -209,34 +204,34 @@ type attempt struct {
 // each handler, so that error's envelope is rolled back alone. Handlers are
 // idempotent (they may run again after any crash), so the second run is
 // safe.
-func (w *ProcessWorker) processBatch(ctx context.Context, units []unit) []groupcommit.Result[error] {
-	out := make([]groupcommit.Result[error], len(units))
-	batched := len(units) > 1
-	atts, err := w.processTx(ctx, units, batched, !batched)
+func (w *ProcessWorker) processBatch(ctx context.Context, jobs []*river.Job[envelope.ProcessArgs]) []groupcommit.Result[error] {
+	out := make([]groupcommit.Result[error], len(jobs))
+	batched := len(jobs) > 1
+	atts, err := w.processTx(ctx, jobs, batched, !batched)
 	if errors.Is(err, errIsolate) {
-		atts, err = w.processTx(ctx, units, batched, true)
+		atts, err = w.processTx(ctx, jobs, batched, true)
 	}
 	if err != nil {
-		if len(units) == 1 || ctx.Err() != nil {
+		if len(jobs) == 1 || ctx.Err() != nil {
 			// Nothing was committed; River retries (and a lost race finds
 			// the envelope final).
-			for i, u := range units {
-				w.Logger.Warn("envelope attempt rolled back", "envelope_id", u.job.Args.EnvelopeID, "job_id", u.job.ID,
-					"attempt", u.job.Attempt, "batch", len(units), "error", err)
+			for i, job := range jobs {
+				w.Logger.Warn("envelope attempt rolled back", "envelope_id", job.Args.EnvelopeID, "job_id", job.ID,
+					"attempt", job.Attempt, "batch", len(jobs), "error", err)
 				out[i].Err = err
 			}
 			return out
 		}
-		w.Logger.Warn("envelope batch rolled back: processing its envelopes one by one", "envelopes", len(units), "error", err)
-		for i := range units {
-			out[i] = w.processBatch(ctx, units[i:i+1])[0]
+		w.Logger.Warn("envelope batch rolled back: processing its envelopes one by one", "envelopes", len(jobs), "error", err)
+		for i := range jobs {
+			out[i] = w.processBatch(ctx, jobs[i:i+1])[0]
 		}
 		return out
 	}
 	for i, a := range atts {
 		switch {
 		case errors.Is(a.err, errBusy):
-			out[i] = w.processBatch(ctx, units[i:i+1])[0]
+			out[i] = w.processBatch(ctx, jobs[i:i+1])[0]
 		case errors.Is(a.err, envelope.ErrNotFound):
 			out[i].Value = river.JobCancel(a.err)
 		case a.err != nil:
@@ -250,14 +245,16 @@ func (w *ProcessWorker) processBatch(ctx context.Context, units []unit) []groupc
 	return out
 }
 
-// processTx is one transaction over units: lock, fence, handlers under
-// savepoints, one statement recording every outcome.
-func (w *ProcessWorker) processTx(ctx context.Context, units []unit, skipLocked, savepoints bool) ([]*attempt, error) {
-	atts := make([]*attempt, len(units))
-	ids := make([]int64, len(units))
-	for i, u := range units {
-		atts[i] = &attempt{unit: u}
-		ids[i] = u.job.Args.EnvelopeID
+// processTx is one transaction over jobs: lock, fence, handlers (under
+// savepoints when savepoints is set, their payments deferred to one
+// statement otherwise), one statement recording every outcome, one
+// completing the jobs.
+func (w *ProcessWorker) processTx(ctx context.Context, jobs []*river.Job[envelope.ProcessArgs], skipLocked, savepoints bool) ([]*attempt, error) {
+	atts := make([]*attempt, len(jobs))
+	ids := make([]int64, len(jobs))
+	for i, job := range jobs {
+		atts[i] = &attempt{job: job}
+		ids[i] = job.Args.EnvelopeID
 	}
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
 		envs, clocks, err := envelope.LockMany(ctx, tx, ids, skipLocked)
