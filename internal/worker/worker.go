@@ -1,12 +1,14 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -204,7 +206,28 @@ type attempt struct {
 // each handler, so that error's envelope is rolled back alone. Handlers are
 // idempotent (they may run again after any crash), so the second run is
 // safe.
+//
+// The batch runs its envelopes in the order they were received (envelope
+// id), whatever order their jobs joined it in: a refund stored after its
+// payment, and processed in the same batch, finds the payment posted.
 func (w *ProcessWorker) processBatch(ctx context.Context, jobs []*river.Job[envelope.ProcessArgs]) []groupcommit.Result[error] {
+	if !slices.IsSortedFunc(jobs, byEnvelopeID) {
+		order := make([]int, len(jobs))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return byEnvelopeID(jobs[a], jobs[b]) })
+		sorted := make([]*river.Job[envelope.ProcessArgs], len(jobs))
+		for i, o := range order {
+			sorted[i] = jobs[o]
+		}
+		res := w.processBatch(ctx, sorted)
+		out := make([]groupcommit.Result[error], len(jobs))
+		for i, o := range order {
+			out[o] = res[i]
+		}
+		return out
+	}
 	out := make([]groupcommit.Result[error], len(jobs))
 	batched := len(jobs) > 1
 	atts, err := w.processTx(ctx, jobs, batched, !batched)
@@ -243,6 +266,10 @@ func (w *ProcessWorker) processBatch(ctx context.Context, jobs []*river.Job[enve
 		}
 	}
 	return out
+}
+
+func byEnvelopeID(a, b *river.Job[envelope.ProcessArgs]) int {
+	return cmp.Compare(a.Args.EnvelopeID, b.Args.EnvelopeID)
 }
 
 // processTx is one transaction over jobs: lock, fence, handlers (under
