@@ -20,16 +20,29 @@ import (
 )
 
 // gate starts a batched worker (one batch at a time) that is busy with one
-// slow envelope, so that every envelope stored by fill, while it waits,
-// joins the next batch together: a batch of known members, whatever order
-// River hands their jobs over in.
-func (b *bundle) gate(t *testing.T, cfg worker.Config, fill func()) {
+// envelope until the want envelopes stored by fill have all been fetched by
+// River (their jobs running, waiting for a batch), so that they join the
+// next batch together: a batch of known members, whatever order River hands
+// their jobs over in, however slow the machine.
+func (b *bundle) gate(t *testing.T, cfg worker.Config, want int, fill func()) {
 	t.Helper()
+	filled := make(chan struct{})
 	b.registry.Register("standard", "gate", handlers.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ *envelope.Envelope) (json.RawMessage, error) {
 		select {
-		case <-time.After(time.Second):
+		case <-filled:
 		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			var running int
+			if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'running'`).Scan(&running); err != nil {
+				return nil, err
+			}
+			if running >= want+1 {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // from fetched to waiting for the batch
 		return nil, nil
 	}))
 	gate := b.insert(t, "standard", "gate", "gate", []byte(`{}`), 0)
@@ -40,6 +53,7 @@ func (b *bundle) gate(t *testing.T, cfg worker.Config, fill func()) {
 		return b.count(t, `SELECT count(*) FROM river_job WHERE state = 'running' AND (args->>'envelope_id')::bigint = $1`, gate) == 1
 	}, 10*time.Second, 5*time.Millisecond)
 	fill()
+	close(filled)
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, gate).Status)
 }
 
@@ -53,7 +67,7 @@ func TestARefundBatchedWithItsPaymentPostsAfterItWithoutWaiting(t *testing.T) {
 	b := setup(t)
 	const n = 20
 	var payments, refunds []int64
-	b.gate(t, worker.Config{Policy: worker.Policy{SnoozeDefault: time.Hour}}, func() {
+	b.gate(t, worker.Config{Policy: worker.Policy{SnoozeDefault: time.Hour}}, 2*n, func() {
 		for i := range n {
 			pay, merchant := fmt.Sprintf("pay_%d", i), fmt.Sprintf("m_%d", i%4)
 			payments = append(payments, b.insert(t, "standard", "p-"+pay, "payment.succeeded", webhooktest.StandardPayment(pay, merchant, 1000, "EUR"), 0))
@@ -82,7 +96,7 @@ func TestARefundAheadOfItsPaymentInOneBatchWaitsThenPosts(t *testing.T) {
 	b := setup(t)
 	var refund, payment int64
 	var others []int64
-	b.gate(t, worker.Config{Policy: worker.Policy{SnoozeDefault: 50 * time.Millisecond, MaxAge: time.Hour}}, func() {
+	b.gate(t, worker.Config{Policy: worker.Policy{SnoozeDefault: 50 * time.Millisecond, MaxAge: time.Hour}}, 12, func() {
 		refund = b.insert(t, "standard", "r-early", "payment.refunded", webhooktest.StandardRefund("re_1", "pay_1", "m_1", 400, "EUR"), 0)
 		for i := range 10 {
 			others = append(others, b.insert(t, "standard", fmt.Sprintf("other-%d", i), "payment.succeeded",
