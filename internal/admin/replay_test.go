@@ -358,7 +358,7 @@ func TestBulkReplayProcessesEachOnce(t *testing.T) {
 	require.Equal(t, n/DefaultBatchSize, res.Batches)
 
 	b.runWorker(t)
-	eventually(t, 90*time.Second, "3000 envelopes done", func() bool {
+	eventually(t, 3*time.Minute, "3000 envelopes done", func() bool {
 		return b.count(t, `SELECT count(*) FROM envelope WHERE status = 'done'`) == n &&
 			b.count(t, `SELECT count(*) FROM river_job WHERE state = 'completed'`) == n
 	})
