@@ -230,27 +230,29 @@ func TestEndToEndAllProvidersWithDuplicates(t *testing.T) {
 	// Metrics: each with the value this run must have produced.
 	requireHealthy(t, s.ingestAdmin)
 	requireHealthy(t, s.workerAdmin)
-	im := scrape(t, s.ingestAdmin)
-	require.EqualValues(t, 11, metricSum(t, im, "inbox_ingest_requests_total", "source", "stripe", "outcome", "accepted"))
-	require.EqualValues(t, len(all), metricSum(t, im, "inbox_ingest_requests_total", "outcome", "accepted"))
-	require.EqualValues(t, len(all)*(copies-1), metricSum(t, im, "inbox_ingest_duplicates_total"))
-	require.EqualValues(t, 1, metricSum(t, im, "inbox_ingest_signature_failures_total", "source", "github", "reason", "no signature matches"))
-	require.EqualValues(t, 1, metricSum(t, im, "inbox_ingest_requests_total", "source", "unknown", "outcome", "unknown_source"))
-	require.EqualValues(t, 0, metricSum(t, im, "inbox_ingest_conflicts_total"))
-	require.EqualValues(t, len(all)*copies+2, metricSum(t, im, "inbox_ingest_request_duration_seconds"))
+	im := scrapeUntil(t, s.ingestAdmin,
+		want{"inbox_ingest_requests_total", []string{"source", "stripe", "outcome", "accepted"}, 11},
+		want{"inbox_ingest_requests_total", []string{"outcome", "accepted"}, float64(len(all))},
+		want{"inbox_ingest_duplicates_total", nil, float64(len(all) * (copies - 1))},
+		want{"inbox_ingest_signature_failures_total", []string{"source", "github", "reason", "no signature matches"}, 1},
+		want{"inbox_ingest_requests_total", []string{"source", "unknown", "outcome", "unknown_source"}, 1},
+		want{"inbox_ingest_conflicts_total", nil, 0},
+		want{"inbox_ingest_request_duration_seconds", nil, float64(len(all)*copies + 2)},
+	)
 	require.True(t, hasPrefix(im, "go_goroutines"))
-	wm := scrape(t, s.workerAdmin)
-	require.EqualValues(t, len(all)-1, metricSum(t, wm, "inbox_worker_attempts_total", "outcome", "done"))
-	require.EqualValues(t, 1, metricSum(t, wm, "inbox_worker_attempts_total", "outcome", "ignored"))
-	require.EqualValues(t, len(all), metricSum(t, wm, "inbox_processing_latency_seconds"))
-	require.EqualValues(t, 15, metricSum(t, wm, "inbox_ledger_postings_total", "kind", "payment", "result", "posted"))
-	require.EqualValues(t, 15, metricSum(t, wm, "inbox_ledger_postings_total", "kind", "refund", "result", "posted"))
-	require.EqualValues(t, len(all)-1, metricSum(t, wm, "inbox_envelopes", "status", "done"))
-	require.EqualValues(t, 0, metricSum(t, wm, "inbox_envelopes", "status", "pending"))
+	wm := scrapeUntil(t, s.workerAdmin,
+		want{"inbox_worker_attempts_total", []string{"outcome", "done"}, float64(len(all) - 1)},
+		want{"inbox_worker_attempts_total", []string{"outcome", "ignored"}, 1},
+		want{"inbox_processing_latency_seconds", nil, float64(len(all))},
+		want{"inbox_ledger_postings_total", []string{"kind", "payment", "result", "posted"}, 15},
+		want{"inbox_ledger_postings_total", []string{"kind", "refund", "result", "posted"}, 15},
+		want{"inbox_envelopes", []string{"status", "done"}, float64(len(all) - 1)},
+		want{"inbox_envelopes", []string{"status", "pending"}, 0},
+		want{"inbox_oldest_pending_age_seconds", nil, 0},
+		want{"inbox_envelope_stats_up", nil, 1},
+		want{"inbox_worker_snoozes_total", []string{"cause", "not_ready"}, float64(s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome = 'snoozed'"))},
+	)
 	require.Equal(t, 4, series(t, wm, "inbox_envelopes", "status", "pending"), "a zero status is exported, per source")
-	require.EqualValues(t, 0, metricSum(t, wm, "inbox_oldest_pending_age_seconds"))
-	require.EqualValues(t, 1, metricSum(t, wm, "inbox_envelope_stats_up"))
-	require.EqualValues(t, s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome = 'snoozed'"), metricSum(t, wm, "inbox_worker_snoozes_total", "cause", "not_ready"))
 
 	require.NoError(t, s.ingest.stop(30*time.Second), "ingest exits 0 on SIGTERM")
 	require.NoError(t, s.worker.stop(45*time.Second), "worker exits 0 on SIGTERM")

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -28,8 +30,17 @@ func scrape(t testing.TB, base string) map[string]*dto.MetricFamily {
 // family's series whose labels include every pair in match.
 func metricSum(t testing.TB, families map[string]*dto.MetricFamily, name string, match ...string) float64 {
 	t.Helper()
-	f, ok := families[name]
+	sum, ok := sumOf(families, name, match...)
 	require.True(t, ok, "metric %s missing", name)
+	return sum
+}
+
+// sumOf is metricSum without the test: false if the family is missing.
+func sumOf(families map[string]*dto.MetricFamily, name string, match ...string) (float64, bool) {
+	f, ok := families[name]
+	if !ok {
+		return 0, false
+	}
 	var sum float64
 	for _, m := range f.GetMetric() {
 		labels := map[string]string{}
@@ -54,7 +65,7 @@ func metricSum(t testing.TB, families map[string]*dto.MetricFamily, name string,
 			sum += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
-	return sum
+	return sum, true
 }
 
 func requireHealthy(t testing.TB, base string) {
@@ -98,4 +109,41 @@ func series(t testing.TB, families map[string]*dto.MetricFamily, name string, ma
 		}
 	}
 	return n
+}
+
+// want is one expected metric value: the sum of a family's series whose
+// labels include every pair in match.
+type want struct {
+	name  string
+	match []string
+	value float64
+}
+
+// scrapeUntil scrapes base until every expectation holds, for up to 15 s,
+// and fails listing the ones that still differ. The processes count after
+// they commit (and ingest after it answers), so a scrape taken just after the
+// database or the client saw a result can be a moment behind; waiting for the
+// exact values keeps each check as strict as an immediate one.
+func scrapeUntil(t testing.TB, base string, wants ...want) map[string]*dto.MetricFamily {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		families := scrape(t, base)
+		var diffs []string
+		for _, w := range wants {
+			got, ok := sumOf(families, w.name, w.match...)
+			if !ok {
+				diffs = append(diffs, fmt.Sprintf("%s%v missing", w.name, w.match))
+			} else if got != w.value {
+				diffs = append(diffs, fmt.Sprintf("%s%v = %v, want %v", w.name, w.match, got, w.value))
+			}
+		}
+		if len(diffs) == 0 {
+			return families
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics at %s after 15 s:\n%s", base, strings.Join(diffs, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

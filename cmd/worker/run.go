@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -120,9 +122,11 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	defer pool.Close()
 	reg := metrics.NewRegistry()
+	wm := metrics.NewWorker(reg, pool, logger)
+	wm.Init(slices.Sorted(maps.Keys(sources)))
 	client, err := worker.NewClient(pool, registry, worker.Config{
 		Sources:      sources,
-		Metrics:      metrics.NewWorker(reg, pool, logger),
+		Metrics:      wm,
 		PeriodicJobs: periodic,
 		Register: func(w *river.Workers) error {
 			// Always registered, so a purge job inserted by hand or by an

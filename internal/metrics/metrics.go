@@ -123,6 +123,27 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 	return m
 }
 
+// WorkerOutcomes and SnoozeCauses are the label values Init creates zero
+// series for; they are every value the worker records.
+var (
+	WorkerOutcomes = []string{"done", "ignored", "failed", "retry", "snoozed"}
+	SnoozeCauses   = []string{"not_ready", "retry_after", "throttled"}
+)
+
+// Init creates the zero series of each configured source, so an alert on
+// failed attempts or a dashboard of snoozes sees 0 rather than nothing
+// before the first one.
+func (m *Worker) Init(sources []string) {
+	for _, s := range sources {
+		for _, o := range WorkerOutcomes {
+			m.Attempts.WithLabelValues(s, o)
+		}
+		for _, c := range SnoozeCauses {
+			m.Snoozes.WithLabelValues(s, c)
+		}
+	}
+}
+
 // envelopeCollector reads envelope counts from the database, caching them
 // for 30 s so frequent scrapes do not load it.
 type envelopeCollector struct {
