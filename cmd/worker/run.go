@@ -153,6 +153,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
+	// inbox_worker_heartbeat_timestamp_seconds: advances while this worker
+	// runs and reaches its database; stops at SIGTERM.
+	go wm.RunHeartbeat(ctx, 15*time.Second, pool.Ping)
 	if *cfgPath == "" {
 		logger.Warn("no sources file (--config / INBOX_CONFIG): forwarding, per-source backoff, throttle and max_attempts are off; give the worker the same file as ingest")
 	}
