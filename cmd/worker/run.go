@@ -14,6 +14,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/pg"
@@ -124,6 +125,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	reg := metrics.NewRegistry()
 	wm := metrics.NewWorker(reg, pool, logger)
 	wm.Init(slices.Sorted(maps.Keys(sources)))
+	wm.InitRiverKinds(river.QueueDefault, envelope.ProcessArgs{}.Kind(), worker.ReconcileArgs{}.Kind(), retention.PurgeArgs{}.Kind())
 	client, err := worker.NewClient(pool, registry, worker.Config{
 		Sources:      sources,
 		Metrics:      wm,

@@ -108,6 +108,8 @@ type Worker struct {
 	// Heartbeat is when the running worker last reached its database
 	// (Unix seconds); RunHeartbeat sets it.
 	Heartbeat prometheus.Gauge
+
+	river *riverCollector // nil without a pool
 }
 
 // Processing kinds, the kind label of inbox_processing_latency_seconds: the
@@ -149,9 +151,25 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 	}
 	reg.MustRegister(m.Attempts, m.Snoozes, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat)
 	if pool != nil {
-		reg.MustRegister(&envelopeCollector{pool: pool, logger: logger}, &riverCollector{pool: pool, logger: logger})
+		m.river = &riverCollector{pool: pool, logger: logger}
+		reg.MustRegister(&envelopeCollector{pool: pool, logger: logger}, m.river)
 	}
 	return m
+}
+
+// InitRiverKinds makes inbox_river_jobs export every state of each kind on
+// queue, at 0 while none of its jobs is in that state (otherwise a kind
+// whose jobs have all completed has no series). Without a pool it does
+// nothing. Call it before the first scrape.
+func (m *Worker) InitRiverKinds(queue string, kinds ...string) {
+	if m.river == nil {
+		return
+	}
+	m.river.mu.Lock()
+	defer m.river.mu.Unlock()
+	for _, k := range kinds {
+		m.river.known = append(m.river.known, queueKind{queue, k})
+	}
 }
 
 // ObserveProcessing records one envelope's time to a final status: from

@@ -183,7 +183,8 @@ func TestMetricsRiverJobs(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	reg := prometheus.NewRegistry()
-	metrics.NewWorker(reg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := metrics.NewWorker(reg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.InitRiverKinds("default", "process_envelope", "purge_envelopes", "purge_envelopes")
 	mfs := gather(t, reg)
 	require.Equal(t, 1.0, mfs["inbox_river_stats_up"].GetMetric()[0].GetGauge().GetValue())
 	jobs := mfs["inbox_river_jobs"]
@@ -194,7 +195,12 @@ func TestMetricsRiverJobs(t *testing.T) {
 		require.Equal(t, n, s.GetGauge().GetValue(), st)
 	}
 	require.Nil(t, find(jobs, "state", "completed"), "completed jobs are not counted")
-	require.Len(t, jobs.GetMetric(), len(metrics.RiverStates))
+	for _, st := range metrics.RiverStates {
+		s := find(jobs, "kind", "purge_envelopes", "state", st)
+		require.NotNil(t, s, "a kind given to InitRiverKinds has every state with no job: %s", st)
+		require.Zero(t, s.GetGauge().GetValue())
+	}
+	require.Len(t, jobs.GetMetric(), 2*len(metrics.RiverStates))
 	age := mfs["inbox_river_oldest_available_age_seconds"].GetMetric()[0].GetGauge().GetValue()
 	require.InDelta(t, 90, age, 30)
 }

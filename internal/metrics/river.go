@@ -131,6 +131,7 @@ func riverWithZeros(counts []riverCount, known []queueKind) ([]riverCount, []que
 	for _, k := range known {
 		for _, st := range RiverStates {
 			if !seen[k][st] {
+				seen[k][st] = true // once, even if known repeats k
 				counts = append(counts, riverCount{queue: k.queue, kind: k.kind, state: st})
 			}
 		}

@@ -9,9 +9,12 @@ import (
 	"runtime/debug"
 )
 
-// Set with -ldflags '-X github.com/inboxhq/inbox/internal/version.version=v1.2.3'
-// by a release build; empty, the module version Go recorded is used.
-var version string
+// Set by a build with -ldflags '-X github.com/inboxhq/inbox/internal/version.version=v1.2.3
+// -X github.com/inboxhq/inbox/internal/version.revision=<commit>' (make build
+// does). Empty, what Go recorded is used: Go stamps the VCS revision only when
+// building in a git checkout whose .git is a directory (not a git worktree)
+// and -buildvcs is not false.
+var version, revision string
 
 // Info is a binary's build information.
 type Info struct {
@@ -29,7 +32,10 @@ type Info struct {
 // Get returns the running binary's build information. It never fails: a
 // missing field is "unknown" or "(devel)".
 func Get() Info {
-	info := Info{Version: version, Revision: "unknown", GoVersion: runtime.Version()}
+	info := Info{Version: version, Revision: revision, GoVersion: runtime.Version()}
+	if info.Revision == "" {
+		info.Revision = "unknown"
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		if info.Version == "" {
@@ -45,6 +51,9 @@ func Get() Info {
 	}
 	if bi.GoVersion != "" {
 		info.GoVersion = bi.GoVersion
+	}
+	if revision != "" {
+		return info
 	}
 	modified := false
 	for _, s := range bi.Settings {
