@@ -69,6 +69,12 @@ var IngestOutcomes = []string{
 	"read_timeout", "unavailable", "overloaded", "db_permission", "internal_error",
 }
 
+// SignatureNoMatch is the provider verifiers' reason for a well-formed
+// signature that no configured secret produced (a wrong or rotated secret),
+// the one reason Init creates a zero series of; other reasons appear when
+// they first happen.
+const SignatureNoMatch = "no signature matches"
+
 // Init creates the zero series of each configured source (every outcome) and
 // of UnknownSource's unknown_source, so dashboards and alerts (503s,
 // signature failures, conflicts) see 0 rather than nothing before the first
@@ -77,6 +83,7 @@ func (m *Ingest) Init(sources []string) {
 	for _, s := range sources {
 		m.Duplicates.WithLabelValues(s)
 		m.Conflicts.WithLabelValues(s)
+		m.SignatureFailures.WithLabelValues(s, SignatureNoMatch)
 		for _, o := range IngestOutcomes {
 			m.Requests.WithLabelValues(s, o)
 		}
@@ -109,7 +116,8 @@ type Worker struct {
 	// (Unix seconds); RunHeartbeat sets it.
 	Heartbeat prometheus.Gauge
 
-	river *riverCollector // nil without a pool
+	river     *riverCollector    // nil without a pool
+	envelopes *envelopeCollector // nil without a pool
 }
 
 // Processing kinds, the kind label of inbox_processing_latency_seconds: the
@@ -152,7 +160,8 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 	reg.MustRegister(m.Attempts, m.Snoozes, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat)
 	if pool != nil {
 		m.river = &riverCollector{pool: pool, logger: logger}
-		reg.MustRegister(&envelopeCollector{pool: pool, logger: logger}, m.river)
+		m.envelopes = &envelopeCollector{pool: pool, logger: logger}
+		reg.MustRegister(m.envelopes, m.river)
 	}
 	return m
 }
@@ -221,8 +230,14 @@ var (
 
 // Init creates the zero series of each configured source (and of the
 // ledger's kinds), so an alert on failed attempts or a dashboard of snoozes,
-// latencies or postings sees 0 rather than nothing before the first one.
+// latencies, postings or envelope counts sees 0 rather than nothing before
+// the first one.
 func (m *Worker) Init(sources []string) {
+	if m.envelopes != nil {
+		m.envelopes.mu.Lock()
+		m.envelopes.sources = append(m.envelopes.sources, sources...)
+		m.envelopes.mu.Unlock()
+	}
 	for _, s := range sources {
 		for _, o := range WorkerOutcomes {
 			m.Attempts.WithLabelValues(s, o)
@@ -253,6 +268,7 @@ type envelopeCollector struct {
 	counts  []statusCount
 	oldest  float64
 	scrapes error
+	sources []string // configured: exported at 0 before their first envelope
 }
 
 type statusCount struct {
@@ -308,7 +324,7 @@ func (c *envelopeCollector) refresh() {
 			err = rows.Err()
 		}
 		if err == nil {
-			c.counts = withZeros(counts)
+			c.counts = withZeros(counts, c.sources)
 		}
 	}
 	if err == nil {
@@ -325,9 +341,15 @@ func (c *envelopeCollector) refresh() {
 // so a status that empties does not vanish from dashboards and alerts.
 var statuses = []string{"pending", "done", "failed", "ignored"}
 
-func withZeros(counts []statusCount) []statusCount {
+func withZeros(counts []statusCount, configured []string) []statusCount {
 	seen := map[string]map[string]bool{}
 	var sources []string
+	for _, src := range configured {
+		if seen[src] == nil {
+			seen[src] = map[string]bool{}
+			sources = append(sources, src)
+		}
+	}
 	for _, sc := range counts {
 		if seen[sc.source] == nil {
 			seen[sc.source] = map[string]bool{}

@@ -65,6 +65,7 @@ func TestMetricsIngestInitEveryOutcome(t *testing.T) {
 			require.Zero(t, s.GetCounter().GetValue())
 		}
 		require.NotNil(t, find(mfs["inbox_ingest_conflicts_total"], "source", src))
+		require.NotNil(t, find(mfs["inbox_ingest_signature_failures_total"], "source", src, "reason", metrics.SignatureNoMatch))
 		require.NotNil(t, find(mfs["inbox_ingest_duplicates_total"], "source", src))
 		require.NotNil(t, find(mfs["inbox_ingest_request_duration_seconds"], "source", src, "outcome", "accepted"))
 	}
@@ -165,7 +166,7 @@ func TestMetricsHeartbeat(t *testing.T) {
 	}
 }
 
-func TestMetricsRiverJobs(t *testing.T) {
+func TestMetricsDatabaseCollectors(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	owner, err := pgxpool.New(context.Background(), url)
@@ -185,7 +186,13 @@ func TestMetricsRiverJobs(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.NewWorker(reg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	m.InitRiverKinds("default", "process_envelope", "purge_envelopes", "purge_envelopes")
+	m.Init([]string{"payments"})
 	mfs := gather(t, reg)
+	for _, st := range []string{"pending", "done", "failed", "ignored"} {
+		s := find(mfs["inbox_envelopes"], "source", "payments", "status", st)
+		require.NotNil(t, s, "a configured source with no envelope yet: %s", st)
+		require.Zero(t, s.GetGauge().GetValue())
+	}
 	require.Equal(t, 1.0, mfs["inbox_river_stats_up"].GetMetric()[0].GetGauge().GetValue())
 	jobs := mfs["inbox_river_jobs"]
 	want := map[string]float64{"available": 2, "running": 1, "discarded": 1, "retryable": 0, "scheduled": 0, "pending": 0, "cancelled": 0}
