@@ -233,7 +233,9 @@ func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
 	ingestReg := metrics.NewRegistry()
-	metrics.NewIngest(ingestReg).Init([]string{"stripe"})
+	im := metrics.NewIngest(ingestReg)
+	im.Init([]string{"stripe"})
+	im.RegisterInflightBodyBytes(ingestReg, func() int64 { return 0 })
 
 	pool, err := pgxpool.New(context.Background(), pgtest.NewURL(t))
 	require.NoError(t, err)

@@ -92,6 +92,15 @@ func (m *Ingest) Init(sources []string) {
 	m.Requests.WithLabelValues(UnknownSource, "unknown_source")
 }
 
+// RegisterInflightBodyBytes exports inbox_ingest_inflight_body_bytes, read
+// from bytes at each scrape. Call it once.
+func (m *Ingest) RegisterInflightBodyBytes(reg prometheus.Registerer, bytes func() int64) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "inbox_ingest_inflight_body_bytes",
+		Help: "Bytes of request bodies held in memory now (bounded by --max-inflight-body-bytes plus 16 KiB per connection).",
+	}, func() float64 { return float64(bytes()) }))
+}
+
 // Observe records one webhook request.
 func (m *Ingest) Observe(source, outcome, signatureReason string, elapsed time.Duration) {
 	m.Requests.WithLabelValues(source, outcome).Inc()
