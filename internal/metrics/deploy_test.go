@@ -64,10 +64,12 @@ func runPromtool(t *testing.T, bin string, args ...string) {
 	require.NoError(t, err, "promtool %s:\n%s", strings.Join(args, " "), out)
 }
 
-// TestRulesPromtool checks the rule files and runs their unit tests.
+// TestRulesPromtool checks the example configuration and the rule files,
+// and runs the rules' unit tests.
 func TestRulesPromtool(t *testing.T) {
 	t.Parallel()
 	bin := promtool(t)
+	runPromtool(t, bin, "check", "config", filepath.Join(deployDir, "prometheus", "prometheus.yml"))
 	runPromtool(t, bin, append([]string{"check", "rules"}, globDeploy(t, "prometheus/rules/*.yml")...)...)
 	runPromtool(t, bin, append([]string{"test", "rules"}, globDeploy(t, "prometheus/tests/*.yml")...)...)
 }
