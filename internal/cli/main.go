@@ -23,7 +23,7 @@ type RunFunc func(ctx context.Context, args []string, getenv func(string) string
 // the build's version, revision and Go version to stdout and exits 0,
 // without reading the environment.
 func Main(name string, run RunFunc, exitCode func(error) int) {
-	if len(os.Args) > 1 && IsVersionFlag(os.Args[1]) {
+	if len(os.Args) > 1 && isVersionFlag(os.Args[1]) {
 		fmt.Fprintln(os.Stdout, version.Get().String(name))
 		os.Exit(0)
 	}
@@ -41,9 +41,9 @@ func Main(name string, run RunFunc, exitCode func(error) int) {
 	os.Exit(code)
 }
 
-// IsVersionFlag reports whether arg asks for the version (--version,
+// isVersionFlag reports whether arg asks for the version (--version,
 // -version, --version=true).
-func IsVersionFlag(arg string) bool {
+func isVersionFlag(arg string) bool {
 	switch arg {
 	case "--version", "-version", "--version=true", "-version=true":
 		return true

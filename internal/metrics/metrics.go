@@ -141,7 +141,8 @@ const (
 // also exports envelope counts by status and the oldest pending age, read
 // from the database at most every 30 s. The read counts the envelope table:
 // cheap at thousands of rows, seconds at tens of millions; it is bounded at
-// 3 s, and inbox_envelope_stats_up says when it failed.
+// 3 s, and inbox_envelope_stats_up says when it failed. River's job counts
+// (inbox_river_jobs) are read the same way (riverCollector).
 func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logger) *Worker {
 	m := &Worker{
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
