@@ -211,3 +211,19 @@ func TestMetricsDatabaseCollectors(t *testing.T) {
 	age := mfs["inbox_river_oldest_available_age_seconds"].GetMetric()[0].GetGauge().GetValue()
 	require.InDelta(t, 90, age, 30)
 }
+
+// A database that cannot be read gives stats_up 0 (and no made-up counts),
+// not a failed scrape.
+func TestMetricsDatabaseCollectorsDown(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), pgtest.NewURL(t))
+	require.NoError(t, err)
+	pool.Close() // every query now fails
+	reg := prometheus.NewRegistry()
+	m := metrics.NewWorker(reg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.InitRiverKinds("default", "process_envelope")
+	mfs := gather(t, reg)
+	require.Zero(t, mfs["inbox_envelope_stats_up"].GetMetric()[0].GetGauge().GetValue())
+	require.Zero(t, mfs["inbox_river_stats_up"].GetMetric()[0].GetGauge().GetValue())
+	require.NotContains(t, mfs, "inbox_river_jobs", "no counts were read")
+}
