@@ -18,7 +18,7 @@ VERSION_LDFLAGS ?= -X $(VERSION_PKG).version=$(shell git describe --tags --alway
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help run test drills fuzz mutate bench-pipeline build migrate demo db db-stop db-destroy lint bench generate clean
+.PHONY: help tools run test drills fuzz mutate bench-pipeline build migrate demo db db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -27,6 +27,9 @@ help: ## list the targets
 
 run: ## run worker and ingest locally with the example sources (scripts/run-local)
 	scripts/run-local
+
+tools: ## install what the tests need beyond Go and PostgreSQL: promtool (scripts/ensure-tools; root for apt-get)
+	scripts/ensure-tools
 
 test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; ARGS=... for go test)
 	scripts/test $(ARGS)
