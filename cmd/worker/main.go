@@ -27,8 +27,7 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
 func exitCode(err error) int {
-	var u usageError
-	if errors.As(err, &u) {
+	if errors.As(err, new(usageError)) || errors.As(err, new(cli.UsageError)) {
 		return 2
 	}
 	return 1
