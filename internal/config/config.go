@@ -74,6 +74,45 @@ type Source struct {
 	// payload names none, so that several sources of one account share one
 	// ledger. Empty: the source name.
 	AccountID string `yaml:"account_id"`
+	// Backfill lets `worker backfill` (and, with Every, the periodic
+	// reconcile) recover events the provider never delivered from its own
+	// log: Stripe's events API, GitHub's hook deliveries. Shopify keeps no
+	// such log. See docs/operations.md.
+	Backfill *Backfill `yaml:"backfill"`
+}
+
+// Backfill is how a source's events are listed from the provider's API.
+// Its credentials are ${VAR}-expanded like the secrets and never logged.
+type Backfill struct {
+	// APIKey is a Stripe secret or restricted key (events: read).
+	APIKey string `yaml:"api_key"`
+	// Accounts are Stripe Connect accounts (acct_...) whose events the
+	// source receives: each is listed with a Stripe-Account header.
+	// Empty: the key's own account.
+	Accounts []string `yaml:"accounts"`
+	// APIVersion, when set, is sent as Stripe-Version so events render as
+	// the webhook endpoint renders them.
+	APIVersion string `yaml:"api_version"`
+	// Token is a GitHub token allowed to read and redeliver the hook's
+	// deliveries (repository webhooks: admin:repo_hook or fine-grained
+	// "Webhooks: read and write").
+	Token string `yaml:"token"`
+	// Repo ("owner/name") and HookID name the GitHub repository webhook.
+	Repo   string `yaml:"repo"`
+	HookID int64  `yaml:"hook_id"`
+	// APIURL overrides the provider's API base URL (GitHub Enterprise
+	// Server: https://HOST/api/v3; tests: a local fake).
+	APIURL string `yaml:"api_url"`
+	// RequestsPerSecond bounds the request rate to the provider's API
+	// (default 5: well inside Stripe's 25/s test mode and GitHub's limits).
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	// Every turns on the periodic, leader-only reconcile: every this long
+	// the worker backfills the last Window. Zero: off.
+	Every time.Duration `yaml:"every"`
+	// Window is how far back the reconcile looks (default: the provider's
+	// retry window plus 8 hours: Stripe 80 h; GitHub, which never retries,
+	// 24 h).
+	Window time.Duration `yaml:"window"`
 }
 
 // Backoff is a source's retry schedule.
@@ -262,12 +301,91 @@ func (s *Source) validate() error {
 	if _, err := s.Verifier(); err != nil {
 		return err
 	}
+	if s.Backfill != nil {
+		if err := s.Backfill.validate(s.Provider); err != nil {
+			return fmt.Errorf("backfill: %w", err)
+		}
+	}
 	for i, f := range s.Forward {
 		if f == nil {
 			return fmt.Errorf("forward[%d]: empty definition", i)
 		}
 		if err := f.Validate(); err != nil {
 			return fmt.Errorf("forward[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// ErrNoDeliveryLog is the error of a backfill section on a source whose
+// provider keeps no log of events or deliveries to recover from.
+var ErrNoDeliveryLog = errors.New("the provider keeps no log of events or deliveries that could be listed: nothing to backfill from (Shopify retries for 48 hours, then the events are lost to webhooks; reconcile from the Admin API instead)")
+
+var (
+	stripeAccount = regexp.MustCompile(`^acct_[A-Za-z0-9]{1,250}$`)
+	githubRepo    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$`)
+)
+
+// BackfillSupported reports whether provider keeps a log backfill can read.
+func BackfillSupported(provider string) bool {
+	return provider == "stripe" || provider == "github"
+}
+
+func (b *Backfill) validate(prov string) error {
+	if !BackfillSupported(prov) {
+		if prov == provider.Shopify {
+			return ErrNoDeliveryLog
+		}
+		return fmt.Errorf("provider %s: only stripe and github sources can be backfilled", prov)
+	}
+	switch prov {
+	case provider.Stripe:
+		if b.APIKey == "" {
+			return errors.New("api_key is required (a Stripe secret or restricted key with events read access, e.g. ${STRIPE_API_KEY})")
+		}
+		if strings.TrimSpace(b.APIKey) != b.APIKey || strings.ContainsAny(b.APIKey, "\r\n") {
+			return errors.New("api_key has white space")
+		}
+		for i, a := range b.Accounts {
+			if !stripeAccount.MatchString(a) {
+				return fmt.Errorf("accounts[%d]: want a Stripe account id (acct_...)", i)
+			}
+		}
+		if b.Token != "" || b.Repo != "" || b.HookID != 0 {
+			return errors.New("token, repo and hook_id are for github sources")
+		}
+	case provider.GitHub:
+		if b.Token == "" || b.Repo == "" || b.HookID <= 0 {
+			return errors.New("token, repo (owner/name) and hook_id are required")
+		}
+		if strings.TrimSpace(b.Token) != b.Token || strings.ContainsAny(b.Token, "\r\n") {
+			return errors.New("token has white space")
+		}
+		if !githubRepo.MatchString(b.Repo) {
+			return errors.New("repo: want owner/name")
+		}
+		if b.APIKey != "" || len(b.Accounts) > 0 || b.APIVersion != "" {
+			return errors.New("api_key, accounts and api_version are for stripe sources")
+		}
+	}
+	if b.APIURL != "" {
+		u, err := url.Parse(b.APIURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return errors.New("api_url must be an absolute http or https URL")
+		}
+	}
+	switch {
+	case b.RequestsPerSecond < 0:
+		return errors.New("requests_per_second must not be negative")
+	case b.Every < 0 || b.Window < 0:
+		return errors.New("every and window must not be negative")
+	case b.Every > 0 && b.Every < time.Minute:
+		return errors.New("every must be at least 1m (or 0: no periodic reconcile)")
+	}
+	if b.Window == 0 {
+		b.Window = provider.RetryWindow(prov) + 8*time.Hour
+		if prov == provider.GitHub {
+			b.Window = 24 * time.Hour
 		}
 	}
 	return nil
