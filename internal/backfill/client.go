@@ -78,6 +78,9 @@ type APIError struct {
 	Message string
 	// Code is Stripe's error.code or type, when given.
 	Code string
+	// rateLimited marks a 403 that is GitHub's rate limit (Retry-After or
+	// X-RateLimit-Remaining: 0): retried like a 429.
+	rateLimited bool
 }
 
 func (e *APIError) Error() string {
@@ -131,7 +134,7 @@ func (c *httpDoer) do(ctx context.Context, build func(ctx context.Context) (*htt
 			return h, body, nil
 		}
 		var apiErr *APIError
-		if errors.As(err, &apiErr) && !retryable(apiErr.Status) {
+		if errors.As(err, &apiErr) && !retryable(apiErr.Status) && !apiErr.rateLimited {
 			return nil, nil, err
 		}
 		if ctx.Err() != nil {
@@ -175,7 +178,15 @@ func (c *httpDoer) once(ctx context.Context, build func(ctx context.Context) (*h
 	if resp.StatusCode/100 == 2 {
 		return resp.Header, body, 0, nil
 	}
-	return nil, nil, retryAfter(resp.Header.Get("Retry-After"), time.Now()), c.decodeError(resp.StatusCode, body)
+	apiErr := c.decodeError(resp.StatusCode, body)
+	wait = retryAfter(resp.Header.Get("Retry-After"), time.Now())
+	if resp.StatusCode == http.StatusForbidden && (resp.Header.Get("Retry-After") != "" || resp.Header.Get("X-RateLimit-Remaining") == "0") {
+		apiErr.rateLimited = true
+		if reset, err := strconv.ParseInt(resp.Header.Get("X-RateLimit-Reset"), 10, 64); err == nil && wait == 0 {
+			wait = max(time.Until(time.Unix(reset, 0)), time.Second)
+		}
+	}
+	return nil, nil, wait, apiErr
 }
 
 // backoff is the wait before retry attempt+1: exponential from BackoffMin,
