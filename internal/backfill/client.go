@@ -8,7 +8,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -108,11 +110,26 @@ type httpDoer struct {
 	limiter *rate.Limiter
 	// decodeError reads a provider's error body into an *APIError.
 	decodeError func(status int, body []byte) *APIError
+	// secret is the credential, cut out of any message the API echoes it
+	// in (Stripe's mock quotes the Authorization header whole).
+	secret string
 }
 
-func newDoer(opts ClientOptions, decodeError func(int, []byte) *APIError) *httpDoer {
+func newDoer(opts ClientOptions, secret string, decodeError func(int, []byte) *APIError) *httpDoer {
 	opts = opts.withDefaults()
-	return &httpDoer{opts: opts, limiter: rate.NewLimiter(rate.Limit(opts.RequestsPerSecond), 1), decodeError: decodeError}
+	return &httpDoer{opts: opts, limiter: rate.NewLimiter(rate.Limit(opts.RequestsPerSecond), 1), decodeError: decodeError, secret: secret}
+}
+
+// bearer is an Authorization value quoted in a message.
+var bearer = regexp.MustCompile(`(?i)(bearer|basic|token)\s+[^\s'"` + "`" + `]+`)
+
+// redact removes the credential, and anything that looks like an
+// Authorization value, from a message the API wrote.
+func (c *httpDoer) redact(msg string) string {
+	if c.secret != "" {
+		msg = strings.ReplaceAll(msg, c.secret, "[redacted]")
+	}
+	return bearer.ReplaceAllString(msg, "$1 [redacted]")
 }
 
 // maxBody bounds a response body: a page of 100 Stripe events is a few
@@ -179,6 +196,7 @@ func (c *httpDoer) once(ctx context.Context, build func(ctx context.Context) (*h
 		return resp.Header, body, 0, nil
 	}
 	apiErr := c.decodeError(resp.StatusCode, body)
+	apiErr.Message = c.redact(apiErr.Message)
 	wait = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	if resp.StatusCode == http.StatusForbidden && (resp.Header.Get("Retry-After") != "" || resp.Header.Get("X-RateLimit-Remaining") == "0") {
 		apiErr.rateLimited = true

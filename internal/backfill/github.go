@@ -33,7 +33,7 @@ func NewGitHubClient(base, token, repo string, hookID int64, opts ClientOptions)
 		token:  token,
 		repo:   repo,
 		hookID: hookID,
-		http:   newDoer(opts, decodeGitHubError),
+		http:   newDoer(opts, token, decodeGitHubError),
 	}
 }
 

@@ -249,7 +249,7 @@ func (s *runState) stripe(ctx context.Context) error {
 			if len(page.Events) == 0 {
 				break
 			}
-			if err := s.storeStripe(ctx, page.Events); err != nil {
+			if err := s.storeStripe(ctx, s.inWindow(page.Events)); err != nil {
 				return err
 			}
 			after = page.Events[len(page.Events)-1].ID
@@ -266,10 +266,25 @@ func (s *runState) stripe(ctx context.Context) error {
 	return nil
 }
 
+// inWindow drops events created outside the run's window, which the API
+// was asked not to list (Stripe's own mock server lists them anyway).
+func (s *runState) inWindow(events []StripeEvent) []StripeEvent {
+	out := events[:0:0]
+	for _, e := range events {
+		if !e.Created.Before(s.row.Since.Truncate(time.Second)) && !e.Created.After(s.row.Until) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // storeStripe stores a page's events that have no envelope, concurrently,
 // so the store's group commit writes them in few transactions.
 func (s *runState) storeStripe(ctx context.Context, events []StripeEvent) error {
 	src := s.req.Source
+	if len(events) == 0 {
+		return nil
+	}
 	ids := make([]string, len(events))
 	for i, e := range events {
 		ids[i] = e.ID

@@ -36,7 +36,7 @@ func NewStripeClient(base, key, apiVersion string, opts ClientOptions) *StripeCl
 		base:       strings.TrimSuffix(cmp.Or(base, StripeAPIURL), "/"),
 		key:        key,
 		apiVersion: apiVersion,
-		http:       newDoer(opts, decodeStripeError),
+		http:       newDoer(opts, key, decodeStripeError),
 	}
 }
 
