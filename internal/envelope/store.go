@@ -146,7 +146,9 @@ type prepared struct {
 // stored with the same body records a duplicate (a row in
 // envelope_duplicate; it never waits for a worker processing the envelope)
 // and enqueues nothing; with a different body it records a conflict and
-// returns *ConflictError. Safe to call concurrently with the same delivery:
+// returns *ConflictError, unless either copy is a backfilled one
+// (OriginBackfill: the provider's API rendering of the same event), which is
+// a duplicate whatever its bytes. Safe to call concurrently with the same delivery:
 // exactly one call inserts.
 //
 // Concurrent calls share transactions (group commit, see package
