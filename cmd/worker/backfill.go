@@ -121,7 +121,8 @@ func runBackfill(ctx context.Context, args []string, getenv func(string) string,
 	if err != nil {
 		return err
 	}
-	runner := &backfill.Runner{Store: envelope.NewStore(pool, client), Logger: adminLogger(stderr)}
+	// No logger: the summary and the error say it all, once.
+	runner := &backfill.Runner{Store: envelope.NewStore(pool, client)}
 	prog := &backfillProgress{w: stderr, every: 2 * time.Second}
 	res, err := runner.Run(ctx, backfill.Request{
 		Source: src, Since: since, DryRun: *dryRun, Actor: who, Resume: int64(*resume), ProgressFunc: prog.update,
