@@ -41,8 +41,10 @@ type Runner struct {
 type Request struct {
 	Source *config.Source
 	// Since is the window's start: events created (GitHub: delivered) at or
-	// after it. The window ends when the run starts.
+	// after it.
 	Since time.Time
+	// Until is the window's end (zero: when the run starts).
+	Until time.Time
 	// DryRun lists what is missing and stores (or redelivers) nothing. It
 	// still writes its backfill_run row.
 	DryRun bool
@@ -127,7 +129,10 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		now = r.Now
 	}
 	start := time.Now()
-	row := runRow{Source: src.Name, Provider: src.Provider, Actor: req.Actor, DryRun: req.DryRun, Since: req.Since, Until: now()}
+	row := runRow{Source: src.Name, Provider: src.Provider, Actor: req.Actor, DryRun: req.DryRun, Since: req.Since, Until: req.Until}
+	if row.Until.IsZero() {
+		row.Until = now()
+	}
 	if req.Resume != 0 {
 		var err error
 		if row, err = loadRun(ctx, r.Store.Pool(), req.Resume); err != nil {
@@ -144,7 +149,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		}
 	} else {
 		if row.Since.After(row.Until) {
-			return Result{}, fmt.Errorf("since %s is in the future", row.Since.Format(time.RFC3339))
+			return Result{}, fmt.Errorf("since %s is after the window's end %s", row.Since.Format(time.RFC3339), row.Until.Format(time.RFC3339))
 		}
 		if err := startRun(ctx, r.Store.Pool(), &row); err != nil {
 			return Result{}, err

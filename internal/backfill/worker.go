@@ -46,7 +46,8 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 type ObserveFunc func(source, result string, found, stored int, at time.Time)
 
 // ReconcileWorker runs ReconcileArgs: a backfill of the source over its
-// configured window (Backfill.Window), as actor "reconcile".
+// configured window (Backfill.Window) up to Backfill.Lag ago (events
+// younger than that may still be on their way), as actor "reconcile".
 type ReconcileWorker struct {
 	river.WorkerDefaults[ReconcileArgs]
 
@@ -79,7 +80,8 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	if w.Runner.Now != nil {
 		now = w.Runner.Now
 	}
-	res, err := w.Runner.Run(ctx, Request{Source: src, Since: now().Add(-Window(src)), Actor: ReconcileActor})
+	at := now()
+	res, err := w.Runner.Run(ctx, Request{Source: src, Since: at.Add(-Window(src)), Until: at.Add(-src.Backfill.Lag), Actor: ReconcileActor})
 	if res.RunID != 0 && w.ObserveFunc != nil {
 		w.ObserveFunc(src.Name, res.Status, res.Found, res.Stored, now())
 	}

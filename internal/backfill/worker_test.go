@@ -25,7 +25,7 @@ import (
 func TestReconcileJobBackfillsTheWindow(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
-	events := stripeEvents(5, "rec", now.Add(-time.Hour))
+	events := append(stripeEvents(1, "young", now.Add(-time.Minute)), stripeEvents(5, "rec", now.Add(-time.Hour))...)
 	fake := newFakeStripe(t, events)
 	b := setup(t, fake.srv.URL, "")
 	ctx := context.Background()
@@ -85,7 +85,8 @@ func TestReconcileJobBackfillsTheWindow(t *testing.T) {
 	var since, until time.Time
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT actor, since, until FROM backfill_run`).Scan(&actor, &since, &until))
 	require.Equal(t, backfill.ReconcileActor, actor)
-	require.InDelta(t, (80 * time.Hour).Seconds(), until.Sub(since).Seconds(), 1, "Stripe's 72 h retry window + 8 h")
+	require.InDelta(t, (80*time.Hour - 15*time.Minute).Seconds(), until.Sub(since).Seconds(), 1, "Stripe's 72 h retry window + 8 h, up to 15 minutes ago")
+	require.WithinDuration(t, time.Now().Add(-15*time.Minute), until, time.Minute)
 	req := fake.requests()[0]
 	require.Equal(t, since.Unix(), mustInt(t, req.Query.Get("created[gte]")))
 }

@@ -113,6 +113,10 @@ type Backfill struct {
 	// retry window plus 8 hours: Stripe 80 h; GitHub, which never retries,
 	// 24 h).
 	Window time.Duration `yaml:"window"`
+	// Lag keeps the reconcile off the most recent events, whose webhooks
+	// may still be on their way (default 15m): they are counted as never
+	// delivered only once older than this.
+	Lag time.Duration `yaml:"lag"`
 }
 
 // Backoff is a source's retry schedule.
@@ -377,8 +381,8 @@ func (b *Backfill) validate(prov string) error {
 	switch {
 	case b.RequestsPerSecond < 0:
 		return errors.New("requests_per_second must not be negative")
-	case b.Every < 0 || b.Window < 0:
-		return errors.New("every and window must not be negative")
+	case b.Every < 0 || b.Window < 0 || b.Lag < 0:
+		return errors.New("every, window and lag must not be negative")
 	case b.Every > 0 && b.Every < time.Minute:
 		return errors.New("every must be at least 1m (or 0: no periodic reconcile)")
 	}
@@ -387,6 +391,12 @@ func (b *Backfill) validate(prov string) error {
 		if prov == provider.GitHub {
 			b.Window = 24 * time.Hour
 		}
+	}
+	if b.Lag == 0 {
+		b.Lag = 15 * time.Minute
+	}
+	if b.Lag >= b.Window {
+		return fmt.Errorf("lag %s must be shorter than window %s", b.Lag, b.Window)
 	}
 	return nil
 }
