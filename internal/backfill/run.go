@@ -144,6 +144,10 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		if row.Status == StatusDone {
 			return Result{}, fmt.Errorf("backfill run %d is done: nothing to resume", row.ID)
 		}
+		if row.Provider != provider.Stripe {
+			return Result{}, fmt.Errorf("backfill run %d is of a %s source: start a new run (it lists the window again and redelivers only what is still missing)", row.ID, row.Provider)
+		}
+		req.DryRun = row.DryRun // a resumed run is what it was
 		if err := saveProgress(ctx, r.Store.Pool(), &row); err != nil {
 			return Result{}, err
 		}
@@ -294,21 +298,22 @@ func (s *runState) storeStripe(ctx context.Context, events []StripeEvent) error 
 	for i, e := range events {
 		ids[i] = e.ID
 	}
-	stored, err := s.r.Store.Stored(ctx, src.Name, ids)
+	present, err := s.r.Store.Stored(ctx, src.Name, ids)
 	if err != nil {
 		return err
 	}
-	s.row.Listed += len(events)
 	var missing []Missing
 	var bodies [][]byte
 	for _, e := range events {
-		if stored[e.ID] {
+		if present[e.ID] {
 			continue
 		}
 		missing = append(missing, Missing{ID: e.ID, Type: e.Type, Created: e.Created, Account: e.Account})
 		bodies = append(bodies, e.Body())
 	}
-	s.row.Found += len(missing)
+	// The page counts once it is done: a page cut short is listed again by
+	// a resume, which then finds the events stored meanwhile present.
+	stored := 0
 	if !s.req.DryRun && len(missing) > 0 {
 		var mu sync.Mutex
 		g, gctx := errgroup.WithContext(ctx)
@@ -341,15 +346,20 @@ func (s *runState) storeStripe(ctx context.Context, events []StripeEvent) error 
 					missing[i].Raced = true
 					s.res.Raced++
 				} else {
-					s.row.Stored++
+					stored++
 				}
 				return nil
 			})
 		}
 		if err := g.Wait(); err != nil {
+			s.row.Found += stored
+			s.row.Stored += stored
 			return err
 		}
 	}
+	s.row.Listed += len(events)
+	s.row.Found += len(missing)
+	s.row.Stored += stored
 	for _, m := range missing {
 		s.list(m)
 	}
