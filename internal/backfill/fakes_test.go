@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"sync"
@@ -126,7 +127,7 @@ func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 	hasMore := false
 	for _, ev := range events[start:] {
 		c := eventCreated(f.t, ev)
-		if c < gte || c > lte {
+		if c < gte || c > lte || !typeMatches(eventType(f.t, ev), q) {
 			continue
 		}
 		if len(page) == limit {
@@ -154,6 +155,26 @@ func eventID(t *testing.T, ev json.RawMessage) string {
 	}
 	require.NoError(t, json.Unmarshal(ev, &e))
 	return e.ID
+}
+
+// typeMatches applies Stripe's type (a "*" wildcard) and types[] filters.
+func typeMatches(typ string, q url.Values) bool {
+	if p := q.Get("type"); p != "" {
+		ok, _ := path.Match(p, typ)
+		return ok
+	}
+	if ts := q["types[]"]; len(ts) > 0 {
+		return slices.Contains(ts, typ)
+	}
+	return true
+}
+
+func eventType(t *testing.T, ev json.RawMessage) string {
+	var e struct {
+		Type string `json:"type"`
+	}
+	require.NoError(t, json.Unmarshal(ev, &e))
+	return e.Type
 }
 
 func eventCreated(t *testing.T, ev json.RawMessage) int64 {

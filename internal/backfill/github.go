@@ -26,7 +26,8 @@ type GitHubClient struct {
 }
 
 // NewGitHubClient returns a client for repo's ("owner/name") hook hookID at
-// base (GitHubAPIURL when empty).
+// base (GitHubAPIURL when empty); a repo with no "/" names an organization,
+// whose hooks are under /orgs/{org}/hooks.
 func NewGitHubClient(base, token, repo string, hookID int64, opts ClientOptions) *GitHubClient {
 	return &GitHubClient{
 		base:   strings.TrimSuffix(cmp.Or(base, GitHubAPIURL), "/"),
@@ -54,7 +55,10 @@ type GitHubDelivery struct {
 func (d GitHubDelivery) OK() bool { return d.StatusCode >= 200 && d.StatusCode < 300 }
 
 func (c *GitHubClient) hookPath() string {
-	owner, name, _ := strings.Cut(c.repo, "/")
+	owner, name, ok := strings.Cut(c.repo, "/")
+	if !ok {
+		return fmt.Sprintf("/orgs/%s/hooks/%d/deliveries", url.PathEscape(c.repo), c.hookID)
+	}
 	return fmt.Sprintf("/repos/%s/%s/hooks/%d/deliveries", url.PathEscape(owner), url.PathEscape(name), c.hookID)
 }
 

@@ -32,13 +32,14 @@ type fakeGitHub struct {
 	bodies     map[string][]byte         // by GUID
 	hookURL    string
 	pageSize   int
+	path       string // the hook's deliveries
 	cursors    []string
 	redeliver  []int64
 	srv        *httptest.Server
 }
 
 func newFakeGitHub(t *testing.T) *fakeGitHub {
-	f := &fakeGitHub{t: t, bodies: map[string][]byte{}, pageSize: 2}
+	f := &fakeGitHub{t: t, bodies: map[string][]byte{}, pageSize: 2, path: deliveriesPath}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -47,6 +48,9 @@ func newFakeGitHub(t *testing.T) *fakeGitHub {
 const deliveriesPath = "/repos/octo/repo/hooks/42/deliveries"
 
 func (f *fakeGitHub) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	deliveriesPath := f.path
+	f.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	if r.Header.Get("Authorization") != "Bearer "+githubToken || r.Header.Get("X-GitHub-Api-Version") == "" {
 		w.WriteHeader(http.StatusUnauthorized)
@@ -230,4 +234,20 @@ func TestGitHubErrorsNameTheStatusNotTheToken(t *testing.T) {
 	require.ErrorContains(t, err, "GitHub API answered 401 Unauthorized: Bad credentials")
 	require.NotContains(t, err.Error(), bf.Token)
 	require.NotContains(t, s.b.logs.String(), bf.Token)
+}
+
+// An organization hook's deliveries are under /orgs/{org}/hooks.
+func TestGitHubBackfillOfAnOrganizationHook(t *testing.T) {
+	t.Parallel()
+	s := ghSetup(t)
+	s.fake.mu.Lock()
+	s.fake.path = "/orgs/octo/hooks/42/deliveries"
+	s.fake.mu.Unlock()
+	src := *s.b.cfg.Sources["github"]
+	bf := *src.Backfill
+	bf.Repo, bf.Org = "", "octo"
+	src.Backfill = &bf
+	res, err := s.b.runner.Run(context.Background(), backfill.Request{Source: &src, Since: s.since, Actor: "hank"})
+	require.NoError(t, err)
+	require.Equal(t, [3]int{5, 2, 2}, [3]int{res.Listed, res.Found, res.Stored})
 }

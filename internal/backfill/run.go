@@ -235,6 +235,7 @@ func stripeCursor(account, after string) string { return account + ":" + after }
 func (s *runState) stripe(ctx context.Context) error {
 	b := s.req.Source.Backfill
 	client := NewStripeClient(b.APIURL, b.APIKey, b.APIVersion, s.clientOptions())
+	client.Types = b.Events
 	accounts := b.Accounts
 	if len(accounts) == 0 {
 		accounts = []string{""}
@@ -371,7 +372,7 @@ func (s *runState) storeStripe(ctx context.Context, events []StripeEvent) error 
 // was never answered 2xx and has no envelope.
 func (s *runState) github(ctx context.Context) error {
 	b := s.req.Source.Backfill
-	client := NewGitHubClient(b.APIURL, b.Token, b.Repo, b.HookID, s.clientOptions())
+	client := NewGitHubClient(b.APIURL, b.Token, cmp.Or(b.Repo, b.Org), b.HookID, s.clientOptions())
 	type event struct {
 		ok     bool
 		latest GitHubDelivery // latest failed attempt

@@ -25,7 +25,11 @@ type StripeClient struct {
 	base       string
 	key        string
 	apiVersion string
-	http       *httpDoer
+	// Types limits the listing to these event types (see
+	// config.Backfill.Events): one with a "*" is sent as type, others as
+	// types[].
+	Types []string
+	http  *httpDoer
 }
 
 // NewStripeClient returns a client for the API at base (StripeAPIURL when
@@ -67,6 +71,13 @@ func (c *StripeClient) ListEvents(ctx context.Context, account string, since, un
 	q.Set("created[lte]", strconv.FormatInt(until.Unix(), 10))
 	if after != "" {
 		q.Set("starting_after", after)
+	}
+	for _, t := range c.Types {
+		if strings.Contains(t, "*") {
+			q.Set("type", t)
+		} else {
+			q.Add("types[]", t)
+		}
 	}
 	u := c.base + "/v1/events?" + q.Encode()
 	_, body, err := c.http.do(ctx, func(ctx context.Context) (*http.Request, error) {

@@ -383,3 +383,43 @@ func TestShopifyCannotBeBackfilled(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM backfill_run`).Scan(&runs))
 	require.Zero(t, runs)
 }
+
+// events: only the types the endpoint is subscribed to are listed (types[],
+// or type with a wildcard), so events it was never sent are neither stored
+// nor counted as missing.
+func TestStripeBackfillListsOnlyTheEndpointsEventTypes(t *testing.T) {
+	t.Parallel()
+	page, err := os.ReadFile("testdata/stripe_events_page.json")
+	require.NoError(t, err)
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(page, &list))
+	fake := newFakeStripe(t, list.Data)
+	b := setup(t, fake.srv.URL, "")
+	for _, tc := range []struct {
+		events []string
+		want   []string
+	}{
+		{[]string{"payment_intent.succeeded", "charge.refunded"}, []string{"evt_3QfRecordedC0003", "evt_3QfRecordedB0002"}},
+		{[]string{"customer.*"}, []string{"evt_1QfRecordedA0001"}},
+	} {
+		src := *b.cfg.Sources["stripe"]
+		bf := *src.Backfill
+		bf.Events = tc.events
+		src.Backfill = &bf
+		res, err := b.runner.Run(context.Background(), backfill.Request{Source: &src, Since: time.Unix(1764546000, 0), DryRun: true, Actor: "gina"})
+		require.NoError(t, err)
+		var got []string
+		for _, m := range res.Missing {
+			got = append(got, m.ID)
+		}
+		require.Equal(t, tc.want, got, "%v", tc.events)
+		q := fake.requests()[len(fake.requests())-1].Query
+		if len(tc.events) > 1 {
+			require.Equal(t, tc.events, q["types[]"])
+		} else {
+			require.Equal(t, tc.events[0], q.Get("type"))
+		}
+	}
+}

@@ -116,6 +116,14 @@ func TestStripeBackfillAgainstStripeMock(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Listed)
 
+	// Event types, both ways Stripe takes them.
+	for _, events := range [][]string{{"plan.created", "charge.refunded"}, {"plan.*"}} {
+		bf.Events = events
+		_, err = b.runner.Run(ctx, backfill.Request{Source: &src, Since: since, DryRun: true, Actor: "mock"})
+		require.NoError(t, err, "%v", events)
+	}
+	bf.Events = nil
+
 	// The window's end is asked for: nothing since a minute ago.
 	res, err = b.runner.Run(ctx, backfill.Request{Source: &src, Since: time.Now().Add(-time.Minute), DryRun: true, Actor: "mock"})
 	require.NoError(t, err)

@@ -30,12 +30,16 @@ func TestBackfillSection(t *testing.T) {
 	for _, tc := range []struct{ provider, secret, backfill, want string }{
 		{"shopify", shopify, "{api_key: x}", "keeps no log of events or deliveries"},
 		{"stripe", stripe, "{}", "api_key is required"},
+		{"stripe", stripe, "{api_key: '${KEY}', events: ['charge.*', charge.refunded]}", "must be the only entry"},
+		{"stripe", stripe, "{api_key: '${KEY}', events: ['']}", "events[0]"},
 		{"stripe", stripe, "{api_key: '${KEY}', accounts: [bob]}", "accounts[0]"},
 		{"stripe", stripe, "{api_key: '${KEY}', repo: a/b}", "for github sources"},
 		{"stripe", stripe, "{api_key: '${KEY}', every: 10s}", "every must be at least 1m"},
 		{"stripe", stripe, "{api_key: '${KEY}', api_url: 'ftp://x'}", "api_url"},
 		{"github", github, "{token: '${TOKEN}', repo: octo, hook_id: 1}", "repo: want owner/name"},
-		{"github", github, "{token: '${TOKEN}', repo: octo/repo}", "hook_id are required"},
+		{"github", github, "{token: '${TOKEN}', repo: octo/repo}", "hook_id and one of repo"},
+		{"github", github, "{token: '${TOKEN}', repo: octo/repo, org: octo, hook_id: 1}", "one of repo (owner/name) or org"},
+		{"github", github, "{token: '${TOKEN}', org: 'o/x', hook_id: 1}", "org: want"},
 		{"standard", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "{api_key: x}", "only stripe and github"},
 		{"stripe", stripe, "{api_key: '${KEY}', hook_id: nope}", "cannot unmarshal"},
 	} {

@@ -93,12 +93,20 @@ type Backfill struct {
 	// APIVersion, when set, is sent as Stripe-Version so events render as
 	// the webhook endpoint renders them.
 	APIVersion string `yaml:"api_version"`
+	// Events are the Stripe event types the webhook endpoint is subscribed
+	// to (its enabled events, at most 20 exact types, or one pattern with a
+	// "*" wildcard such as "charge.*"): only those are listed. Empty: every
+	// event of the account, which for an endpoint subscribed to fewer
+	// types stores (as ignored) and counts events it was never sent.
+	Events []string `yaml:"events"`
 	// Token is a GitHub token allowed to read and redeliver the hook's
 	// deliveries (repository webhooks: admin:repo_hook or fine-grained
 	// "Webhooks: read and write").
 	Token string `yaml:"token"`
-	// Repo ("owner/name") and HookID name the GitHub repository webhook.
+	// Repo ("owner/name") and HookID name the GitHub repository webhook;
+	// Org instead of Repo names an organization webhook.
 	Repo   string `yaml:"repo"`
+	Org    string `yaml:"org"`
 	HookID int64  `yaml:"hook_id"`
 	// APIURL overrides the provider's API base URL (GitHub Enterprise
 	// Server: https://HOST/api/v3; tests: a local fake).
@@ -328,6 +336,7 @@ var ErrNoDeliveryLog = errors.New("the provider keeps no log of events or delive
 var (
 	stripeAccount = regexp.MustCompile(`^acct_[A-Za-z0-9]{1,250}$`)
 	githubRepo    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$`)
+	githubOrg     = regexp.MustCompile(`^[A-Za-z0-9-]{1,100}$`)
 )
 
 // BackfillSupported reports whether provider keeps a log backfill can read.
@@ -355,21 +364,27 @@ func (b *Backfill) validate(prov string) error {
 				return fmt.Errorf("accounts[%d]: want a Stripe account id (acct_...)", i)
 			}
 		}
-		if b.Token != "" || b.Repo != "" || b.HookID != 0 {
-			return errors.New("token, repo and hook_id are for github sources")
+		if err := checkStripeEvents(b.Events); err != nil {
+			return err
+		}
+		if b.Token != "" || b.Repo != "" || b.Org != "" || b.HookID != 0 {
+			return errors.New("token, repo, org and hook_id are for github sources")
 		}
 	case provider.GitHub:
-		if b.Token == "" || b.Repo == "" || b.HookID <= 0 {
-			return errors.New("token, repo (owner/name) and hook_id are required")
+		if b.Token == "" || (b.Repo == "") == (b.Org == "") || b.HookID <= 0 {
+			return errors.New("token, hook_id and one of repo (owner/name) or org are required")
 		}
 		if strings.TrimSpace(b.Token) != b.Token || strings.ContainsAny(b.Token, "\r\n") {
 			return errors.New("token has white space")
 		}
-		if !githubRepo.MatchString(b.Repo) {
+		if b.Repo != "" && !githubRepo.MatchString(b.Repo) {
 			return errors.New("repo: want owner/name")
 		}
-		if b.APIKey != "" || len(b.Accounts) > 0 || b.APIVersion != "" {
-			return errors.New("api_key, accounts and api_version are for stripe sources")
+		if b.Org != "" && !githubOrg.MatchString(b.Org) {
+			return errors.New("org: want an organization login")
+		}
+		if b.APIKey != "" || len(b.Accounts) > 0 || b.APIVersion != "" || len(b.Events) > 0 {
+			return errors.New("api_key, accounts, api_version and events are for stripe sources")
 		}
 	}
 	if b.APIURL != "" {
@@ -397,6 +412,28 @@ func (b *Backfill) validate(prov string) error {
 	}
 	if b.Lag >= b.Window {
 		return fmt.Errorf("lag %s must be shorter than window %s", b.Lag, b.Window)
+	}
+	return nil
+}
+
+// checkStripeEvents checks a backfill's event types: as Stripe's list takes
+// them, up to 20 exact types (types[]) or a single pattern (type, "*"
+// wildcards).
+func checkStripeEvents(events []string) error {
+	wild := 0
+	for i, e := range events {
+		if strings.TrimSpace(e) == "" || strings.ContainsAny(e, " \t\r\n") {
+			return fmt.Errorf("events[%d]: want an event type such as charge.refunded", i)
+		}
+		if strings.Contains(e, "*") {
+			wild++
+		}
+	}
+	switch {
+	case wild > 0 && len(events) > 1:
+		return errors.New("events: a pattern with * must be the only entry (Stripe lists one pattern, or up to 20 exact types)")
+	case len(events) > 20:
+		return errors.New("events: at most 20 exact types (Stripe's limit), or one pattern with *")
 	}
 	return nil
 }
