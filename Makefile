@@ -10,10 +10,15 @@ INGEST_URL ?= http://127.0.0.1:8080
 ARGS ?=
 # How long each target of `make fuzz` runs (go test -fuzztime), e.g. make fuzz FUZZTIME=10m.
 FUZZTIME ?= 60s
+# What make build stamps into the binaries (internal/version): Go stamps the revision itself only
+# in a checkout whose .git is a directory and without -buildvcs=false.
+VERSION_PKG := github.com/inboxhq/inbox/internal/version
+VERSION_LDFLAGS ?= -X $(VERSION_PKG).version=$(shell git describe --tags --always --dirty 2>/dev/null) \
+	-X $(VERSION_PKG).revision=$(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help run test drills fuzz mutate bench-pipeline build migrate demo db db-stop db-destroy lint bench generate clean
+.PHONY: help tools run test drills fuzz mutate bench-pipeline build migrate demo db db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -22,6 +27,9 @@ help: ## list the targets
 
 run: ## run worker and ingest locally with the example sources (scripts/run-local)
 	scripts/run-local
+
+tools: ## install what the tests need beyond Go and PostgreSQL: promtool (scripts/ensure-tools; root for apt-get)
+	scripts/ensure-tools
 
 test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; ARGS=... for go test)
 	scripts/test $(ARGS)
@@ -40,8 +48,8 @@ fuzz: ## run each fuzz target for FUZZTIME against the dev PostgreSQL (their see
 mutate: ## the mutation run: each bug of scripts/mutations.txt in a temporary copy, its tests must fail (ARGS=...)
 	scripts/mutate $(ARGS)
 
-build: ## build bin/ingest, bin/worker and bin/sendhook
-	$(GO) build -o bin/ ./cmd/...
+build: ## build bin/ingest, bin/worker and bin/sendhook, stamped with the git revision (--version, inbox_build_info)
+	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o bin/ ./cmd/...
 
 migrate: build ## apply the migrations to DATABASE_URL (default: database inbox on the dev server)
 	@url="$${DATABASE_URL:-}"; \

@@ -238,12 +238,17 @@ func TestEndToEndAllProvidersWithDuplicates(t *testing.T) {
 		want{"inbox_ingest_requests_total", []string{"source", "unknown", "outcome", "unknown_source"}, 1},
 		want{"inbox_ingest_conflicts_total", nil, 0},
 		want{"inbox_ingest_request_duration_seconds", nil, float64(len(all)*copies + 2)},
+		want{"inbox_ingest_requests_total", []string{"source", "stripe", "outcome", "unavailable"}, 0},
+		want{"inbox_build_info", nil, 1},
 	)
 	require.True(t, hasPrefix(im, "go_goroutines"))
 	wm := scrapeUntil(t, s.workerAdmin,
 		want{"inbox_worker_attempts_total", []string{"outcome", "done"}, float64(len(all) - 1)},
 		want{"inbox_worker_attempts_total", []string{"outcome", "ignored"}, 1},
-		want{"inbox_processing_latency_seconds", nil, float64(len(all))},
+		want{"inbox_processing_latency_seconds", []string{"kind", "first"}, float64(len(all))},
+		want{"inbox_processing_latency_seconds", []string{"kind", "replay"}, 0},
+		want{"inbox_build_info", nil, 1},
+		want{"inbox_river_stats_up", nil, 1},
 		want{"inbox_ledger_postings_total", []string{"kind", "payment", "result", "posted"}, 15},
 		want{"inbox_ledger_postings_total", []string{"kind", "refund", "result", "posted"}, 15},
 		want{"inbox_envelopes", []string{"status", "done"}, float64(len(all) - 1)},
@@ -253,6 +258,8 @@ func TestEndToEndAllProvidersWithDuplicates(t *testing.T) {
 		want{"inbox_worker_snoozes_total", []string{"cause", "not_ready"}, float64(s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome = 'snoozed'"))},
 	)
 	require.Equal(t, 4, series(t, wm, "inbox_envelopes", "status", "pending"), "a zero status is exported, per source")
+	require.Equal(t, 1, series(t, wm, "inbox_river_jobs", "kind", "process_envelope", "state", "available"), "a River kind is exported with its jobs all completed")
+	require.Positive(t, metricSum(t, wm, "inbox_worker_heartbeat_timestamp_seconds"), "the running worker beats")
 
 	require.NoError(t, s.ingest.stop(30*time.Second), "ingest exits 0 on SIGTERM")
 	require.NoError(t, s.worker.stop(45*time.Second), "worker exits 0 on SIGTERM")

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	args = append(args, "../cmd/ingest", "../cmd/worker")
+	args = append(args, "../cmd/...") // every binary: TestVersionEveryBinary runs each
 	cmd := exec.Command("go", args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

@@ -10,8 +10,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -87,10 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "inbox_ingest_inflight_body_bytes",
-		Help: "Bytes of request bodies held in memory now (bounded by --max-inflight-body-bytes plus 16 KiB per connection).",
-	}, func() float64 { return float64(srv.InflightBodyBytes()) }))
+	m.RegisterInflightBodyBytes(reg, srv.InflightBodyBytes)
 
 	httpSrv, bound, errc, err := cli.ListenLimited(*addr, *maxConnsOpen, srv, 20*time.Second)
 	if err != nil {

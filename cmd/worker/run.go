@@ -129,6 +129,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	reg := metrics.NewRegistry()
 	wm := metrics.NewWorker(reg, pool, logger)
 	wm.Init(slices.Sorted(maps.Keys(sources)))
+	wm.InitRiverKinds(river.QueueDefault, envelope.ProcessArgs{}.Kind(), worker.ReconcileArgs{}.Kind(), retention.PurgeArgs{}.Kind(), backfill.ReconcileArgs{}.Kind())
 	bm := metrics.NewBackfill(reg)
 	bm.Init(backfill.ReconciledSources(backfillCfg))
 	// The reconcile stores recovered events through the envelope store, as
@@ -179,6 +180,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
+	// inbox_worker_heartbeat_timestamp_seconds: advances while this worker
+	// runs and reaches its database; stops at SIGTERM.
+	go wm.RunHeartbeat(ctx, 15*time.Second, pool.Ping)
 	if *cfgPath == "" {
 		logger.Warn("no sources file (--config / INBOX_CONFIG): forwarding, per-source backoff, throttle and max_attempts are off; give the worker the same file as ingest")
 	}

@@ -1,6 +1,6 @@
 // Package cli holds what the binaries share for their command lines: flags
-// that default from environment variables, and the slog logger. It imports
-// nothing of this module.
+// that default from environment variables, the slog logger and --version. Of
+// this module it imports only internal/version.
 package cli
 
 import (

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/inboxhq/inbox/internal/version"
 )
 
 // RunFunc is a binary's testable entry point: it runs until ctx ends.
@@ -17,8 +19,14 @@ type RunFunc func(ctx context.Context, args []string, getenv func(string) string
 // Main runs run with the process's arguments, environment and standard
 // streams, and a context cancelled by SIGINT or SIGTERM. It exits 0 on
 // success or -h; otherwise it prints "name: error" and exits with
-// exitCode(err) (nil: 1).
+// exitCode(err) (nil: 1). A first argument --version (or -version) prints
+// the build's version, revision and Go version to stdout and exits 0,
+// without reading the environment.
 func Main(name string, run RunFunc, exitCode func(error) int) {
+	if len(os.Args) > 1 && isVersionFlag(os.Args[1]) {
+		fmt.Fprintln(os.Stdout, version.Get().String(name))
+		os.Exit(0)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
@@ -31,4 +39,14 @@ func Main(name string, run RunFunc, exitCode func(error) int) {
 		code = exitCode(err)
 	}
 	os.Exit(code)
+}
+
+// isVersionFlag reports whether arg asks for the version (--version,
+// -version, --version=true).
+func isVersionFlag(arg string) bool {
+	switch arg {
+	case "--version", "-version", "--version=true", "-version=true":
+		return true
+	}
+	return false
 }

@@ -1,7 +1,7 @@
 // Package metrics defines the Prometheus metrics of ingest and worker. Label
 // values come only from configuration and fixed sets (sources, outcomes,
-// statuses), never from a request, so an attacker cannot grow them. It
-// imports nothing of this module.
+// statuses), never from a request, so an attacker cannot grow them. Of this
+// module it imports only internal/version (for inbox_build_info).
 package metrics
 
 import (
@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/inboxhq/inbox/internal/version"
 )
 
 // UnknownSource is the source label of requests to a source that is not
@@ -59,14 +61,44 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 	return m
 }
 
-// Init creates the zero series of each configured source, so dashboards and
-// alerts see 0 rather than nothing before the first event.
+// IngestOutcomes are the outcome label values of inbox_ingest_requests_total
+// that a configured source can have: every outcome ingest records except
+// unknown_source, which only UnknownSource has.
+var IngestOutcomes = []string{
+	"accepted", "duplicate", "conflict", "bad_signature", "bad_request", "too_large",
+	"read_timeout", "unavailable", "overloaded", "db_permission", "internal_error",
+}
+
+// SignatureNoMatch is the provider verifiers' reason for a well-formed
+// signature that no configured secret produced (a wrong or rotated secret),
+// the one reason Init creates a zero series of; other reasons appear when
+// they first happen.
+const SignatureNoMatch = "no signature matches"
+
+// Init creates the zero series of each configured source (every outcome) and
+// of UnknownSource's unknown_source, so dashboards and alerts (503s,
+// signature failures, conflicts) see 0 rather than nothing before the first
+// event. The duration histogram gets the accepted series only.
 func (m *Ingest) Init(sources []string) {
 	for _, s := range sources {
 		m.Duplicates.WithLabelValues(s)
 		m.Conflicts.WithLabelValues(s)
-		m.Requests.WithLabelValues(s, "accepted")
+		m.SignatureFailures.WithLabelValues(s, SignatureNoMatch)
+		for _, o := range IngestOutcomes {
+			m.Requests.WithLabelValues(s, o)
+		}
+		m.Duration.WithLabelValues(s, "accepted")
 	}
+	m.Requests.WithLabelValues(UnknownSource, "unknown_source")
+}
+
+// RegisterInflightBodyBytes exports inbox_ingest_inflight_body_bytes, read
+// from bytes at each scrape. Call it once.
+func (m *Ingest) RegisterInflightBodyBytes(reg prometheus.Registerer, bytes func() int64) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "inbox_ingest_inflight_body_bytes",
+		Help: "Bytes of request bodies held in memory now (bounded by --max-inflight-body-bytes plus 16 KiB per connection).",
+	}, func() float64 { return float64(bytes()) }))
 }
 
 // Observe records one webhook request.
@@ -89,13 +121,28 @@ type Worker struct {
 	Snoozes           *prometheus.CounterVec
 	ProcessingLatency *prometheus.HistogramVec
 	LedgerPostings    *prometheus.CounterVec
+	// Heartbeat is when the running worker last reached its database
+	// (Unix seconds); RunHeartbeat sets it.
+	Heartbeat prometheus.Gauge
+
+	river     *riverCollector    // nil without a pool
+	envelopes *envelopeCollector // nil without a pool
 }
+
+// Processing kinds, the kind label of inbox_processing_latency_seconds: the
+// first processing of an envelope is timed from its receipt, a replay's from
+// the replay (so a replayed week-old envelope is not a week-long latency).
+const (
+	KindFirst  = "first"
+	KindReplay = "replay"
+)
 
 // NewWorker registers the worker's metrics on reg. With a non-nil pool it
 // also exports envelope counts by status and the oldest pending age, read
 // from the database at most every 30 s. The read counts the envelope table:
 // cheap at thousands of rows, seconds at tens of millions; it is bounded at
-// 3 s, and inbox_envelope_stats_up says when it failed.
+// 3 s, and inbox_envelope_stats_up says when it failed. River's job counts
+// (inbox_river_jobs) are read the same way (riverCollector).
 func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logger) *Worker {
 	m := &Worker{
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -108,19 +155,74 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 		}, []string{"source", "cause"}),
 		ProcessingLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inbox_processing_latency_seconds",
-			Help:    "Time from receipt to a final status, by source and status.",
+			Help:    "Time to a final status, by source, status and kind: first (from receipt) or replay (from the operator's replay).",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400},
-		}, []string{"source", "status"}),
+		}, []string{"source", "status", "kind"}),
 		LedgerPostings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inbox_ledger_postings_total",
 			Help: "Ledger transactions by kind and result (posted, or skipped as already posted).",
 		}, []string{"kind", "result"}),
+		Heartbeat: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "inbox_worker_heartbeat_timestamp_seconds",
+			Help: "When this running worker last reached its database (Unix time); alert when it stops advancing or is absent.",
+		}),
 	}
-	reg.MustRegister(m.Attempts, m.Snoozes, m.ProcessingLatency, m.LedgerPostings)
+	reg.MustRegister(m.Attempts, m.Snoozes, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat)
 	if pool != nil {
-		reg.MustRegister(&envelopeCollector{pool: pool, logger: logger})
+		m.river = &riverCollector{pool: pool, logger: logger}
+		m.envelopes = &envelopeCollector{pool: pool, logger: logger}
+		reg.MustRegister(m.envelopes, m.river)
 	}
 	return m
+}
+
+// InitRiverKinds makes inbox_river_jobs export every state of each kind on
+// queue, at 0 while none of its jobs is in that state (otherwise a kind
+// whose jobs have all completed has no series). Without a pool it does
+// nothing. Call it before the first scrape.
+func (m *Worker) InitRiverKinds(queue string, kinds ...string) {
+	if m.river == nil {
+		return
+	}
+	m.river.mu.Lock()
+	defer m.river.mu.Unlock()
+	for _, k := range kinds {
+		m.river.known = append(m.river.known, queueKind{queue, k})
+	}
+}
+
+// ObserveProcessing records one envelope's time to a final status: from
+// its receipt on a first processing, from replayedAt when it was replayed
+// (non-nil), so replays have their own kind="replay" series.
+func (m *Worker) ObserveProcessing(source, status string, receivedAt time.Time, replayedAt *time.Time, at time.Time) {
+	kind, from := KindFirst, receivedAt
+	if replayedAt != nil {
+		kind = KindReplay
+		if replayedAt.After(receivedAt) {
+			from = *replayedAt
+		}
+	}
+	m.ProcessingLatency.WithLabelValues(source, status, kind).Observe(at.Sub(from).Seconds())
+}
+
+// RunHeartbeat sets Heartbeat to now each time alive succeeds (at once,
+// then every interval) until ctx ends; alive is bounded by interval. A
+// worker whose database is unreachable stops beating, as does a stopped one.
+func (m *Worker) RunHeartbeat(ctx context.Context, interval time.Duration, alive func(context.Context) error) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		actx, cancel := context.WithTimeout(ctx, interval)
+		if alive(actx) == nil {
+			m.Heartbeat.SetToCurrentTime()
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // WorkerOutcomes and SnoozeCauses are the label values Init creates zero
@@ -128,18 +230,39 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 var (
 	WorkerOutcomes = []string{"done", "ignored", "failed", "retry", "snoozed"}
 	SnoozeCauses   = []string{"not_ready", "retry_after", "throttled"}
+	// FinalStatuses are the status label values of
+	// inbox_processing_latency_seconds; LedgerKinds and LedgerResults those
+	// of inbox_ledger_postings_total.
+	FinalStatuses = []string{"done", "ignored", "failed"}
+	LedgerKinds   = []string{"payment", "refund", "refund_reversal"}
+	LedgerResults = []string{"posted", "skipped"}
 )
 
-// Init creates the zero series of each configured source, so an alert on
-// failed attempts or a dashboard of snoozes sees 0 rather than nothing
-// before the first one.
+// Init creates the zero series of each configured source (and of the
+// ledger's kinds), so an alert on failed attempts or a dashboard of snoozes,
+// latencies, postings or envelope counts sees 0 rather than nothing before
+// the first one.
 func (m *Worker) Init(sources []string) {
+	if m.envelopes != nil {
+		m.envelopes.mu.Lock()
+		m.envelopes.sources = append(m.envelopes.sources, sources...)
+		m.envelopes.mu.Unlock()
+	}
 	for _, s := range sources {
 		for _, o := range WorkerOutcomes {
 			m.Attempts.WithLabelValues(s, o)
 		}
 		for _, c := range SnoozeCauses {
 			m.Snoozes.WithLabelValues(s, c)
+		}
+		for _, st := range FinalStatuses {
+			m.ProcessingLatency.WithLabelValues(s, st, KindFirst)
+			m.ProcessingLatency.WithLabelValues(s, st, KindReplay)
+		}
+	}
+	for _, k := range LedgerKinds {
+		for _, r := range LedgerResults {
+			m.LedgerPostings.WithLabelValues(k, r)
 		}
 	}
 }
@@ -155,6 +278,7 @@ type envelopeCollector struct {
 	counts  []statusCount
 	oldest  float64
 	scrapes error
+	sources []string // configured: exported at 0 before their first envelope
 }
 
 type statusCount struct {
@@ -210,7 +334,7 @@ func (c *envelopeCollector) refresh() {
 			err = rows.Err()
 		}
 		if err == nil {
-			c.counts = withZeros(counts)
+			c.counts = withZeros(counts, c.sources)
 		}
 	}
 	if err == nil {
@@ -227,9 +351,15 @@ func (c *envelopeCollector) refresh() {
 // so a status that empties does not vanish from dashboards and alerts.
 var statuses = []string{"pending", "done", "failed", "ignored"}
 
-func withZeros(counts []statusCount) []statusCount {
+func withZeros(counts []statusCount, configured []string) []statusCount {
 	seen := map[string]map[string]bool{}
 	var sources []string
+	for _, src := range configured {
+		if seen[src] == nil {
+			seen[src] = map[string]bool{}
+			sources = append(sources, src)
+		}
+	}
 	for _, sc := range counts {
 		if seen[sc.source] == nil {
 			seen[sc.source] = map[string]bool{}
@@ -247,11 +377,25 @@ func withZeros(counts []statusCount) []statusCount {
 	return counts
 }
 
-// NewRegistry returns a registry with the Go runtime and process collectors.
+// NewRegistry returns a registry with the Go runtime and process collectors
+// and inbox_build_info.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), BuildInfo(version.Get()))
 	return reg
+}
+
+// BuildInfo returns the inbox_build_info gauge: always 1, its labels say
+// what the binary was built from (join it to other series with on(instance)
+// group_left to see which version an alert fired on).
+func BuildInfo(v version.Info) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "inbox_build_info",
+		Help:        "Build of this binary: module version, VCS revision, Go version (always 1).",
+		ConstLabels: prometheus.Labels{"version": v.Version, "revision": v.Revision, "goversion": v.GoVersion},
+	})
+	g.Set(1)
+	return g
 }
 
 // Handler serves reg in the Prometheus text format.

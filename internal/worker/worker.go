@@ -636,7 +636,7 @@ func (w *ProcessWorker) observeFinal(env *envelope.Envelope, outcome string, at 
 		return // an already-final envelope was not processed by this attempt
 	}
 	w.Metrics.Attempts.WithLabelValues(env.Source, outcome).Inc()
-	w.Metrics.ProcessingLatency.WithLabelValues(env.Source, outcome).Observe(at.Sub(env.ReceivedAt).Seconds())
+	w.Metrics.ObserveProcessing(env.Source, outcome, env.ReceivedAt, env.LastReplayedAt, at)
 	var r struct {
 		Posted *bool  `json:"posted"`
 		Kind   string `json:"kind"`
@@ -658,7 +658,7 @@ func (w *ProcessWorker) observeFailure(env *envelope.Envelope, act action, at ti
 	w.Metrics.Attempts.WithLabelValues(env.Source, string(act.outcome)).Inc()
 	switch {
 	case act.final:
-		w.Metrics.ProcessingLatency.WithLabelValues(env.Source, string(envelope.StatusFailed)).Observe(at.Sub(env.ReceivedAt).Seconds())
+		w.Metrics.ObserveProcessing(env.Source, string(envelope.StatusFailed), env.ReceivedAt, env.LastReplayedAt, at)
 	case act.outcome == envelope.OutcomeSnoozed:
 		cause := "not_ready"
 		var ra *handlers.RetryAfterError
