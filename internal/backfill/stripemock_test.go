@@ -20,7 +20,8 @@ import (
 // (github.com/stripe/stripe-mock) on a free loopback port for the test and
 // returns its URL. It looks for STRIPE_MOCK, then stripe-mock on PATH, then
 // in GOPATH/bin. Absent, the test is skipped, except under CI=true, where
-// scripts/test installs it and its absence fails the test.
+// scripts/ensure-tools (make tools, .ci/run) installs it and its absence
+// fails the test.
 func stripeMockURL(t *testing.T) string {
 	t.Helper()
 	bin := os.Getenv("STRIPE_MOCK")
@@ -35,7 +36,7 @@ func stripeMockURL(t *testing.T) string {
 		}
 	}
 	if bin == "" {
-		msg := "stripe-mock not found (STRIPE_MOCK, PATH, GOPATH/bin): install it with go install github.com/stripe/stripe-mock@v0.203.0"
+		msg := "stripe-mock not found (STRIPE_MOCK, PATH, GOPATH/bin): make tools (scripts/ensure-tools) installs it"
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
