@@ -56,6 +56,19 @@ func loadRun(ctx context.Context, pool *pgxpool.Pool, id int64) (runRow, error) 
 	return r, nil
 }
 
+// unfinishedRun returns the id of the latest run of source by actor started
+// at or after since that did not end done, or 0.
+func unfinishedRun(ctx context.Context, pool *pgxpool.Pool, source, actor string, since time.Time) (int64, error) {
+	var id int64
+	err := pool.QueryRow(ctx, `
+		SELECT coalesce(max(id), 0) FROM backfill_run
+		 WHERE source = $1 AND actor = $2 AND started_at >= $3 AND status <> 'done'`, source, actor, since).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("look up unfinished backfill run: %w", err)
+	}
+	return id, nil
+}
+
 // saveProgress records the counts and the cursor of the last page done.
 func saveProgress(ctx context.Context, pool *pgxpool.Pool, r *runRow) error {
 	_, err := pool.Exec(ctx, `

@@ -9,6 +9,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/provider"
 )
 
 // ReconcileActor is the backfill_run.actor of the periodic reconcile.
@@ -24,11 +25,12 @@ type ReconcileArgs struct {
 func (ReconcileArgs) Kind() string { return "backfill_reconcile" }
 
 // InsertOpts makes the job unique per source among those waiting or
-// running, so a slow reconcile is never joined by the next period's. A
-// failed one is retried twice; the next period starts afresh anyway.
+// running, so a slow reconcile is never joined by the next period's. A run
+// cut short (the job timeout, the API failing) is retried, each retry
+// carrying on from the cursor (Stripe), up to 10 attempts.
 func (ReconcileArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
-		MaxAttempts: 3,
+		MaxAttempts: 10,
 		UniqueOpts: river.UniqueOpts{
 			ByArgs: true,
 			ByState: []rivertype.JobState{
@@ -53,9 +55,10 @@ type ReconcileWorker struct {
 
 	Runner *Runner
 	Config *config.Config
-	// JobTimeout bounds one run; keep it below the client's
-	// RescueStuckJobsAfter. A run cut short records what it stored (status
-	// interrupted) and the job is retried as a new run.
+	// JobTimeout bounds one attempt; keep it below the client's
+	// RescueStuckJobsAfter. An attempt cut short records what it stored
+	// (status interrupted) and the retry resumes the same run (Stripe;
+	// GitHub's lists its window again).
 	JobTimeout time.Duration
 	// ObserveFunc, when set, gets each run's result.
 	ObserveFunc ObserveFunc
@@ -81,7 +84,18 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 		now = w.Runner.Now
 	}
 	at := now()
-	res, err := w.Runner.Run(ctx, Request{Source: src, Since: at.Add(-Window(src)), Until: at.Add(-src.Backfill.Lag), Actor: ReconcileActor})
+	req := Request{Source: src, Since: at.Add(-Window(src)), Until: at.Add(-src.Backfill.Lag), Actor: ReconcileActor}
+	if job.Attempt > 1 && src.Provider == provider.Stripe {
+		// A retry carries on with the run an earlier attempt of this job
+		// started and did not finish (cut short by the job timeout, or the
+		// API failing), from its cursor.
+		id, err := unfinishedRun(ctx, w.Runner.Store.Pool(), src.Name, ReconcileActor, job.CreatedAt.Add(-time.Minute))
+		if err != nil {
+			return err
+		}
+		req.Resume = id
+	}
+	res, err := w.Runner.Run(ctx, req)
 	if res.RunID != 0 && w.ObserveFunc != nil {
 		w.ObserveFunc(src.Name, res.Status, res.Found, res.Stored, now())
 	}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -19,41 +22,30 @@ import (
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
-// The reconcile job, run by a real River client as the worker role,
-// backfills the source's window (default 80 h for Stripe: events older are
-// not asked for), records a run by "reconcile", and reports its result.
-func TestReconcileJobBackfillsTheWindow(t *testing.T) {
-	t.Parallel()
-	now := time.Now()
-	events := append(stripeEvents(1, "young", now.Add(-time.Minute)), stripeEvents(5, "rec", now.Add(-time.Hour))...)
-	fake := newFakeStripe(t, events)
-	b := setup(t, fake.srv.URL, "")
-	ctx := context.Background()
+type observed struct {
+	source, result string
+	found, stored  int
+}
 
-	var dbURL string
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbURL))
-	workerPool, err := pg.Open(ctx, pgtest.RoleURL(t, pgtest.WithDatabase(pgtest.ServerURL(), dbURL), pgtest.RoleWorker), pg.Options{MaxConns: 6})
+// startReconciler runs a River client with the reconcile worker, as the
+// worker role, on b's database; each run's result goes to the channel.
+func startReconciler(t *testing.T, b *bundle) (*river.Client[pgx.Tx], <-chan observed) {
+	t.Helper()
+	ctx := context.Background()
+	var name string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT current_database()`).Scan(&name))
+	workerPool, err := pg.Open(ctx, pgtest.RoleURL(t, pgtest.WithDatabase(pgtest.ServerURL(), name), pgtest.RoleWorker), pg.Options{MaxConns: 6})
 	require.NoError(t, err)
 	t.Cleanup(workerPool.Close)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	inserts, err := envelope.NewInsertClient(workerPool, logger)
 	require.NoError(t, err)
-
-	type observed struct {
-		source, result string
-		found, stored  int
-	}
-	var mu sync.Mutex
-	var seen []observed
-	done := make(chan struct{}, 1)
+	results := make(chan observed, 10)
 	w := &backfill.ReconcileWorker{
 		Runner: &backfill.Runner{Store: envelope.NewStore(workerPool, inserts), Client: b.runner.Client},
 		Config: b.cfg,
 		ObserveFunc: func(source, result string, found, stored int, _ time.Time) {
-			mu.Lock()
-			seen = append(seen, observed{source, result, found, stored})
-			mu.Unlock()
-			done <- struct{}{}
+			results <- observed{source, result, found, stored}
 		},
 	}
 	workers := river.NewWorkers()
@@ -69,16 +61,35 @@ func TestReconcileJobBackfillsTheWindow(t *testing.T) {
 		defer cancel()
 		_ = client.Stop(sctx)
 	})
-	_, err = client.Insert(ctx, backfill.ReconcileArgs{Source: "stripe"}, nil)
-	require.NoError(t, err)
+	return client, results
+}
+
+func nextResult(t *testing.T, results <-chan observed) observed {
+	t.Helper()
 	select {
-	case <-done:
+	case r := <-results:
+		return r
 	case <-time.After(30 * time.Second):
-		t.Fatal("the reconcile job did not run")
+		t.Fatal("no reconcile run finished")
+		return observed{}
 	}
-	mu.Lock()
-	require.Equal(t, []observed{{"stripe", "done", 5, 5}}, seen)
-	mu.Unlock()
+}
+
+// The reconcile job, run by a real River client as the worker role,
+// backfills the source's window (default 80 h for Stripe: events older are
+// not asked for), records a run by "reconcile", and reports its result.
+func TestReconcileJobBackfillsTheWindow(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	events := append(stripeEvents(1, "young", now.Add(-time.Minute)), stripeEvents(5, "rec", now.Add(-time.Hour))...)
+	fake := newFakeStripe(t, events)
+	b := setup(t, fake.srv.URL, "")
+	ctx := context.Background()
+
+	client, results := startReconciler(t, b)
+	_, err := client.Insert(ctx, backfill.ReconcileArgs{Source: "stripe"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, observed{"stripe", "done", 5, 5}, nextResult(t, results))
 	envs := b.envelopes(t, "stripe")
 	require.Len(t, envs, 5)
 	var actor string
@@ -113,4 +124,44 @@ sources:
 	require.Len(t, backfill.PeriodicJobs(cfg), 1)
 	require.Equal(t, 90*time.Hour, backfill.Window(cfg.Sources["a"]))
 	require.Equal(t, 80*time.Hour, backfill.Window(cfg.Sources["b"]))
+}
+
+// A reconcile attempt that fails midway (Stripe answering 503 past the
+// retries) is retried by River, and the retry carries on with the same run
+// from its cursor: one run row, done, every event stored once, the first
+// page not asked for again.
+func TestReconcileRetryResumesItsRun(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	events := stripeEvents(150, "rr", now.Add(-time.Hour))
+	fake := newFakeStripe(t, events)
+	var mu sync.Mutex
+	failures := 0
+	fake.FaultFunc = func(n int, q url.Values, w http.ResponseWriter) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if q.Get("starting_after") != "" && failures < 4 { // 1 + MaxRetries: the first attempt gives up
+			failures++
+			stripeError(w, http.StatusServiceUnavailable, "api_error", "The server is temporarily unavailable.")
+			return true
+		}
+		return false
+	}
+	b := setup(t, fake.srv.URL, "")
+	client, results := startReconciler(t, b)
+	_, err := client.Insert(context.Background(), backfill.ReconcileArgs{Source: "stripe"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, observed{"stripe", "failed", 100, 100}, nextResult(t, results))
+	require.Equal(t, observed{"stripe", "done", 150, 150}, nextResult(t, results))
+	require.Len(t, b.envelopes(t, "stripe"), 150)
+	var runs int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM backfill_run`).Scan(&runs))
+	require.Equal(t, 1, runs)
+	firstPages := 0
+	for _, r := range fake.requests() {
+		if r.Query.Get("starting_after") == "" {
+			firstPages++
+		}
+	}
+	require.Equal(t, 1, firstPages, "the retry resumed from the cursor")
 }
