@@ -108,8 +108,12 @@ func runBackfill(ctx context.Context, args []string, getenv func(string) string,
 	case src.Backfill == nil:
 		return usageError{fmt.Errorf("backfill: source %q has no backfill section in %s: add api_key (stripe) or token, repo and hook_id (github); see docs/operations.md", src.Name, *cfgPath)}
 	}
-	if src.Provider == provider.Stripe && !since.IsZero() && time.Since(since) > 30*24*time.Hour {
+	switch {
+	case since.IsZero():
+	case src.Provider == provider.Stripe && time.Since(since) > 30*24*time.Hour:
 		fmt.Fprintln(stderr, "note: Stripe keeps events for 30 days: older ones cannot be listed")
+	case src.Provider == provider.GitHub && time.Since(since) > 3*24*time.Hour:
+		fmt.Fprintln(stderr, "note: GitHub keeps a hook's deliveries for 3 days: older ones cannot be listed or redelivered")
 	}
 
 	pool, err := openPool(ctx, getenv)
