@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxhq/inbox/internal/pg"
@@ -104,9 +106,22 @@ func ensureTemplate(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer admin.Exec(context.Background(), "SELECT pg_advisory_unlock(7283911)") //nolint:errcheck
-	// Templates of older schemas are dropped (best effort: one in use by a
-	// concurrent run of another checkout stays).
-	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'inbox\\_tpl\\_%' AND datname <> $1", name)
+	// Templates of other schemas are dropped once nothing has made one for
+	// templateKeep: a concurrent run of another checkout (another branch's
+	// migrations) makes databases from its own between our statements, and
+	// must not lose it mid-run. Each template is stamped with when it was
+	// made or last used (its comment); an unstamped one is from before.
+	if _, err := admin.Exec(ctx, "COMMENT ON DATABASE "+pgx.Identifier{name}.Sanitize()+" IS '"+templateStamp+strconv.FormatInt(time.Now().Unix(), 10)+"'"); err != nil {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+			return "", err
+		}
+	}
+	rows, err := admin.Query(ctx, `
+		SELECT datname FROM pg_database
+		 WHERE datname LIKE 'inbox\_tpl\_%' AND datname <> $1
+		   AND coalesce(substring(shobj_description(oid, 'pg_database') FROM '^`+templateStamp+`([0-9]+)$')::bigint, 0) < $2`,
+		name, time.Now().Add(-templateKeep).Unix())
 	if err != nil {
 		return "", err
 	}
@@ -151,8 +166,19 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH is_template = true"); err != nil {
 		return "", err
 	}
+	if _, err := admin.Exec(ctx, "COMMENT ON DATABASE "+pgx.Identifier{name}.Sanitize()+" IS '"+templateStamp+strconv.FormatInt(time.Now().Unix(), 10)+"'"); err != nil {
+		return "", err
+	}
 	return name, nil
 }
+
+// templateStamp prefixes a template's comment, followed by the Unix time it
+// was made or last used; templateKeep is how long an unused one of another
+// schema is kept.
+const (
+	templateStamp = "inbox test template, used at "
+	templateKeep  = 2 * time.Hour
+)
 
 // NewURL creates a fresh migrated database for t, drops it when t ends, and
 // returns its URL (for processes started by the test).
