@@ -45,7 +45,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	purgeBodyAfter := fs.Duration("purge-body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter, "drop bodies of done/ignored envelopes processed longer ago than this")
 	purgeDeleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "delete done/ignored envelope rows (tombstones) processed longer ago than this (at least --purge-body-after)")
 	purgeBatch := fs.Int("purge-batch-size", "WORKER_PURGE_BATCH_SIZE", retention.DefaultBatchSize, "envelopes per purge transaction")
-	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (needs RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
+	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (user and password: RIVER_BASIC_AUTH_USER/RIVER_BASIC_AUTH_PASS, or RIVERUI_USER/RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -80,12 +80,19 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if getenv("WORKER_RIVERUI") == "true" {
 		*riverUI = true
 	}
-	uiUser, uiPassword := getenv("RIVERUI_USER"), getenv("RIVERUI_PASSWORD")
+	uiUser, err := uiCredential(getenv, "RIVER_BASIC_AUTH_USER", "RIVERUI_USER")
+	if err != nil {
+		return usageError{err}
+	}
+	uiPassword, err := uiCredential(getenv, "RIVER_BASIC_AUTH_PASS", "RIVERUI_PASSWORD")
+	if err != nil {
+		return usageError{err}
+	}
 	if uiUser == "" {
 		uiUser = "admin"
 	}
 	if *riverUI && (uiPassword == "" || *adminAddr == "") {
-		return usageError{errors.New("--riverui needs RIVERUI_PASSWORD set (River UI can cancel and delete jobs) and an --admin-addr")}
+		return usageError{errors.New("--riverui needs RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set (River UI can cancel and delete jobs) and an --admin-addr")}
 	}
 	if *riverUI {
 		if err := checkUIPassword(uiPassword); err != nil {
