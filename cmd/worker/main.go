@@ -7,6 +7,7 @@
 //	worker envelopes list|show  inspect envelopes
 //	worker stats                counts, oldest pending, failures, duplicates
 //	worker purge [--dry-run]    retention: drop old bodies, delete old tombstones
+//	worker backfill ...         recover events the provider never delivered
 package main
 
 import (
@@ -44,6 +45,7 @@ commands:
   envelopes show ID   one envelope with its attempts, replays, conflicts and ledger postings
   stats               counts by source and status, oldest pending, failures, duplicates
   purge               apply retention now (--dry-run shows what it would do)
+  backfill            recover events the provider never delivered, from its own log (Stripe, GitHub)
 
 Run 'worker COMMAND -h' for a command's flags, 'worker --version' for the build.
 Every command reads DATABASE_URL.
@@ -81,6 +83,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runStats(ctx, args, getenv, stdout, stderr)
 	case "purge":
 		return runPurge(ctx, args, getenv, stdout, stderr)
+	case "backfill":
+		return runBackfill(ctx, args, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil

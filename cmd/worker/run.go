@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
+	"github.com/inboxhq/inbox/internal/backfill"
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -100,11 +101,14 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	sources := map[string]worker.SourcePolicy{}
 	registry := handlers.Builtin()
+	backfillCfg := &config.Config{}
 	if *cfgPath != "" {
 		cfg, err := config.Load(*cfgPath, getenv)
 		if err != nil {
 			return err
 		}
+		backfillCfg = cfg
+		periodic = append(periodic, backfill.PeriodicJobs(cfg)...)
 		for name, src := range cfg.Sources {
 			sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max, MaxAttempts: src.MaxAttempts, MaxAge: src.MaxAge}
 			if src.Throttle != nil {
@@ -132,15 +136,36 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	reg := metrics.NewRegistry()
 	wm := metrics.NewWorker(reg, pool, logger)
 	wm.Init(slices.Sorted(maps.Keys(sources)))
-	wm.InitRiverKinds(river.QueueDefault, envelope.ProcessArgs{}.Kind(), worker.ReconcileArgs{}.Kind(), retention.PurgeArgs{}.Kind())
+	wm.InitRiverKinds(river.QueueDefault, envelope.ProcessArgs{}.Kind(), worker.ReconcileArgs{}.Kind(), retention.PurgeArgs{}.Kind(), backfill.ReconcileArgs{}.Kind())
+	bm := metrics.NewBackfill(reg)
+	bm.Init(backfill.ReconciledSources(backfillCfg))
+	// The reconcile stores recovered events through the envelope store, as
+	// ingest does, with an insert-only River client of its own.
+	reconcileInserts, err := envelope.NewInsertClient(pool, logger)
+	if err != nil {
+		return err
+	}
+	reconcile := &backfill.ReconcileWorker{
+		Runner: &backfill.Runner{
+			Store:  envelope.NewStoreWith(pool, reconcileInserts, envelope.StoreOptions{MaxConcurrent: 1}),
+			Logger: logger,
+		},
+		Config:      backfillCfg,
+		JobTimeout:  *jobTimeout,
+		ObserveFunc: bm.ObserveRun,
+	}
 	client, err := worker.NewClient(pool, registry, worker.Config{
 		Sources:      sources,
 		Metrics:      wm,
 		PeriodicJobs: periodic,
 		Register: func(w *river.Workers) error {
 			// Always registered, so a purge job inserted by hand or by an
-			// earlier configuration still runs.
-			return river.AddWorkerSafely(w, &retention.PurgeWorker{Pool: pool, Logger: logger, JobTimeout: *jobTimeout})
+			// earlier configuration still runs (a reconcile of a source no
+			// longer configured is cancelled).
+			if err := river.AddWorkerSafely(w, &retention.PurgeWorker{Pool: pool, Logger: logger, JobTimeout: *jobTimeout}); err != nil {
+				return err
+			}
+			return river.AddWorkerSafely(w, reconcile)
 		},
 		Policy: worker.Policy{
 			SnoozeDefault: *snoozeDefault,
