@@ -31,17 +31,21 @@ const kubeVersion = "1.30"
 // kustomizations are the directories rendered and validated.
 var kustomizations = []string{"k8s/base", "k8s/overlays/example"}
 
-// tool finds name on PATH or in GOPATH/bin (where scripts/ensure-tools' go
-// install puts it). Missing, the test skips, or fails under CI.
+// tool finds name on PATH or in GOBIN or GOPATH/bin (where scripts/ensure-tools'
+// go install puts it). Missing, the test skips, or fails under CI.
 func tool(t *testing.T, name string) string {
 	t.Helper()
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), "bin", name)
-		if _, err := os.Stat(p); err == nil {
-			return p
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
+		if gobin, gopath, ok := strings.Cut(string(out), "\n"); ok {
+			for _, dir := range []string{strings.TrimSpace(gobin), filepath.Join(strings.TrimSpace(gopath), "bin")} {
+				p := filepath.Join(dir, name)
+				if _, err := os.Stat(p); dir != "" && err == nil {
+					return p
+				}
+			}
 		}
 	}
 	if pgtest.InCI() {
