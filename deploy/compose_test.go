@@ -1,8 +1,13 @@
 package deploy_test
 
 import (
+	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -103,4 +108,35 @@ func TestComposeIsALocalDeployment(t *testing.T) {
 	require.NotNil(t, m, "scripts/dev-db's default port")
 	require.NotEqual(t, string(m[1]), pgPort, "compose's PostgreSQL and dev-db's cluster on one port")
 	require.Contains(t, string(devdb), `COMPOSE_URL="postgres://postgres:inbox@127.0.0.1:`+pgPort+`/`)
+}
+
+// TestHealthcheckProbeBinaries runs the compose health checks' command,
+// `ingest --probe URL` and `worker --probe URL`, with the real binaries: 0
+// for a 200, 1 for a 503, without a database or any environment.
+func TestHealthcheckProbeBinaries(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "../cmd/ingest", "../cmd/worker").CombinedOutput()
+	require.NoError(t, err, "go build:\n%s", out)
+	for _, bin := range []string{"ingest", "worker"} {
+		for path, want := range map[string]int{"/readyz": 0, "/unready": 1} {
+			cmd := exec.Command(filepath.Join(dir, bin), "--probe", srv.URL+path)
+			cmd.Env = []string{} // no DATABASE_URL, no config: the probe needs none
+			out, err := cmd.CombinedOutput()
+			code := 0
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				code = exit.ExitCode()
+			} else {
+				require.NoError(t, err)
+			}
+			require.Equal(t, want, code, "%s --probe %s: %s", bin, path, out)
+		}
+	}
 }
