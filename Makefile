@@ -28,7 +28,7 @@ help: ## list the targets
 run: ## run worker and ingest locally with the example sources (scripts/run-local)
 	scripts/run-local
 
-tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock (scripts/ensure-tools; root for apt-get)
+tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock, kustomize, kubectl-validate (scripts/ensure-tools; root for apt-get)
 	scripts/ensure-tools
 
 test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; ARGS=... for go test)
