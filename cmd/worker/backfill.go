@@ -27,8 +27,10 @@ Recover events the provider never delivered, from its own log.
           concurrent or later, is a plain duplicate and nothing is processed
           twice. Stored envelopes have origin 'backfill' and this run's id.
   github  lists the hook's deliveries (GitHub keeps 3 days) and asks GitHub
-          to redeliver each event whose every attempt failed and that has no
-          envelope: the redelivery arrives through ingest, verified.
+          to redeliver each event that has no envelope, whatever GitHub saw
+          (one answered 2xx with no envelope is reported apart: something
+          other than ingest answered the hook's URL); the redelivery
+          arrives through ingest, verified.
   shopify has no delivery log: it cannot be backfilled.
 
 The source needs a backfill section in the sources file (api_key for
@@ -197,12 +199,21 @@ func printBackfill(w io.Writer, res backfill.Result) error {
 	switch {
 	case res.DryRun:
 	case res.Provider == provider.GitHub:
+		if res.AckedMissing > 0 {
+			fmt.Fprintf(tw, "answered 2xx\t%d of the missing: GitHub saw them answered 2xx but no envelope holds them (is the hook's URL ingest's?)\n", res.AckedMissing)
+		}
 		fmt.Fprintf(tw, "redelivered\t%d (they arrive through ingest)\n", res.Stored)
 	default:
 		fmt.Fprintf(tw, "stored\t%d\n", res.Stored)
 		if res.Raced > 0 {
 			fmt.Fprintf(tw, "raced\t%d (their webhook arrived first: stored once)\n", res.Raced)
 		}
+	}
+	if res.Refused > 0 {
+		fmt.Fprintf(tw, "refused\t%d (livemode disagrees with the API key's mode: not stored)\n", res.Refused)
+	}
+	for _, wn := range res.Warnings {
+		fmt.Fprintf(tw, "WARNING\t%s\n", wn)
 	}
 	fmt.Fprintf(tw, "status\t%s\n", res.Status)
 	fmt.Fprintf(tw, "duration\t%s\n", res.Duration.Round(time.Millisecond))

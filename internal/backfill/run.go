@@ -79,6 +79,10 @@ type Missing struct {
 	Raced bool `json:"raced,omitempty"`
 	// DeliveryID is the GitHub delivery asked to be redelivered.
 	DeliveryID int64 `json:"delivery_id,omitempty"`
+	// AckedNoEnvelope is true for a GitHub delivery GitHub saw answered
+	// 2xx that has no envelope: something other than ingest answered the
+	// hook's URL (misrouting), or its envelope was deleted.
+	AckedNoEnvelope bool `json:"acked_no_envelope,omitempty"`
 }
 
 // MaxListed bounds Result.Missing; counts go on past it.
@@ -101,7 +105,14 @@ type Result struct {
 	// (GitHub); 0 in a dry run.
 	Stored int `json:"stored"`
 	// Raced is how many of Found a webhook stored first (Stripe).
-	Raced    int           `json:"raced"`
+	Raced int `json:"raced"`
+	// AckedMissing is how many of Found GitHub saw answered 2xx although
+	// no envelope holds them (GitHub): likely misrouting, see Missing.
+	AckedMissing int `json:"acked_missing"`
+	// Refused is how many listed events were refused, never stored
+	// (Stripe: livemode disagrees with the key's mode).
+	Refused  int           `json:"refused"`
+	Warnings []string      `json:"warnings,omitempty"`
 	Missing  []Missing     `json:"missing"`
 	Status   string        `json:"status"`
 	Cursor   string        `json:"cursor,omitempty"`
@@ -186,10 +197,17 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	}
 	attrs := []any{"run_id", res.RunID, "source", res.Source, "provider", res.Provider, "dry_run", res.DryRun, "actor", row.Actor,
 		"since", res.Since, "until", res.Until, "listed", res.Listed, "found", res.Found, "stored", res.Stored, "raced", res.Raced,
+		"acked_missing", res.AckedMissing, "refused", res.Refused,
 		"status", status, "duration", res.Duration}
 	if err != nil {
 		log.Warn("backfill stopped", append(attrs, "error", err)...)
 		return res, fmt.Errorf("backfill run %d: %w", res.RunID, err)
+	}
+	if len(res.Warnings) > 0 {
+		attrs = append(attrs, "warnings", res.Warnings)
+	}
+	if res.AckedMissing > 0 {
+		log.Warn("backfill found deliveries the provider saw answered 2xx but with no envelope: check the hook's URL routes to ingest", attrs...)
 	}
 	if res.Found > 0 {
 		log.Warn("backfill found events the provider never delivered", attrs...)
@@ -368,14 +386,17 @@ func (s *runState) storeStripe(ctx context.Context, events []StripeEvent) error 
 }
 
 // github lists the hook's deliveries in the window and has GitHub
-// redeliver, once per GUID, the latest failed delivery of each event that
-// was never answered 2xx and has no envelope.
+// redeliver, once per GUID, the latest attempt of each event that has no
+// envelope. Ingest answers 2xx only once it stored the delivery, so the
+// envelope table is the truth, not GitHub's status: a GUID GitHub saw
+// answered 2xx but with no envelope (another service answered the hook's
+// URL: misrouting) is redelivered too, and counted in Result.AckedMissing.
 func (s *runState) github(ctx context.Context) error {
 	b := s.req.Source.Backfill
 	client := NewGitHubClient(b.APIURL, b.Token, cmp.Or(b.Repo, b.Org), b.HookID, s.clientOptions())
 	type event struct {
 		ok     bool
-		latest GitHubDelivery // latest failed attempt
+		latest GitHubDelivery // latest attempt: the one redelivered
 	}
 	events := map[string]*event{}
 	var order []string
@@ -403,7 +424,8 @@ func (s *runState) github(ctx context.Context) error {
 			}
 			if d.OK() {
 				e.ok = true
-			} else if e.latest.ID == 0 || d.DeliveredAt.After(e.latest.DeliveredAt) {
+			}
+			if e.latest.ID == 0 || d.DeliveredAt.After(e.latest.DeliveredAt) {
 				e.latest = d
 			}
 		}
@@ -418,30 +440,28 @@ func (s *runState) github(ctx context.Context) error {
 		}
 		cursor = next
 	}
-	var failed []string
-	for _, guid := range order {
-		if !events[guid].ok {
-			failed = append(failed, guid)
-		}
-	}
 	stored := map[string]bool{}
-	if len(failed) > 0 {
+	if len(order) > 0 {
 		var err error
-		if stored, err = s.r.Store.Stored(ctx, s.req.Source.Name, failed); err != nil {
+		if stored, err = s.r.Store.Stored(ctx, s.req.Source.Name, order); err != nil {
 			return err
 		}
 	}
-	for _, guid := range failed {
+	for _, guid := range order {
 		if stored[guid] {
-			continue // stored, but the answer was lost: nothing missing
+			continue // stored (whatever GitHub saw: a lost answer is not missing)
 		}
-		d := events[guid].latest
+		e := events[guid]
+		d := e.latest
 		typ := d.Event
 		if d.Action != nil && *d.Action != "" {
 			typ += "." + *d.Action
 		}
-		m := Missing{ID: guid, Type: typ, Created: d.DeliveredAt, DeliveryID: d.ID}
+		m := Missing{ID: guid, Type: typ, Created: d.DeliveredAt, DeliveryID: d.ID, AckedNoEnvelope: e.ok}
 		s.row.Found++
+		if e.ok {
+			s.res.AckedMissing++
+		}
 		if !s.req.DryRun {
 			if err := client.Redeliver(ctx, d.ID); err != nil {
 				return err
