@@ -111,12 +111,14 @@ type Result struct {
 	AckedMissing int `json:"acked_missing"`
 	// Refused is how many listed events were refused, never stored
 	// (Stripe: livemode disagrees with the key's mode).
-	Refused  int           `json:"refused"`
-	Warnings []string      `json:"warnings,omitempty"`
-	Missing  []Missing     `json:"missing"`
-	Status   string        `json:"status"`
-	Cursor   string        `json:"cursor,omitempty"`
-	Duration time.Duration `json:"duration_ns"`
+	Refused int `json:"refused"`
+	// RefusedIDs are the refused events' ids (at most MaxListed).
+	RefusedIDs []string      `json:"refused_ids,omitempty"`
+	Warnings   []string      `json:"warnings,omitempty"`
+	Missing    []Missing     `json:"missing"`
+	Status     string        `json:"status"`
+	Cursor     string        `json:"cursor,omitempty"`
+	Duration   time.Duration `json:"duration_ns"`
 }
 
 // Run backfills one source. It writes a backfill_run row first and
@@ -254,6 +256,10 @@ func (s *runState) stripe(ctx context.Context) error {
 	b := s.req.Source.Backfill
 	client := NewStripeClient(b.APIURL, b.APIKey, b.APIVersion, s.clientOptions())
 	client.Types = b.Events
+	live, _ := config.StripeKeyLive(b.APIKey)
+	if b.APIURL != "" && b.APIURL != StripeAPIURL {
+		s.warn(fmt.Sprintf("api_url is %s, not Stripe's API: events listed there are stored as this source's", b.APIURL))
+	}
 	accounts := b.Accounts
 	if len(accounts) == 0 {
 		accounts = []string{""}
@@ -277,7 +283,7 @@ func (s *runState) stripe(ctx context.Context) error {
 			if len(page.Events) == 0 {
 				break
 			}
-			if err := s.storeStripe(ctx, s.inWindow(page.Events)); err != nil {
+			if err := s.storeStripe(ctx, s.sameMode(s.inWindow(page.Events), live)); err != nil {
 				return err
 			}
 			after = page.Events[len(page.Events)-1].ID
@@ -292,6 +298,38 @@ func (s *runState) stripe(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// sameMode drops, counting them in Result.Refused, the events whose
+// livemode is not the API key's mode (or that have none): a live
+// source's test events, or the reverse, are never stored.
+func (s *runState) sameMode(events []StripeEvent, live bool) []StripeEvent {
+	out := events[:0:0]
+	refused := 0
+	for _, e := range events {
+		if e.Livemode == nil || *e.Livemode != live {
+			refused++
+			s.row.Listed++
+			if len(s.res.RefusedIDs) < MaxListed {
+				s.res.RefusedIDs = append(s.res.RefusedIDs, e.ID)
+			}
+			continue
+		}
+		out = append(out, e)
+	}
+	if refused > 0 && s.res.Refused == 0 {
+		mode := "test"
+		if live {
+			mode = "live"
+		}
+		s.warn(fmt.Sprintf("refused events whose livemode is not the api_key's (%s mode): not stored; is the key the endpoint's account and mode?", mode))
+	}
+	s.res.Refused += refused
+	return out
+}
+
+func (s *runState) warn(msg string) {
+	s.res.Warnings = append(s.res.Warnings, msg)
 }
 
 // inWindow drops events created outside the run's window, which the API

@@ -51,7 +51,9 @@ type StripeEvent struct {
 	Type    string
 	Created time.Time
 	Account string
-	Raw     json.RawMessage
+	// Livemode is the event's livemode; nil when its JSON has none.
+	Livemode *bool
+	Raw      json.RawMessage
 }
 
 // StripePage is one page of GET /v1/events, newest first.
@@ -110,17 +112,18 @@ func (c *StripeClient) ListEvents(ctx context.Context, account string, since, un
 	page := StripePage{HasMore: list.HasMore, Events: make([]StripeEvent, 0, len(list.Data))}
 	for i, raw := range list.Data {
 		var ev struct {
-			ID      string `json:"id"`
-			Object  string `json:"object"`
-			Type    string `json:"type"`
-			Created int64  `json:"created"`
-			Account string `json:"account"`
+			ID       string `json:"id"`
+			Object   string `json:"object"`
+			Type     string `json:"type"`
+			Created  int64  `json:"created"`
+			Account  string `json:"account"`
+			Livemode *bool  `json:"livemode"`
 		}
 		if err := json.Unmarshal(raw, &ev); err != nil || ev.ID == "" || ev.Object != "event" {
 			return StripePage{}, fmt.Errorf("list Stripe events: data[%d] is not an event with an id", i)
 		}
 		page.Events = append(page.Events, StripeEvent{
-			ID: ev.ID, Type: ev.Type, Created: time.Unix(ev.Created, 0).UTC(), Account: cmp.Or(ev.Account, account), Raw: raw,
+			ID: ev.ID, Type: ev.Type, Created: time.Unix(ev.Created, 0).UTC(), Account: cmp.Or(ev.Account, account), Livemode: ev.Livemode, Raw: raw,
 		})
 	}
 	if page.HasMore && len(page.Events) == 0 {

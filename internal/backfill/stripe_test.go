@@ -423,3 +423,28 @@ func TestStripeBackfillListsOnlyTheEndpointsEventTypes(t *testing.T) {
 		}
 	}
 }
+
+// An event whose livemode is not the key's mode (a live event listed with a
+// test key, or one with no livemode) is refused: counted, reported, never
+// stored. A non-default api_url is warned of.
+func TestStripeBackfillRefusesEventsOfTheOtherMode(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Truncate(time.Second)
+	events := stripeEvents(4, "mode", now.Add(-time.Minute))
+	events[1] = json.RawMessage(strings.Replace(string(events[1]), `"livemode": false`, `"livemode": true`, 1))
+	events[2] = json.RawMessage(strings.Replace(string(events[2]), `"livemode": false,`, ``, 1))
+	fake := newFakeStripe(t, events)
+	b := setup(t, fake.srv.URL, "")
+	res, err := b.runner.Run(context.Background(), backfill.Request{Source: b.cfg.Sources["stripe"], Since: now.Add(-time.Hour), Actor: "ivy"})
+	require.NoError(t, err)
+	require.Equal(t, [4]int{4, 2, 2, 2}, [4]int{res.Listed, res.Found, res.Stored, res.Refused})
+	require.Equal(t, []string{eventID(t, events[1]), eventID(t, events[2])}, res.RefusedIDs)
+	got := b.envelopes(t, "stripe")
+	require.Len(t, got, 2)
+	require.NotContains(t, got, eventID(t, events[1]))
+	require.NotContains(t, got, eventID(t, events[2]))
+	require.Len(t, res.Warnings, 2)
+	require.Contains(t, res.Warnings[0], "api_url is "+fake.srv.URL)
+	require.Contains(t, res.Warnings[1], "livemode")
+	require.Contains(t, b.logs.String(), "livemode")
+}

@@ -42,6 +42,8 @@ func TestBackfillSection(t *testing.T) {
 		{"github", github, "{token: '${TOKEN}', org: 'o/x', hook_id: 1}", "org: want"},
 		{"standard", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "{api_key: x}", "only stripe and github"},
 		{"stripe", stripe, "{api_key: '${KEY}', hook_id: nope}", "cannot unmarshal"},
+		{"stripe", stripe, "{api_key: pk_live_publishable}", "want a Stripe secret or restricted key"},
+		{"stripe", stripe, "{api_key: whsec_notakey}", "want a Stripe secret or restricted key"},
 	} {
 		_, err := parse(tc.provider, tc.secret, tc.backfill)
 		require.ErrorContains(t, err, tc.want, tc.backfill)

@@ -340,6 +340,19 @@ var (
 	githubOrg     = regexp.MustCompile(`^[A-Za-z0-9-]{1,100}$`)
 )
 
+// StripeKeyLive reports whether a Stripe secret or restricted key is a
+// live mode key (sk_live_, rk_live_) or a test mode one (sk_test_,
+// rk_test_); ok is false for any other string.
+func StripeKeyLive(key string) (live, ok bool) {
+	switch {
+	case strings.HasPrefix(key, "sk_live_"), strings.HasPrefix(key, "rk_live_"):
+		return true, true
+	case strings.HasPrefix(key, "sk_test_"), strings.HasPrefix(key, "rk_test_"):
+		return false, true
+	}
+	return false, false
+}
+
 // BackfillSupported reports whether provider keeps a log backfill can read.
 func BackfillSupported(provider string) bool {
 	return provider == "stripe" || provider == "github"
@@ -359,6 +372,9 @@ func (b *Backfill) validate(prov string) error {
 		}
 		if strings.TrimSpace(b.APIKey) != b.APIKey || strings.ContainsAny(b.APIKey, "\r\n") {
 			return errors.New("api_key has white space")
+		}
+		if _, ok := StripeKeyLive(b.APIKey); !ok {
+			return errors.New("api_key: want a Stripe secret or restricted key (sk_live_, sk_test_, rk_live_ or rk_test_): its mode is checked against each listed event's livemode")
 		}
 		for i, a := range b.Accounts {
 			if !stripeAccount.MatchString(a) {
