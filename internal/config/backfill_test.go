@@ -54,3 +54,39 @@ func TestBackfillSection(t *testing.T) {
 		require.NotContains(t, err.Error(), env["TOKEN"])
 	}
 }
+
+// Two backfilled Stripe sources of one account (same account_id, or none)
+// would each store the other's events: refused unless both list disjoint
+// events.
+func TestTwoStripeBackfillsOfOneAccount(t *testing.T) {
+	t.Parallel()
+	parse := func(a, b string) error {
+		_, err := config.Parse([]byte("sources:\n  a:\n    provider: stripe\n    secrets: [whsec_0123456789abcdef0123]\n"+a+
+			"  b:\n    provider: stripe\n    secrets: [whsec_0123456789abcdef0123]\n"+b), func(string) string { return "" })
+		return err
+	}
+	bf := func(s string) string { return "    backfill: {api_key: sk_test_x" + s + "}\n" }
+	for _, tc := range []struct {
+		a, b string
+		ok   bool
+	}{
+		{bf(""), bf(""), false},
+		{bf(""), "", true}, // only one is backfilled
+		{"    account_id: acct_1\n" + bf(""), "    account_id: acct_2\n" + bf(""), true},
+		{"    account_id: acct_1\n" + bf(""), "    account_id: acct_1\n" + bf(""), false},
+		{bf(", events: [charge.refunded]"), bf(""), false},
+		{bf(", events: [charge.refunded]"), bf(", events: [charge.refunded, invoice.paid]"), false},
+		{bf(", events: [charge.refunded]"), bf(", events: [invoice.paid]"), true},
+		{bf(", events: ['charge.*']"), bf(", events: [charge.refunded]"), false},
+		{bf(", events: ['*.succeeded']"), bf(", events: [payment_intent.succeeded]"), false},
+		{bf(", events: ['charge.*']"), bf(", events: ['invoice.*']"), true},
+		{bf(", events: ['charge.*']"), bf(", events: ['*']"), false},
+	} {
+		err := parse(tc.a, tc.b)
+		if tc.ok {
+			require.NoError(t, err, "%s%s", tc.a, tc.b)
+			continue
+		}
+		require.ErrorContains(t, err, `sources "a" and "b": both backfill Stripe`, "%s%s", tc.a, tc.b)
+	}
+}

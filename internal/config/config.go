@@ -96,9 +96,12 @@ type Backfill struct {
 	APIVersion string `yaml:"api_version"`
 	// Events are the Stripe event types the webhook endpoint is subscribed
 	// to (its enabled events, at most 20 exact types, or one pattern with a
-	// "*" wildcard such as "charge.*"): only those are listed. Empty: every
-	// event of the account, which for an endpoint subscribed to fewer
-	// types stores (as ignored) and counts events it was never sent.
+	// "*" wildcard such as "charge.*"): only those are listed. Set it to
+	// exactly the endpoint's enabled events. Empty: every event of the
+	// account, which for an endpoint subscribed to fewer types stores (as
+	// ignored) and counts events it was never sent. Two backfilled Stripe
+	// sources of one account (same account_id, or none) must both set
+	// disjoint lists: config load refuses them otherwise.
 	Events []string `yaml:"events"`
 	// Token is a GitHub token allowed to read and redeliver the hook's
 	// deliveries (repository webhooks: admin:repo_hook or fine-grained
@@ -218,7 +221,77 @@ func Parse(b []byte, getenv func(string) string) (*Config, error) {
 			return nil, fmt.Errorf("source %q: %w", name, err)
 		}
 	}
+	if err := cfg.checkStripeBackfills(); err != nil {
+		return nil, err
+	}
 	return &cfg, nil
+}
+
+// checkStripeBackfills refuses two backfilled Stripe sources of one
+// account (the same account_id, or both none) unless both list disjoint
+// events: each backfill would store, as its own, the events of the other's
+// endpoint, and process them twice.
+func (c *Config) checkStripeBackfills() error {
+	names := c.Names()
+	for i, a := range names {
+		sa := c.Sources[a]
+		if sa.Provider != provider.Stripe || sa.Backfill == nil {
+			continue
+		}
+		for _, b := range names[i+1:] {
+			sb := c.Sources[b]
+			if sb.Provider != provider.Stripe || sb.Backfill == nil || sa.AccountID != sb.AccountID {
+				continue
+			}
+			if len(sa.Backfill.Events) == 0 || len(sb.Backfill.Events) == 0 || eventsOverlap(sa.Backfill.Events, sb.Backfill.Events) {
+				acct := "no account_id"
+				if sa.AccountID != "" {
+					acct = "account_id " + sa.AccountID
+				}
+				return fmt.Errorf("sources %q and %q: both backfill Stripe with %s: each would list and store the other's events; set account_id on each, or give both backfill.events lists (each its endpoint's enabled events) that do not overlap", a, b, acct)
+			}
+		}
+	}
+	return nil
+}
+
+// eventsOverlap reports whether two backfill event lists (exact types, or
+// one pattern with "*" wildcards) can match one event type. Two patterns
+// overlap unless their parts before the first "*" rule it out.
+func eventsOverlap(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			wx, wy := strings.Contains(x, "*"), strings.Contains(y, "*")
+			switch {
+			case !wx && !wy:
+				if x == y {
+					return true
+				}
+			case wx && !wy:
+				if globMatch(x, y) {
+					return true
+				}
+			case wy && !wx:
+				if globMatch(y, x) {
+					return true
+				}
+			default:
+				px, _, _ := strings.Cut(x, "*")
+				py, _, _ := strings.Cut(y, "*")
+				if strings.HasPrefix(px, py) || strings.HasPrefix(py, px) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// globMatch reports whether pattern, with "*" matching any run of
+// characters, matches s.
+func globMatch(pattern, s string) bool {
+	re := "^" + strings.ReplaceAll(regexp.QuoteMeta(pattern), `\*`, ".*") + "$"
+	return regexp.MustCompile(re).MatchString(s)
 }
 
 var (
