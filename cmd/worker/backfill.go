@@ -14,6 +14,7 @@ import (
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/provider"
+	"github.com/inboxhq/inbox/internal/retention"
 )
 
 const backfillUsage = `usage: worker backfill --source NAME --since DURATION|TIME [--dry-run] [flags]
@@ -56,6 +57,8 @@ func runBackfill(ctx context.Context, args []string, getenv func(string) string,
 	actor := fs.String("actor", "", "", "who: stored in backfill_run (default: the OS user)")
 	resume := fs.Int("resume", "", 0, "continue this backfill_run (same window) from its last recorded page")
 	asJSON := fs.Bool("json", false, "print one JSON document")
+	deleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "the workers' --purge-delete-after: a --since older than that is refused (deleted envelopes look never delivered)")
+	force := fs.Bool("force", false, "run a --since older than --purge-delete-after anyway (events whose envelopes were purged are stored and processed again)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -86,6 +89,12 @@ func runBackfill(ctx context.Context, args []string, getenv func(string) string,
 		}
 		if !since.Before(time.Now()) {
 			return usageError{fmt.Errorf("backfill: --since %s is not in the past", *sinceFlag)}
+		}
+		if horizon := time.Now().Add(-*deleteAfter); since.Before(horizon) {
+			if !*force {
+				return usageError{fmt.Errorf("backfill: --since %s is older than the purge's delete horizon (--purge-delete-after %s, %s): envelopes processed before it may be deleted, and their events would look never delivered and be stored and processed again; give a later --since, or --force", *sinceFlag, *deleteAfter, fmtTime(horizon))}
+			}
+			fmt.Fprintf(stderr, "warning: --since is older than the purge's delete horizon %s (--force): events whose envelopes were purged are stored and processed again\n", fmtTime(horizon))
 		}
 	}
 	who := *actor

@@ -79,6 +79,8 @@ func TestBackfillUsageErrorsExitWithStatus2(t *testing.T) {
 		{"unknown source", []string{"--source", "nope", "--since", "1h"}, `no source "nope"`},
 		{"shopify", []string{"--source", "shop", "--since", "1h"}, "Shopify source: the provider keeps no log of events or deliveries"},
 		{"not configured", []string{"--source", "nolog", "--since", "1h"}, "has no backfill section"},
+		{"since before the delete horizon", []string{"--source", "stripe", "--since", "100d"}, "older than the purge's delete horizon (--purge-delete-after 2160h0m0s"},
+		{"since before a shorter delete horizon", []string{"--source", "stripe", "--since", "3h", "--purge-delete-after", "2h"}, "older than the purge's delete horizon"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -166,4 +168,34 @@ func TestBackfillCommandReportsAPIErrorsWithoutTheKey(t *testing.T) {
 		require.NotContains(t, s, backfillKey)
 	}
 	require.Regexp(t, `status\s+failed`, stdout)
+}
+
+// --force runs a --since older than the delete horizon, with a warning (it
+// then fails here for want of a database).
+func TestBackfillForceBeforeTheDeleteHorizonWarns(t *testing.T) {
+	t.Parallel()
+	getenv := backfillFixture(t, "")
+	_, stderr, err := runBackfillCmd(t, getenv, "--source", "stripe", "--since", "3h", "--purge-delete-after", "2h", "--force")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "delete horizon")
+	require.Contains(t, stderr, "warning: --since is older than the purge's delete horizon")
+}
+
+// worker run refuses a periodic reconcile whose window reaches past the
+// purge's delete horizon: purged envelopes would look never delivered.
+func TestRunRefusesAReconcileWindowPastTheDeleteHorizon(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "sources.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+sources:
+  stripe:
+    provider: stripe
+    secrets: ["whsec_cmd_backfill_0123456789"]
+    backfill: {api_key: sk_test_x, every: 1h, window: 72h}
+`), 0o600))
+	getenv := func(k string) string { return map[string]string{"INBOX_CONFIG": path}[k] }
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"run", "--purge-body-after", "24h", "--purge-delete-after", "48h"}, getenv, &stdout, &stderr)
+	require.ErrorContains(t, err, `source "stripe": backfill window 72h0m0s is not shorter than --purge-delete-after 48h0m0s`)
+	require.Equal(t, 2, exitCode(err))
 }

@@ -120,6 +120,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			return err
 		}
 		registry = handlers.WithAccounts(registry, cfg)
+		if err := reconcileWithinRetention(cfg, *purgeDeleteAfter); err != nil {
+			return usageError{err}
+		}
 		if longest := forwardBudget(cfg); longest >= *jobTimeout {
 			return usageError{fmt.Errorf("forward timeouts of one source add up to %s, not less than --job-timeout %s: raise the job timeout or lower the forward timeouts", longest, *jobTimeout)}
 		}
@@ -255,4 +258,21 @@ func forwardBudget(cfg *config.Config) time.Duration {
 		longest = max(longest, sum)
 	}
 	return longest
+}
+
+// reconcileWithinRetention refuses a periodic reconcile whose window
+// reaches further back than the purge deletes envelopes: an event processed
+// and then deleted has no envelope, so the reconcile would take it for
+// never delivered and store (and process) it again.
+func reconcileWithinRetention(cfg *config.Config, deleteAfter time.Duration) error {
+	for _, name := range cfg.Names() {
+		src := cfg.Sources[name]
+		if src.Backfill == nil || src.Backfill.Every <= 0 {
+			continue
+		}
+		if w := backfill.Window(src); w >= deleteAfter {
+			return fmt.Errorf("source %q: backfill window %s is not shorter than --purge-delete-after %s: events whose envelopes the purge deleted would look never delivered and be stored and processed again; shorten the window or raise --purge-delete-after", name, w, deleteAfter)
+		}
+	}
+	return nil
 }
