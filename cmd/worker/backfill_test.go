@@ -199,3 +199,22 @@ sources:
 	require.ErrorContains(t, err, `source "stripe": backfill window 72h0m0s is not shorter than --purge-delete-after 48h0m0s`)
 	require.Equal(t, 2, exitCode(err))
 }
+
+// River rescues every job kind after one delay: a --rescue-after not past
+// the longest reconcile timeout would rescue a reconcile still running.
+func TestRunRefusesARescueShorterThanTheReconcileTimeout(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "sources.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+sources:
+  stripe:
+    provider: stripe
+    secrets: ["whsec_cmd_backfill_0123456789"]
+    backfill: {api_key: sk_test_x, every: 1h}
+`), 0o600))
+	getenv := func(k string) string { return map[string]string{"INBOX_CONFIG": path}[k] }
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"run", "--rescue-after", "5m"}, getenv, &stdout, &stderr)
+	require.ErrorContains(t, err, "--rescue-after 5m0s must exceed the longest backfill timeout 10m0s")
+	require.Equal(t, 2, exitCode(err))
+}

@@ -123,6 +123,17 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		if err := reconcileWithinRetention(cfg, *purgeDeleteAfter); err != nil {
 			return usageError{err}
 		}
+		if longest := backfill.MaxTimeout(cfg); longest > 0 {
+			switch {
+			case *rescueAfter == 0:
+				// River rescues any job kind after one delay: past the
+				// longest reconcile, or it would start a second run of
+				// one still going.
+				*rescueAfter = max(*jobTimeout, longest) + time.Minute
+			case *rescueAfter <= longest:
+				return usageError{fmt.Errorf("--rescue-after %s must exceed the longest backfill timeout %s (a reconcile still running would be rescued and run twice)", *rescueAfter, longest)}
+			}
+		}
 		if longest := forwardBudget(cfg); longest >= *jobTimeout {
 			return usageError{fmt.Errorf("forward timeouts of one source add up to %s, not less than --job-timeout %s: raise the job timeout or lower the forward timeouts", longest, *jobTimeout)}
 		}

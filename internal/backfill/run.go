@@ -106,6 +106,11 @@ type Result struct {
 	Stored int `json:"stored"`
 	// Raced is how many of Found a webhook stored first (Stripe).
 	Raced int `json:"raced"`
+	// PriorFound and PriorStored are the run's Found and Stored before
+	// this attempt (a resumed run's counts are the whole run's): Found -
+	// PriorFound is this attempt's.
+	PriorFound  int `json:"prior_found,omitempty"`
+	PriorStored int `json:"prior_stored,omitempty"`
 	// AckedMissing is how many of Found GitHub saw answered 2xx although
 	// no envelope holds them (GitHub): likely misrouting, see Missing.
 	AckedMissing int `json:"acked_missing"`
@@ -172,7 +177,8 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 			return Result{}, err
 		}
 	}
-	res := Result{RunID: row.ID, Source: row.Source, Provider: row.Provider, DryRun: row.DryRun, Since: row.Since, Until: row.Until}
+	res := Result{RunID: row.ID, Source: row.Source, Provider: row.Provider, DryRun: row.DryRun, Since: row.Since, Until: row.Until,
+		PriorFound: row.Found, PriorStored: row.Stored}
 	st := &runState{r: r, req: req, row: &row, res: &res}
 	var err error
 	switch src.Provider {

@@ -38,7 +38,9 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 	}
 }
 
-// ObserveFunc records a finished reconcile run (metrics).
+// ObserveFunc records a finished reconcile attempt (metrics): found and
+// stored are that attempt's, so counters summed over attempts count each
+// event once.
 type ObserveFunc func(source, result string, found, stored int, at time.Time)
 
 // ReconcileWorker runs ReconcileArgs: a backfill of the source over its
@@ -49,21 +51,37 @@ type ReconcileWorker struct {
 
 	Runner *Runner
 	Config *config.Config
-	// JobTimeout bounds one attempt; keep it below the client's
-	// RescueStuckJobsAfter. An attempt cut short records what it stored
-	// (status interrupted) and the retry resumes the same run (Stripe;
-	// GitHub's lists its window again).
+	// JobTimeout bounds one attempt of a source whose config has no
+	// Backfill.Timeout (config load sets one: DefaultReconcileTimeout);
+	// keep every timeout below the client's RescueStuckJobsAfter
+	// (MaxTimeout). An attempt cut short records what it stored (status
+	// interrupted) and the retry resumes the same run (Stripe; GitHub's
+	// lists its window again).
 	JobTimeout time.Duration
 	// ObserveFunc, when set, gets each run's result.
 	ObserveFunc ObserveFunc
 }
 
-// Timeout implements river.Worker.
-func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration {
+// Timeout implements river.Worker: the source's Backfill.Timeout, not the
+// processing job timeout.
+func (w *ReconcileWorker) Timeout(job *river.Job[ReconcileArgs]) time.Duration {
+	if src := w.Config.Sources[job.Args.Source]; src != nil && src.Backfill != nil && src.Backfill.Timeout > 0 {
+		return src.Backfill.Timeout
+	}
 	if w.JobTimeout > 0 {
 		return w.JobTimeout
 	}
-	return time.Minute
+	return config.DefaultReconcileTimeout
+}
+
+// MaxTimeout is the longest reconcile timeout of cfg's reconciled sources
+// (0: none): River's RescueStuckJobsAfter must exceed it.
+func MaxTimeout(cfg *config.Config) time.Duration {
+	var longest time.Duration
+	for _, name := range ReconciledSources(cfg) {
+		longest = max(longest, cfg.Sources[name].Backfill.Timeout)
+	}
+	return longest
 }
 
 // Work runs one reconcile. A source no longer configured for backfill
@@ -91,7 +109,9 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	}
 	res, err := w.Runner.Run(ctx, req)
 	if res.RunID != 0 && w.ObserveFunc != nil {
-		w.ObserveFunc(src.Name, res.Status, res.Found, res.Stored, now())
+		// This attempt's counts only: a resumed run's are the whole run's,
+		// and the earlier attempts were observed already.
+		w.ObserveFunc(src.Name, res.Status, res.Found-res.PriorFound, res.Stored-res.PriorStored, now())
 	}
 	_ = river.RecordOutput(ctx, res.summary()) // a convenience: the run's row is the record
 	return err

@@ -23,6 +23,10 @@ func TestBackfillSection(t *testing.T) {
 	b := cfg.Sources["s"].Backfill
 	require.Equal(t, env["KEY"], b.APIKey)
 	require.Equal(t, 80*time.Hour, b.Window, "default: Stripe's retry window + 8 h")
+	require.Equal(t, config.DefaultReconcileTimeout, b.Timeout)
+	cfg, err = parse("stripe", stripe, "{api_key: '${KEY}', every: 1h45m, window: 2h, timeout: 30m}")
+	require.NoError(t, err, "every = window - lag")
+	require.Equal(t, 30*time.Minute, cfg.Sources["s"].Backfill.Timeout)
 	cfg, err = parse("github", github, "{token: '${TOKEN}', repo: octo/repo, hook_id: 7}")
 	require.NoError(t, err)
 	require.Equal(t, 24*time.Hour, cfg.Sources["s"].Backfill.Window)
@@ -42,6 +46,8 @@ func TestBackfillSection(t *testing.T) {
 		{"github", github, "{token: '${TOKEN}', org: 'o/x', hook_id: 1}", "org: want"},
 		{"standard", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "{api_key: x}", "only stripe and github"},
 		{"stripe", stripe, "{api_key: '${KEY}', hook_id: nope}", "cannot unmarshal"},
+		{"stripe", stripe, "{api_key: '${KEY}', every: 2h, window: 2h}", "every 2h0m0s must be at most window - lag (1h45m0s)"},
+		{"stripe", stripe, "{api_key: '${KEY}', timeout: -1m}", "must not be negative"},
 		{"stripe", stripe, "{api_key: pk_live_publishable}", "want a Stripe secret or restricted key"},
 		{"stripe", stripe, "{api_key: whsec_notakey}", "want a Stripe secret or restricted key"},
 	} {

@@ -129,7 +129,14 @@ type Backfill struct {
 	// may still be on their way (default 15m): they are counted as never
 	// delivered only once older than this.
 	Lag time.Duration `yaml:"lag"`
+	// Timeout bounds one attempt of the periodic reconcile (default
+	// DefaultReconcileTimeout), apart from the worker's --job-timeout for
+	// processing; an attempt cut short is retried from its cursor.
+	Timeout time.Duration `yaml:"timeout"`
 }
+
+// DefaultReconcileTimeout is a reconcile attempt's default Timeout.
+const DefaultReconcileTimeout = 10 * time.Minute
 
 // Backoff is a source's retry schedule.
 type Backoff struct {
@@ -486,8 +493,8 @@ func (b *Backfill) validate(prov string) error {
 	switch {
 	case b.RequestsPerSecond < 0:
 		return errors.New("requests_per_second must not be negative")
-	case b.Every < 0 || b.Window < 0 || b.Lag < 0:
-		return errors.New("every, window and lag must not be negative")
+	case b.Every < 0 || b.Window < 0 || b.Lag < 0 || b.Timeout < 0:
+		return errors.New("every, window, lag and timeout must not be negative")
 	case b.Every > 0 && b.Every < time.Minute:
 		return errors.New("every must be at least 1m (or 0: no periodic reconcile)")
 	}
@@ -502,6 +509,12 @@ func (b *Backfill) validate(prov string) error {
 	}
 	if b.Lag >= b.Window {
 		return fmt.Errorf("lag %s must be shorter than window %s", b.Lag, b.Window)
+	}
+	if b.Every > b.Window-b.Lag {
+		return fmt.Errorf("every %s must be at most window - lag (%s): the reconciles' windows would leave gaps never looked at", b.Every, b.Window-b.Lag)
+	}
+	if b.Timeout == 0 {
+		b.Timeout = DefaultReconcileTimeout
 	}
 	return nil
 }
