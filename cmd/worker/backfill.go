@@ -55,7 +55,7 @@ func runBackfill(ctx context.Context, args []string, getenv func(string) string,
 	sinceFlag := fs.String("since", "", "", "window start: a duration meaning that long ago (96h, 7d) or an RFC 3339 time (required unless --resume)")
 	dryRun := fs.Bool("dry-run", false, "list what is missing; store (or redeliver) nothing")
 	actor := fs.String("actor", "", "", "who: stored in backfill_run (default: the OS user)")
-	resume := fs.Int("resume", "", 0, "continue this backfill_run (same window) from its last recorded page")
+	resume := fs.Int("resume", "", 0, "continue this backfill_run (same window, same Stripe accounts; give --dry-run again for a dry run) from its last recorded page")
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	deleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "the workers' --purge-delete-after: a --since older than that is refused (deleted envelopes look never delivered)")
 	force := fs.Bool("force", false, "run a --since older than --purge-delete-after anyway (events whose envelopes were purged are stored and processed again)")
@@ -159,7 +159,16 @@ func runBackfill(ctx context.Context, args []string, getenv func(string) string,
 		err = perr
 	}
 	if err != nil && res.Status != backfill.StatusDone {
-		return fmt.Errorf("%w (what is reported above is stored; continue with: worker backfill --source %s --resume %d)", err, res.Source, res.RunID)
+		if res.Provider == provider.GitHub {
+			// A GitHub run is not resumed: a new one lists the deliveries
+			// again and redelivers only what still has no envelope.
+			return fmt.Errorf("%w (what is reported above was redelivered; run again with: worker backfill --source %s --since %s)", err, res.Source, res.Since.UTC().Format(time.RFC3339))
+		}
+		dry := ""
+		if res.DryRun {
+			dry = " --dry-run"
+		}
+		return fmt.Errorf("%w (what is reported above is stored; continue with: worker backfill --source %s --resume %d%s)", err, res.Source, res.RunID, dry)
 	}
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,7 +36,15 @@ type Runner struct {
 	// Logger gets one line per run (default: discard). Credentials are
 	// never logged.
 	Logger *slog.Logger
+	// HeartbeatEvery is how often a run records that its writer is alive
+	// (default 30s); StaleAfter is how old a running run's heartbeat must
+	// be for a resume to take it over (default 2m: its writer died).
+	HeartbeatEvery, StaleAfter time.Duration
 }
+
+// ErrCannotResume is returned when a run cannot be resumed as asked: its
+// Stripe accounts or its dry run differ from the request's.
+var ErrCannotResume = errors.New("cannot resume")
 
 // Request is one backfill run.
 type Request struct {
@@ -46,7 +55,8 @@ type Request struct {
 	// Until is the window's end (zero: when the run starts).
 	Until time.Time
 	// DryRun lists what is missing and stores (or redelivers) nothing. It
-	// still writes its backfill_run row.
+	// still writes its backfill_run row. A resume must ask for what the run
+	// was: a dry run resumed as a real one (or the reverse) is refused.
 	DryRun bool
 	// Actor is who runs it (backfill_run.actor).
 	Actor string
@@ -151,6 +161,10 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	if row.Until.IsZero() {
 		row.Until = now()
 	}
+	accounts := stripeAccounts(src)
+	if src.Provider == provider.Stripe {
+		row.Accounts = accounts
+	}
 	if req.Resume != 0 {
 		var err error
 		if row, err = loadRun(ctx, r.Store.Pool(), req.Resume); err != nil {
@@ -163,10 +177,18 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 			return Result{}, fmt.Errorf("backfill run %d is done: nothing to resume", row.ID)
 		}
 		if row.Provider != provider.Stripe {
-			return Result{}, fmt.Errorf("backfill run %d is of a %s source: start a new run (it lists the window again and redelivers only what is still missing)", row.ID, row.Provider)
+			return Result{}, fmt.Errorf("backfill run %d is of a %s source: start a new run with --since (it lists the window again and redelivers only what is still missing)", row.ID, row.Provider)
 		}
-		req.DryRun = row.DryRun // a resumed run is what it was
-		if err := saveProgress(ctx, r.Store.Pool(), &row); err != nil {
+		if row.DryRun != req.DryRun {
+			if row.DryRun {
+				return Result{}, fmt.Errorf("%w backfill run %d: it is a dry run, resumed without dry run (which would store); resume it as a dry run, or start a new run", ErrCannotResume, row.ID)
+			}
+			return Result{}, fmt.Errorf("%w backfill run %d: it stores, resumed as a dry run; resume it without dry run, or start a new dry run", ErrCannotResume, row.ID)
+		}
+		if !slices.Equal(row.Accounts, accounts) {
+			return Result{}, fmt.Errorf("%w backfill run %d: it lists the Stripe accounts %q and the config now has %q: resuming would skip or mislist accounts; start a new run", ErrCannotResume, row.ID, row.Accounts, accounts)
+		}
+		if err := claimRun(ctx, r.Store.Pool(), &row, req.Actor, cmp.Or(r.StaleAfter, 2*time.Minute)); err != nil {
 			return Result{}, err
 		}
 	} else {
@@ -177,16 +199,42 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 			return Result{}, err
 		}
 	}
+	// The heartbeat shows the run's writer alive, so no resume takes the
+	// row over; a heartbeat finding the row claimed by another stops the run.
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	beatDone := make(chan struct{})
+	go func() {
+		defer close(beatDone)
+		t := time.NewTicker(cmp.Or(r.HeartbeatEvery, 30*time.Second))
+		defer t.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+				if err := heartbeat(runCtx, r.Store.Pool(), &row); errors.Is(err, ErrClaimed) {
+					stopRun(err)
+					return
+				}
+			}
+		}
+	}()
+	defer func() { stopRun(nil); <-beatDone }()
 	res := Result{RunID: row.ID, Source: row.Source, Provider: row.Provider, DryRun: row.DryRun, Since: row.Since, Until: row.Until,
 		PriorFound: row.Found, PriorStored: row.Stored}
 	st := &runState{r: r, req: req, row: &row, res: &res}
 	var err error
 	switch src.Provider {
 	case provider.Stripe:
-		err = st.stripe(ctx)
+		err = st.stripe(runCtx)
 	case provider.GitHub:
-		err = st.github(ctx)
+		err = st.github(runCtx)
 	}
+	if cause := context.Cause(runCtx); err != nil && errors.Is(cause, ErrClaimed) {
+		err = cause
+	}
+	stopRun(nil)
+	<-beatDone
 	status, msg := StatusDone, ""
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -253,6 +301,18 @@ func (s *runState) clientOptions() ClientOptions {
 	return opts
 }
 
+// stripeAccounts is the accounts a Stripe source's run lists, in order:
+// its Connect accounts, or "" (the key's own).
+func stripeAccounts(src *config.Source) []string {
+	if src.Provider != provider.Stripe || src.Backfill == nil {
+		return nil
+	}
+	if len(src.Backfill.Accounts) == 0 {
+		return []string{""}
+	}
+	return slices.Clone(src.Backfill.Accounts)
+}
+
 // stripeCursor is "account:event id" (account empty for the key's own).
 func stripeCursor(account, after string) string { return account + ":" + after }
 
@@ -266,10 +326,7 @@ func (s *runState) stripe(ctx context.Context) error {
 	if b.APIURL != "" && b.APIURL != StripeAPIURL {
 		s.warn(fmt.Sprintf("api_url is %s, not Stripe's API: events listed there are stored as this source's", b.APIURL))
 	}
-	accounts := b.Accounts
-	if len(accounts) == 0 {
-		accounts = []string{""}
-	}
+	accounts := stripeAccounts(s.req.Source)
 	resumeAcct, after, resuming := strings.Cut(s.row.Cursor, ":")
 	for _, acct := range accounts {
 		if resuming {

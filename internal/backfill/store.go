@@ -2,9 +2,13 @@ package backfill
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -26,13 +30,66 @@ type runRow struct {
 	Listed, Found, Stored int
 	Cursor                string
 	Status                string
+	// Accounts are the Stripe accounts the run lists, in order ("": the
+	// key's own); nil for GitHub runs and rows older than 00163.
+	Accounts []string
+	// Writer is this process's token: every write is conditional on it.
+	Writer string
+}
+
+// ErrClaimed is returned when a run's row is written by another process:
+// it was resumed (claimed) from under this one.
+var ErrClaimed = errors.New("another process claimed this backfill run")
+
+func newWriter() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// claimRun takes run r.ID over for a resume by actor: only when it is not
+// running, or its writer's heartbeat is older than stale (the writer died).
+func claimRun(ctx context.Context, pool *pgxpool.Pool, r *runRow, actor string, stale time.Duration) error {
+	r.Writer = newWriter()
+	var heartbeat *time.Time
+	err := pool.QueryRow(ctx, `
+		UPDATE backfill_run SET status = 'running', error = NULL, finished_at = NULL, writer = $2,
+		       heartbeat_at = now(), resumed_by = $3, resumed_at = now()
+		 WHERE id = $1 AND (status <> 'running' OR heartbeat_at IS NULL OR heartbeat_at < now() - $4::interval)
+		RETURNING id`, r.ID, r.Writer, actor, stale.String()).Scan(new(int64))
+	if errors.Is(err, pgx.ErrNoRows) {
+		_ = pool.QueryRow(ctx, `SELECT heartbeat_at FROM backfill_run WHERE id = $1`, r.ID).Scan(&heartbeat)
+		at := "-"
+		if heartbeat != nil {
+			at = heartbeat.UTC().Format(time.RFC3339)
+		}
+		return fmt.Errorf("backfill run %d is running (last heartbeat %s): another process writes it; resume it once it stopped, or once its heartbeat is %s old", r.ID, at, stale)
+	}
+	if err != nil {
+		return fmt.Errorf("claim backfill run %d: %w", r.ID, err)
+	}
+	r.Status = StatusRunning
+	return nil
+}
+
+// heartbeat records that the run's writer is alive.
+func heartbeat(ctx context.Context, pool *pgxpool.Pool, r *runRow) error {
+	tag, err := pool.Exec(ctx, `UPDATE backfill_run SET heartbeat_at = now() WHERE id = $1 AND writer = $2`, r.ID, r.Writer)
+	if err != nil {
+		return fmt.Errorf("record backfill heartbeat: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("backfill run %d: %w", r.ID, ErrClaimed)
+	}
+	return nil
 }
 
 func startRun(ctx context.Context, pool *pgxpool.Pool, r *runRow) error {
+	r.Writer = newWriter()
 	err := pool.QueryRow(ctx, `
-		INSERT INTO backfill_run (source, provider, actor, dry_run, since, until)
-		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
-		r.Source, r.Provider, r.Actor, r.DryRun, r.Since, r.Until).Scan(&r.ID)
+		INSERT INTO backfill_run (source, provider, actor, dry_run, since, until, accounts, writer, heartbeat_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now()) RETURNING id`,
+		r.Source, r.Provider, r.Actor, r.DryRun, r.Since, r.Until, r.Accounts, r.Writer).Scan(&r.ID)
 	if err != nil {
 		return fmt.Errorf("record backfill run: %w", err)
 	}
@@ -44,9 +101,9 @@ func loadRun(ctx context.Context, pool *pgxpool.Pool, id int64) (runRow, error) 
 	r := runRow{ID: id}
 	var cursor *string
 	err := pool.QueryRow(ctx, `
-		SELECT source, provider, actor, dry_run, since, until, listed, found, stored, cursor, status
+		SELECT source, provider, actor, dry_run, since, until, listed, found, stored, cursor, status, accounts
 		  FROM backfill_run WHERE id = $1`, id).
-		Scan(&r.Source, &r.Provider, &r.Actor, &r.DryRun, &r.Since, &r.Until, &r.Listed, &r.Found, &r.Stored, &cursor, &r.Status)
+		Scan(&r.Source, &r.Provider, &r.Actor, &r.DryRun, &r.Since, &r.Until, &r.Listed, &r.Found, &r.Stored, &cursor, &r.Status, &r.Accounts)
 	if err != nil {
 		return runRow{}, fmt.Errorf("load backfill run %d: %w", id, err)
 	}
@@ -71,11 +128,15 @@ func unfinishedRun(ctx context.Context, pool *pgxpool.Pool, source, actor string
 
 // saveProgress records the counts and the cursor of the last page done.
 func saveProgress(ctx context.Context, pool *pgxpool.Pool, r *runRow) error {
-	_, err := pool.Exec(ctx, `
-		UPDATE backfill_run SET listed = $2, found = $3, stored = $4, cursor = NULLIF($5, ''), status = 'running', error = NULL, finished_at = NULL
-		 WHERE id = $1`, r.ID, r.Listed, r.Found, r.Stored, r.Cursor)
+	tag, err := pool.Exec(ctx, `
+		UPDATE backfill_run SET listed = $2, found = $3, stored = $4, cursor = NULLIF($5, ''), status = 'running', error = NULL, finished_at = NULL,
+		       heartbeat_at = now()
+		 WHERE id = $1 AND writer = $6`, r.ID, r.Listed, r.Found, r.Stored, r.Cursor, r.Writer)
 	if err != nil {
 		return fmt.Errorf("record backfill progress: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("backfill run %d: %w", r.ID, ErrClaimed)
 	}
 	return nil
 }
@@ -85,11 +146,14 @@ func saveProgress(ctx context.Context, pool *pgxpool.Pool, r *runRow) error {
 func finishRun(ctx context.Context, pool *pgxpool.Pool, r *runRow, status, errMsg string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_, err := pool.Exec(ctx, `
+	tag, err := pool.Exec(ctx, `
 		UPDATE backfill_run SET listed = $2, found = $3, stored = $4, cursor = NULLIF($5, ''), status = $6, error = NULLIF($7, ''), finished_at = now()
-		 WHERE id = $1`, r.ID, r.Listed, r.Found, r.Stored, r.Cursor, status, errMsg)
+		 WHERE id = $1 AND writer = $8`, r.ID, r.Listed, r.Found, r.Stored, r.Cursor, status, errMsg, r.Writer)
 	if err != nil {
 		return fmt.Errorf("record backfill result: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("backfill run %d: %w", r.ID, ErrClaimed)
 	}
 	r.Status = status
 	return nil

@@ -448,3 +448,104 @@ func TestStripeBackfillRefusesEventsOfTheOtherMode(t *testing.T) {
 	require.Contains(t, res.Warnings[1], "livemode")
 	require.Contains(t, b.logs.String(), "livemode")
 }
+
+// A resume must be of the run as it was: a dry run resumed as a real one
+// (or the reverse), or with another list of Stripe accounts, is refused;
+// a run another process is writing (heartbeat fresh) is refused, one whose
+// heartbeat is stale is claimed, recording who resumed it.
+func TestStripeResumeRefusesAMismatchAndASecondWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now()
+	events := stripeEvents(150, "rm", now.Add(-time.Minute))
+	fake := newFakeStripe(t, events)
+	var mu sync.Mutex
+	broken := true
+	fake.FaultFunc = func(n int, q url.Values, w http.ResponseWriter) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if broken && q.Get("starting_after") != "" {
+			stripeError(w, http.StatusServiceUnavailable, "api_error", "The server is temporarily unavailable.")
+			return true
+		}
+		return false
+	}
+	b := setup(t, fake.srv.URL, "")
+	src := b.cfg.Sources["stripe"]
+	res, err := b.runner.Run(ctx, backfill.Request{Source: src, Since: now.Add(-24 * time.Hour), Actor: "dora"})
+	require.Error(t, err)
+	require.Equal(t, 100, res.Stored)
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+
+	_, err = b.runner.Run(ctx, backfill.Request{Source: src, Resume: res.RunID, DryRun: true, Actor: "dora"})
+	require.ErrorIs(t, err, backfill.ErrCannotResume)
+	require.ErrorContains(t, err, "resumed as a dry run")
+
+	other := *src
+	bf := *src.Backfill
+	bf.Accounts = []string{"acct_1Other"}
+	other.Backfill = &bf
+	_, err = b.runner.Run(ctx, backfill.Request{Source: &other, Resume: res.RunID, Actor: "dora"})
+	require.ErrorIs(t, err, backfill.ErrCannotResume)
+	require.ErrorContains(t, err, "Stripe accounts")
+
+	// Another process writes it: running, heartbeat fresh.
+	_, err = b.pool.Exec(ctx, `UPDATE backfill_run SET status = 'running', heartbeat_at = now() WHERE id = $1`, res.RunID)
+	require.NoError(t, err)
+	_, err = b.runner.Run(ctx, backfill.Request{Source: src, Resume: res.RunID, Actor: "erin"})
+	require.ErrorContains(t, err, "is running (last heartbeat")
+	require.Len(t, b.envelopes(t, "stripe"), 100, "nothing stored by the refused resumes")
+
+	// Its writer died: the heartbeat is stale, the row is claimed.
+	_, err = b.pool.Exec(ctx, `UPDATE backfill_run SET heartbeat_at = now() - interval '1 hour' WHERE id = $1`, res.RunID)
+	require.NoError(t, err)
+	res2, err := b.runner.Run(ctx, backfill.Request{Source: src, Resume: res.RunID, Actor: "erin"})
+	require.NoError(t, err)
+	require.Equal(t, [2]int{150, 150}, [2]int{res2.Found, res2.Stored})
+	require.Equal(t, [2]int{100, 100}, [2]int{res2.PriorFound, res2.PriorStored})
+	var resumedBy string
+	var accounts []string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT resumed_by, accounts FROM backfill_run WHERE id = $1`, res.RunID).Scan(&resumedBy, &accounts))
+	require.Equal(t, "erin", resumedBy)
+	require.Equal(t, []string{""}, accounts)
+	require.Len(t, b.envelopes(t, "stripe"), 150)
+}
+
+// A writer whose run was claimed by another process stops at its next
+// write and leaves the row to the new writer.
+func TestStripeRunClaimedFromUnderItStops(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now()
+	fake := newFakeStripe(t, stripeEvents(250, "cl", now.Add(-time.Minute)))
+	b := setup(t, fake.srv.URL, "")
+	var claimed bool
+	res, err := b.runner.Run(ctx, backfill.Request{Source: b.cfg.Sources["stripe"], Since: now.Add(-24 * time.Hour), Actor: "fay",
+		ProgressFunc: func(p backfill.Progress) {
+			if !claimed {
+				claimed = true
+				_, err := b.pool.Exec(ctx, `UPDATE backfill_run SET writer = 'another', status = 'running'`)
+				require.NoError(t, err)
+			}
+		}})
+	require.ErrorIs(t, err, backfill.ErrClaimed)
+	require.Equal(t, 200, res.Stored, "the page in hand is stored (a duplicate for the new writer), then the run stops")
+	row := b.run(t, res.RunID)
+	require.Equal(t, [2]any{"running", 100}, [2]any{row.Status, row.Stored}, "the row is the new writer's")
+}
+
+// What a run stored is found by a partial index on envelope.backfill_run_id
+// (00164), valid, covering only backfilled envelopes.
+func TestEnvelopeBackfillRunIDIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "", "")
+	var def string
+	var valid bool
+	require.NoError(t, b.pool.QueryRow(context.Background(), `
+		SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i
+		 WHERE i.indexrelid = 'envelope_backfill_run_id_idx'::regclass`).Scan(&def, &valid))
+	require.True(t, valid)
+	require.Contains(t, def, "(backfill_run_id) WHERE (backfill_run_id IS NOT NULL)")
+}

@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -108,6 +109,12 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 		req.Resume = id
 	}
 	res, err := w.Runner.Run(ctx, req)
+	if req.Resume != 0 && errors.Is(err, ErrCannotResume) {
+		// The config changed (another process, another accounts list):
+		// that run cannot go on, a new one lists the window again.
+		req.Resume = 0
+		res, err = w.Runner.Run(ctx, req)
+	}
 	if res.RunID != 0 && w.ObserveFunc != nil {
 		// This attempt's counts only: a resumed run's are the whole run's,
 		// and the earlier attempts were observed already.
