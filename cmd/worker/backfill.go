@@ -213,7 +213,13 @@ func printBackfill(w io.Writer, res backfill.Result) error {
 	fmt.Fprintf(tw, "source\t%s (%s)\n", res.Source, res.Provider)
 	fmt.Fprintf(tw, "window\t%s to %s\n", fmtTime(res.Since), fmtTime(res.Until))
 	fmt.Fprintf(tw, "listed\t%d\n", res.Listed)
-	fmt.Fprintf(tw, "missing\t%d (never delivered)\n", res.Found)
+	fmt.Fprintf(tw, "missing\t%d (no envelope)\n", res.Found)
+	if res.Found > 0 {
+		fmt.Fprintf(tw, "never delivered\t%d (older than the provider's retry window)\n", res.NeverDelivered)
+		if res.Retrying > 0 {
+			fmt.Fprintf(tw, "not yet delivered\t%d (within the provider's retry window: it may still be retrying them; a late webhook is a duplicate)\n", res.Retrying)
+		}
+	}
 	switch {
 	case res.DryRun:
 	case res.Provider == provider.GitHub:

@@ -186,6 +186,7 @@ func TestGitHubBackfillRedeliversFailedDeliveriesOnly(t *testing.T) {
 	require.NoError(t, err)
 	b, c, e := "b0000000-242f-11e5-81e1-c7b6966d2516", "c0000000-242f-11e5-81e1-c7b6966d2516", "e0000000-242f-11e5-81e1-c7b6966d2516"
 	require.Equal(t, [4]int{5, 3, 3, 1}, [4]int{res.Listed, res.Found, res.Stored, res.AckedMissing})
+	require.Equal(t, [2]int{3, 0}, [2]int{res.NeverDelivered, res.Retrying}, "GitHub never retries")
 	got := []string{}
 	for _, m := range res.Missing {
 		got = append(got, fmt.Sprintf("%s push %d %v", m.ID, m.DeliveryID, m.AckedNoEnvelope))

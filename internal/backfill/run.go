@@ -75,8 +75,8 @@ type Progress struct {
 	Oldest time.Time
 }
 
-// Missing is one event the provider never delivered (Stripe), or one
-// delivery that failed and has no envelope (GitHub).
+// Missing is one event with no envelope: the provider never delivered it,
+// or has not yet (Retrying: it may still be retrying it).
 type Missing struct {
 	ID      string    `json:"id"` // Stripe event id; GitHub delivery GUID
 	Type    string    `json:"type"`
@@ -89,6 +89,9 @@ type Missing struct {
 	Raced bool `json:"raced,omitempty"`
 	// DeliveryID is the GitHub delivery asked to be redelivered.
 	DeliveryID int64 `json:"delivery_id,omitempty"`
+	// Retrying is true for an event created within the provider's retry
+	// window: not delivered yet, and the provider may still deliver it.
+	Retrying bool `json:"retrying,omitempty"`
 	// AckedNoEnvelope is true for a GitHub delivery GitHub saw answered
 	// 2xx that has no envelope: something other than ingest answered the
 	// hook's URL (misrouting), or its envelope was deleted.
@@ -109,8 +112,15 @@ type Result struct {
 	// Listed is how many events (GitHub: distinct delivery GUIDs) the
 	// provider listed in the window.
 	Listed int `json:"listed"`
-	// Found is how many of those have no envelope: never delivered.
+	// Found is how many of those have no envelope (GitHub: whatever
+	// status GitHub saw): missing from the inbox, the whole run's.
 	Found int `json:"found"`
+	// Retrying and NeverDelivered split this attempt's Found: events
+	// created within the provider's retry window (provider.RetryWindow),
+	// which it may still be retrying (stored now anyway; its late webhook
+	// is a duplicate), and older ones it gave up on. GitHub never retries.
+	Retrying       int `json:"missing_retrying"`
+	NeverDelivered int `json:"never_delivered"`
 	// Stored is how many this run stored (Stripe) or had redelivered
 	// (GitHub); 0 in a dry run.
 	Stored int `json:"stored"`
@@ -253,7 +263,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	}
 	attrs := []any{"run_id", res.RunID, "source", res.Source, "provider", res.Provider, "dry_run", res.DryRun, "actor", row.Actor,
 		"since", res.Since, "until", res.Until, "listed", res.Listed, "found", res.Found, "stored", res.Stored, "raced", res.Raced,
-		"acked_missing", res.AckedMissing, "refused", res.Refused,
+		"never_delivered", res.NeverDelivered, "missing_retrying", res.Retrying, "acked_missing", res.AckedMissing, "refused", res.Refused,
 		"status", status, "duration", res.Duration}
 	if err != nil {
 		log.Warn("backfill stopped", append(attrs, "error", err)...)
@@ -266,7 +276,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		log.Warn("backfill found deliveries the provider saw answered 2xx but with no envelope: check the hook's URL routes to ingest", attrs...)
 	}
 	if res.Found > 0 {
-		log.Warn("backfill found events the provider never delivered", attrs...)
+		log.Warn("backfill found events with no envelope (never delivered, or still within the provider's retry window)", attrs...)
 	} else {
 		log.Info("backfill done", attrs...)
 	}
@@ -285,6 +295,29 @@ func (s *runState) progress(oldest time.Time) {
 	if s.req.ProgressFunc != nil {
 		s.req.ProgressFunc(Progress{Pages: s.pages, Listed: s.row.Listed, Found: s.row.Found, Stored: s.row.Stored, Oldest: oldest})
 	}
+}
+
+// count counts m in Retrying or NeverDelivered.
+func (s *runState) count(m Missing) {
+	if m.Retrying {
+		s.res.Retrying++
+	} else {
+		s.res.NeverDelivered++
+	}
+}
+
+// retrying reports whether an event created at created may still be
+// retried by the provider.
+func (s *runState) retrying(created time.Time) bool {
+	w := provider.RetryWindow(s.req.Source.Provider)
+	return w > 0 && created.After(s.now().Add(-w))
+}
+
+func (s *runState) now() time.Time {
+	if s.r.Now != nil {
+		return s.r.Now()
+	}
+	return time.Now()
 }
 
 func (s *runState) list(m Missing) {
@@ -428,7 +461,7 @@ func (s *runState) storeStripe(ctx context.Context, events []StripeEvent) error 
 		if present[e.ID] {
 			continue
 		}
-		missing = append(missing, Missing{ID: e.ID, Type: e.Type, Created: e.Created, Account: e.Account})
+		missing = append(missing, Missing{ID: e.ID, Type: e.Type, Created: e.Created, Account: e.Account, Retrying: s.retrying(e.Created)})
 		bodies = append(bodies, e.Body())
 	}
 	// The page counts once it is done: a page cut short is listed again by
@@ -481,6 +514,7 @@ func (s *runState) storeStripe(ctx context.Context, events []StripeEvent) error 
 	s.row.Found += len(missing)
 	s.row.Stored += stored
 	for _, m := range missing {
+		s.count(m)
 		s.list(m)
 	}
 	return nil
@@ -569,15 +603,21 @@ func (s *runState) github(ctx context.Context) error {
 			}
 			s.row.Stored++
 		}
+		s.count(m)
 		s.list(m)
 	}
 	return saveProgress(ctx, s.r.Store.Pool(), s.row)
 }
 
-// Window is the default lookback of a source's periodic reconcile.
+// Window is the lookback of a source's periodic reconcile: its
+// Backfill.Window, else the provider's retry window plus 8 hours, or 24
+// hours for a provider that does not retry (GitHub).
 func Window(src *config.Source) time.Duration {
 	if src.Backfill != nil && src.Backfill.Window > 0 {
 		return src.Backfill.Window
 	}
-	return cmp.Or(provider.RetryWindow(src.Provider)+8*time.Hour, 24*time.Hour)
+	if w := provider.RetryWindow(src.Provider); w > 0 {
+		return w + 8*time.Hour
+	}
+	return 24 * time.Hour
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/backfill"
+	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/provider"
 )
 
 // webhookBody is how the backfill stores an event listed from the API:
@@ -548,4 +550,22 @@ func TestEnvelopeBackfillRunIDIndex(t *testing.T) {
 		 WHERE i.indexrelid = 'envelope_backfill_run_id_idx'::regclass`).Scan(&def, &valid))
 	require.True(t, valid)
 	require.Contains(t, def, "(backfill_run_id) WHERE (backfill_run_id IS NOT NULL)")
+}
+
+// Found is split: events younger than Stripe's retry window (72 h) may still
+// be retried (missing_retrying), older ones were given up on
+// (never_delivered). GitHub never retries, and its default window is 24 h.
+func TestStripeBackfillSplitsRetryingFromNeverDelivered(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Truncate(time.Second)
+	events := append(stripeEvents(2, "young", now.Add(-time.Minute)), stripeEvents(1, "old", now.Add(-75*time.Hour))...)
+	fake := newFakeStripe(t, events)
+	b := setup(t, fake.srv.URL, "")
+	res, err := b.runner.Run(context.Background(), backfill.Request{Source: b.cfg.Sources["stripe"], Since: now.Add(-80 * time.Hour), Actor: "gus"})
+	require.NoError(t, err)
+	require.Equal(t, [3]int{3, 2, 1}, [3]int{res.Found, res.Retrying, res.NeverDelivered})
+	require.Equal(t, []bool{true, true, false}, []bool{res.Missing[0].Retrying, res.Missing[1].Retrying, res.Missing[2].Retrying})
+
+	require.Equal(t, 24*time.Hour, backfill.Window(&config.Source{Provider: provider.GitHub, Backfill: &config.Backfill{}}))
+	require.Equal(t, 80*time.Hour, backfill.Window(&config.Source{Provider: provider.Stripe, Backfill: &config.Backfill{}}))
 }

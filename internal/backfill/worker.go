@@ -42,7 +42,9 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 // ObserveFunc records a finished reconcile attempt (metrics): found and
 // stored are that attempt's, so counters summed over attempts count each
 // event once.
-type ObserveFunc func(source, result string, found, stored int, at time.Time)
+// neverDelivered is the part of found older than the provider's retry
+// window (Result.NeverDelivered).
+type ObserveFunc func(source, result string, found, stored, neverDelivered int, at time.Time)
 
 // ReconcileWorker runs ReconcileArgs: a backfill of the source over its
 // configured window (Backfill.Window) up to Backfill.Lag ago (events
@@ -118,7 +120,7 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	if res.RunID != 0 && w.ObserveFunc != nil {
 		// This attempt's counts only: a resumed run's are the whole run's,
 		// and the earlier attempts were observed already.
-		w.ObserveFunc(src.Name, res.Status, res.Found-res.PriorFound, res.Stored-res.PriorStored, now())
+		w.ObserveFunc(src.Name, res.Status, res.Found-res.PriorFound, res.Stored-res.PriorStored, res.NeverDelivered, now())
 	}
 	_ = river.RecordOutput(ctx, res.summary()) // a convenience: the run's row is the record
 	return err

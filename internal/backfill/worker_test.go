@@ -44,7 +44,7 @@ func startReconciler(t *testing.T, b *bundle) (*river.Client[pgx.Tx], <-chan obs
 	w := &backfill.ReconcileWorker{
 		Runner: &backfill.Runner{Store: envelope.NewStore(workerPool, inserts), Client: b.runner.Client},
 		Config: b.cfg,
-		ObserveFunc: func(source, result string, found, stored int, _ time.Time) {
+		ObserveFunc: func(source, result string, found, stored, _ int, _ time.Time) {
 			results <- observed{source, result, found, stored}
 		},
 	}

@@ -59,7 +59,7 @@ type Source struct {
 	// MaxAge bounds how long an envelope of the source may keep waiting
 	// (snoozing: a refund for its payment) before it fails. Zero: the
 	// worker's --max-age, raised to the provider's retry window (Stripe 3
-	// days, Shopify 48 h, Standard Webhooks about 28 h) plus an hour.
+	// days, Shopify 4 h, Standard Webhooks about 28 h) plus an hour.
 	MaxAge time.Duration `yaml:"max_age"`
 	// HMAC configures a source of provider "hmac": a generic HMAC sender
 	// (signature header, algorithm, encoding, signed content, timestamp,
@@ -412,7 +412,7 @@ func (s *Source) validate() error {
 
 // ErrNoDeliveryLog is the error of a backfill section on a source whose
 // provider keeps no log of events or deliveries to recover from.
-var ErrNoDeliveryLog = errors.New("the provider keeps no log of events or deliveries that could be listed: nothing to backfill from (Shopify retries for 48 hours, then the events are lost to webhooks; reconcile from the Admin API instead)")
+var ErrNoDeliveryLog = errors.New("the provider keeps no log of events or deliveries that could be listed: nothing to backfill from (Shopify retries 8 times over 4 hours, then the events are lost to webhooks; reconcile from the Admin API instead)")
 
 var (
 	stripeAccount = regexp.MustCompile(`^acct_[A-Za-z0-9]{1,250}$`)

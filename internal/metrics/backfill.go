@@ -9,9 +9,13 @@ import (
 // Backfill holds the periodic reconcile's metrics (the worker's; the
 // `worker backfill` command records its runs in backfill_run only).
 type Backfill struct {
-	// Missing counts events the provider never delivered, as the
-	// reconcile found them (then stored, or had redelivered).
+	// Missing counts events with no envelope, as the reconcile found them
+	// (then stored, or had redelivered): never delivered, or not yet
+	// (still within the provider's retry window).
 	Missing *prometheus.CounterVec
+	// NeverDelivered counts those of Missing older than the provider's
+	// retry window: the provider gave up on them.
+	NeverDelivered *prometheus.CounterVec
 	// Stored counts what the reconcile stored (Stripe) or had redelivered
 	// (GitHub).
 	Stored *prometheus.CounterVec
@@ -30,7 +34,11 @@ func NewBackfill(reg prometheus.Registerer) *Backfill {
 	m := &Backfill{
 		Missing: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inbox_backfill_missing_total",
-			Help: "Events the provider never delivered, found in its own log by the periodic reconcile (Stripe: then stored; GitHub: then redelivered). Anything above 0 means webhooks were lost.",
+			Help: "Events with no envelope, found in the provider's own log by the periodic reconcile (Stripe: then stored; GitHub: then redelivered): never delivered, or not yet (the provider may still be retrying those younger than its retry window). Anything above 0 means webhooks failed to arrive.",
+		}, []string{"source"}),
+		NeverDelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inbox_backfill_never_delivered_total",
+			Help: "Of inbox_backfill_missing_total, the events older than the provider's retry window: the provider gave up on them (GitHub never retries: all of them).",
 		}, []string{"source"}),
 		Stored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inbox_backfill_stored_total",
@@ -45,7 +53,7 @@ func NewBackfill(reg prometheus.Registerer) *Backfill {
 			Help: "Unix time of the source's last reconcile run that completed (0: none since the worker started).",
 		}, []string{"source"}),
 	}
-	reg.MustRegister(m.Missing, m.Stored, m.Runs, m.LastSuccess)
+	reg.MustRegister(m.Missing, m.NeverDelivered, m.Stored, m.Runs, m.LastSuccess)
 	return m
 }
 
@@ -53,6 +61,7 @@ func NewBackfill(reg prometheus.Registerer) *Backfill {
 func (m *Backfill) Init(sources []string) {
 	for _, s := range sources {
 		m.Missing.WithLabelValues(s)
+		m.NeverDelivered.WithLabelValues(s)
 		m.Stored.WithLabelValues(s)
 		m.LastSuccess.WithLabelValues(s)
 		for _, r := range backfillResults {
@@ -61,10 +70,12 @@ func (m *Backfill) Init(sources []string) {
 	}
 }
 
-// ObserveRun records one reconcile run of source.
-func (m *Backfill) ObserveRun(source, result string, found, stored int, at time.Time) {
+// ObserveRun records one reconcile attempt of source: found, stored and
+// neverDelivered are that attempt's own counts.
+func (m *Backfill) ObserveRun(source, result string, found, stored, neverDelivered int, at time.Time) {
 	m.Runs.WithLabelValues(source, result).Inc()
 	m.Missing.WithLabelValues(source).Add(float64(found))
+	m.NeverDelivered.WithLabelValues(source).Add(float64(neverDelivered))
 	m.Stored.WithLabelValues(source).Add(float64(stored))
 	if result == "done" {
 		m.LastSuccess.WithLabelValues(source).Set(float64(at.Unix()))

@@ -72,7 +72,8 @@ type Config struct {
 
 // RetryWindow is how long the provider keeps retrying a delivery that was
 // not acknowledged, by its documented schedule: Stripe up to 3 days, Shopify
-// 48 hours (8 tries), Standard Webhooks senders (Svix's schedule: 5 s, 5 min,
+// 4 hours (8 retries, since its September 2024 change; 48 hours before),
+// Standard Webhooks senders (Svix's schedule: 5 s, 5 min,
 // 30 min, 2 h, 5 h, 10 h, 10 h) about 27.6 hours; GitHub does not retry (0).
 // A refund waiting for its payment must wait at least this long, as the
 // payment's own delivery may be that late. Unknown providers: 0.
@@ -81,7 +82,7 @@ func RetryWindow(name string) time.Duration {
 	case Stripe:
 		return 72 * time.Hour
 	case Shopify:
-		return 48 * time.Hour
+		return 4 * time.Hour
 	case Standard:
 		return 5*time.Second + 5*time.Minute + 30*time.Minute + (2+5+10+10)*time.Hour
 	}

@@ -42,7 +42,7 @@ const retryWindowSlack = time.Hour
 // maxAge is how long an envelope of provider may keep snoozing: the source's
 // own max_age when it sets one, else the policy's MaxAge, but never less
 // than the provider's retry window (plus an hour), as the event it waits
-// for may arrive that late (Stripe retries for 3 days, Shopify for 48 h).
+// for may arrive that late (Stripe retries for 3 days, Shopify for 4 h).
 func maxAge(p Policy, sp SourcePolicy, providerName string) time.Duration {
 	if sp.MaxAge > 0 {
 		return sp.MaxAge
