@@ -1,6 +1,9 @@
 package config_test
 
 import (
+	"bytes"
+	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -95,4 +98,25 @@ func TestTwoStripeBackfillsOfOneAccount(t *testing.T) {
 		}
 		require.ErrorContains(t, err, `sources "a" and "b": both backfill Stripe`, "%s%s", tc.a, tc.b)
 	}
+}
+
+// A backfill section printed (%v, %+v, %#v, %s, of it or of its source) or
+// logged shows its settings, never the API key or token.
+func TestBackfillPrintsNoCredential(t *testing.T) {
+	t.Parallel()
+	const key, token = "sk_live_51NeverPrintedKey000000", "ghp_NeverPrintedToken0000000000"
+	b := config.Backfill{APIKey: key, Token: token, Repo: "octo/repo", Every: time.Hour}
+	src := config.Source{Name: "s", Backfill: &b}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("x", "backfill", b, "ptr", &b)
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "backfill", b)
+	for _, out := range []string{
+		fmt.Sprint(b), fmt.Sprintf("%+v", b), fmt.Sprintf("%#v", b), fmt.Sprintf("%s", &b), fmt.Sprintf("%v", &b),
+		fmt.Sprintf("%+v", src), buf.String(),
+	} {
+		require.NotContains(t, out, key)
+		require.NotContains(t, out, token)
+		require.Contains(t, out, "octo/repo", out)
+	}
+	require.Contains(t, buf.String(), `"api_key":"[REDACTED]"`)
 }

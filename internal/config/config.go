@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"regexp"
@@ -133,6 +134,45 @@ type Backfill struct {
 	// DefaultReconcileTimeout), apart from the worker's --job-timeout for
 	// processing; an attempt cut short is retried from its cursor.
 	Timeout time.Duration `yaml:"timeout"`
+}
+
+// masked is what a set credential prints as.
+const masked = "[REDACTED]"
+
+func mask(v string) string {
+	if v == "" {
+		return ""
+	}
+	return masked
+}
+
+// redacted is b with its credentials masked.
+func (b Backfill) redacted() backfillRedacted {
+	b.APIKey, b.Token = mask(b.APIKey), mask(b.Token)
+	return backfillRedacted(b)
+}
+
+// backfillRedacted is Backfill without its methods, so printing it does
+// not recurse.
+type backfillRedacted Backfill
+
+// String implements fmt.Stringer: the section with api_key and token
+// masked, so %v and %+v of it (or of a Source) print no credential.
+func (b Backfill) String() string { return fmt.Sprintf("%+v", b.redacted()) }
+
+// GoString implements fmt.GoStringer (%#v), masked like String.
+func (b Backfill) GoString() string { return fmt.Sprintf("config.Backfill%+v", b.redacted()) }
+
+// LogValue implements slog.LogValuer: the section's settings, api_key and
+// token masked.
+func (b Backfill) LogValue() slog.Value {
+	r := b.redacted()
+	return slog.GroupValue(
+		slog.String("api_key", r.APIKey), slog.Any("accounts", r.Accounts), slog.String("api_version", r.APIVersion),
+		slog.Any("events", r.Events), slog.String("token", r.Token), slog.String("repo", r.Repo), slog.String("org", r.Org),
+		slog.Int64("hook_id", r.HookID), slog.String("api_url", r.APIURL), slog.Float64("requests_per_second", r.RequestsPerSecond),
+		slog.Duration("every", r.Every), slog.Duration("window", r.Window), slog.Duration("lag", r.Lag), slog.Duration("timeout", r.Timeout),
+	)
 }
 
 // DefaultReconcileTimeout is a reconcile attempt's default Timeout.
