@@ -179,7 +179,7 @@ func ghSetup(t *testing.T) *ghScenario {
 // truth; one GitHub saw answered 2xx is reported apart (misrouting). They
 // arrive through ingest; the log is paged by its Link header's cursor up
 // to the window's start.
-func TestGitHubBackfillRedeliversFailedDeliveriesOnly(t *testing.T) {
+func TestGitHubBackfillRedeliversWhatHasNoEnvelope(t *testing.T) {
 	t.Parallel()
 	s := ghSetup(t)
 	res, err := s.b.runner.Run(context.Background(), backfill.Request{Source: s.b.cfg.Sources["github"], Since: s.since, Actor: "frank"})
