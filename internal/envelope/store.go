@@ -74,6 +74,10 @@ type NewDelivery struct {
 	SignedAt   time.Time
 	// MaxAttempts for the processing job; 0 keeps the worker's default.
 	MaxAttempts int
+	// TraceContext is the W3C traceparent of the request that brought the
+	// delivery ("" when tracing is off: stored as NULL); every processing
+	// attempt of the envelope joins that trace.
+	TraceContext string
 }
 
 // InsertResult says what Insert did.
@@ -317,6 +321,7 @@ func insertEnvelopes(ctx context.Context, tx pgx.Tx, items []prepared, idx []int
 		bodies, payloads, headers, sums = make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
 		sizes                           = make([]int32, n)
 		signed                          = make([]*time.Time, n)
+		traces                          = make([]string, n)
 	)
 	for j, i := range idx {
 		it := items[i]
@@ -325,17 +330,17 @@ func insertEnvelopes(ctx context.Context, tx pgx.Tx, items []prepared, idx []int
 		if bodies[j] == nil {
 			bodies[j] = []byte{} // an empty body is stored as empty, not as purged
 		}
-		sizes[j], signed[j] = int32(len(it.d.Body)), it.signedAt
+		sizes[j], signed[j], traces[j] = int32(len(it.d.Body)), it.signedAt, it.d.TraceContext
 	}
 	rows, err := tx.Query(ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at)
-		SELECT source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at
-		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::jsonb[], $7::jsonb[], $8::bytea[], $9::int[], $10::timestamptz[])
-		       WITH ORDINALITY AS d(source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, ord)
+		INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, trace_context)
+		SELECT source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, nullif(trace_context, '')
+		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::jsonb[], $7::jsonb[], $8::bytea[], $9::int[], $10::timestamptz[], $11::text[])
+		       WITH ORDINALITY AS d(source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, trace_context, ord)
 		 ORDER BY ord
 		ON CONFLICT (source, delivery_id) DO NOTHING
 		RETURNING id, source, delivery_id`,
-		sources, providers, ids, types, bodies, payloads, headers, sums, sizes, signed)
+		sources, providers, ids, types, bodies, payloads, headers, sums, sizes, signed, traces)
 	if err != nil {
 		return nil, fmt.Errorf("insert envelopes: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Deferred collects the payments that Post is asked for in one transaction
@@ -37,6 +38,9 @@ type deferredPosting struct {
 	id, envelopeID    int64
 	p                 Posting
 	debitID, creditID int64
+	// span is the span of the Post that deferred it (invalid when tracing
+	// is off): the flush links to it.
+	span trace.SpanContext
 }
 
 // ErrDeferredConflict is Flush's answer when a deferred posting conflicted
@@ -81,7 +85,8 @@ func (d *Deferred) add(ctx context.Context, envelopeID int64, p Posting, debitID
 	}
 	id := d.reserved[0]
 	d.reserved = d.reserved[1:]
-	d.pending = append(d.pending, deferredPosting{id: id, envelopeID: envelopeID, p: p, debitID: debitID, creditID: creditID})
+	d.pending = append(d.pending, deferredPosting{id: id, envelopeID: envelopeID, p: p, debitID: debitID, creditID: creditID,
+		span: trace.SpanContextFromContext(ctx)})
 	return id, nil
 }
 
@@ -99,6 +104,11 @@ func (d *Deferred) Flush(ctx context.Context) error {
 	n := len(d.pending)
 	if n == 0 {
 		return nil
+	}
+	if tracingOn(d.pending) {
+		var span trace.Span
+		ctx, span = startFlushSpan(ctx, d.pending)
+		defer span.End()
 	}
 	ids, envs, debits, credits, amounts := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	keys, merchants, currencies, descs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
