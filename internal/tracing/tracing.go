@@ -14,8 +14,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -181,4 +183,15 @@ func WithRemoteParent(ctx context.Context, traceparent string) context.Context {
 		return ctx
 	}
 	return trace.ContextWithRemoteSpanContext(ctx, sc)
+}
+
+// Flush calls shutdown (Setup's) with a bound of 5 s, so spans still
+// buffered are exported on exit, and logs a failure once (an unreachable
+// collector must not keep the process from exiting).
+func Flush(shutdown func(context.Context) error, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := shutdown(ctx); err != nil {
+		logger.Warn("tracing: spans not flushed on exit", "error", err)
+	}
 }
