@@ -53,8 +53,9 @@ var ErrUnsupported = errors.New("unsupported OpenTelemetry setting")
 //   - OTEL_SDK_DISABLED=true, or OTEL_TRACES_EXPORTER=none: off.
 //   - OTEL_TRACES_EXPORTER=otlp, or an OTEL_EXPORTER_OTLP_ENDPOINT /
 //     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: on, exporting OTLP over HTTP
-//     (http/protobuf; the exporter reads its own OTEL_EXPORTER_OTLP_*
-//     settings: endpoint, headers, timeout, TLS, compression).
+//     (http/protobuf; the endpoints are read with getenv, the exporter's
+//     other OTEL_EXPORTER_OTLP_* settings, headers, timeout, TLS and
+//     compression, from the process environment).
 //   - nothing of the above: off.
 //
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override serviceName and
@@ -89,7 +90,13 @@ func Setup(ctx context.Context, serviceName string, getenv func(string) string) 
 			break // the more specific variable wins
 		}
 	}
-	exp, err := otlptracehttp.New(ctx)
+	var opts []otlptracehttp.Option
+	if u := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")); u != "" {
+		opts = append(opts, otlptracehttp.WithEndpointURL(u)) // as given, per the specification
+	} else if u := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT")); u != "" {
+		opts = append(opts, otlptracehttp.WithEndpointURL(strings.TrimRight(u, "/")+"/v1/traces"))
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("otlp trace exporter: %w", err)
 	}
