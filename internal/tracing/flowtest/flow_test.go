@@ -40,6 +40,12 @@ sources:
   payments:
     provider: standard
     secrets: ["` + secret + `"]
+  fwd:
+    provider: standard
+    secrets: ["` + secret + `"]
+    forward:
+      - url: ${TARGET}/hook?token=s3cr3t-query
+        secret: ` + secret + `
 `
 
 // exporter receives every span of this test binary, synchronously at End.
@@ -56,6 +62,7 @@ var allowedKeys = []string{
 	"http.request.method", "http.route", "http.response.status_code",
 	"inbox.source", "inbox.request_id", "inbox.outcome", "inbox.envelope_id", "inbox.duplicate",
 	"inbox.provider", "inbox.event_type", "inbox.job_id", "inbox.attempt", "inbox.replayed", "inbox.savepoints", "inbox.committed",
+	"url.full",
 	"ledger.kind", "ledger.transaction_id", "ledger.created", "ledger.deferred", "ledger.payment_not_posted",
 	"inbox.replay_batch_id", "inbox.matched", "inbox.skipped", "inbox.batches", "inbox.interrupted",
 }
@@ -64,6 +71,8 @@ type fixture struct {
 	pool   *pgxpool.Pool
 	ingest string
 	store  *envelope.Store
+	// forwarded receives the traceparent header of each forwarded request.
+	forwarded chan string
 }
 
 func setup(t *testing.T) *fixture {
@@ -77,7 +86,20 @@ func setup(t *testing.T) *fixture {
 	rc, err := envelope.NewInsertClient(pool, logger)
 	require.NoError(t, err)
 	store := envelope.NewStore(pool, rc)
-	cfg, err := config.Parse([]byte(sourcesYAML), func(string) string { return "" })
+	forwarded := make(chan string, 16)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		forwarded <- r.Header.Get("traceparent")
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(target.Close)
+	cfg, err := config.Parse([]byte(sourcesYAML), func(k string) string {
+		if k == "TARGET" {
+			return target.URL
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	registry, err := handlers.WithForwarding(handlers.Builtin(), cfg, target.Client())
 	require.NoError(t, err)
 	srv, err := ingest.New(cfg, store, logger, ingest.Options{})
 	require.NoError(t, err)
@@ -87,7 +109,7 @@ func setup(t *testing.T) *fixture {
 	wp, err := pgxpool.New(ctx, pgtest.RoleURL(t, url, pgtest.RoleWorker))
 	require.NoError(t, err)
 	t.Cleanup(wp.Close)
-	client, err := worker.NewClient(wp, handlers.Builtin(), worker.Config{
+	client, err := worker.NewClient(wp, registry, worker.Config{
 		MaxWorkers: 2, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
 	}, logger)
 	require.NoError(t, err)
@@ -97,7 +119,7 @@ func setup(t *testing.T) *fixture {
 		defer cancel()
 		_ = client.Stop(ctx)
 	})
-	return &fixture{pool: pool, ingest: hs.URL, store: store}
+	return &fixture{pool: pool, ingest: hs.URL, store: store, forwarded: forwarded}
 }
 
 // waitSpans polls the exporter until want finds what it needs among the
@@ -178,6 +200,7 @@ func waitStatus(t *testing.T, pool *pgxpool.Pool, id int64, want envelope.Status
 // span, the handler and the ledger posting are its children; a replay's
 // attempt joins the same trace and the replay's own span links to it.
 func TestTraceFromRequestToLedger(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
 
@@ -284,3 +307,47 @@ func jobInserter(t *testing.T, f *fixture) admin.JobInserter {
 	return rc
 }
 
+// TestForwardJoinsTrace: a forward is a client span under the handler's,
+// and the target receives a traceparent naming it, so the target's own
+// spans join the request's trace. The span's URL has no query.
+func TestForwardJoinsTrace(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	traceID, _ := trace.TraceIDFromHex("5bf92f3577b34da6a3ce929d0e0e4737")
+	body := webhooktest.StandardPayment("pay_fwd_1", "m_fwd", 990, "USD")
+	req, err := webhooktest.Delivery{Provider: "standard", Secret: secret, DeliveryID: "msg_fwd_1", Body: body}.
+		Request(ctx, f.ingest+"/webhooks/fwd")
+	require.NoError(t, err)
+	req.Header.Set("traceparent", "00-"+traceID.String()+"-10f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+
+	var got string
+	select {
+	case got = <-f.forwarded:
+	case <-time.After(20 * time.Second):
+		t.Fatal("nothing forwarded")
+	}
+	spans := waitSpans(t, traceID, func(s []tracetest.SpanStub) bool {
+		return committedAttempts(s) == 1 && len(named(s, "forward")) == 1
+	})
+	fwd := named(spans, "forward")[0]
+	require.Equal(t, trace.SpanKindClient, fwd.SpanKind)
+	require.Equal(t, "00-"+traceID.String()+"-"+fwd.SpanContext.SpanID().String()+"-01", got, "the target gets the forward span's traceparent")
+	handler := named(spans, "handler")
+	require.True(t, slices.ContainsFunc(handler, func(h tracetest.SpanStub) bool { return h.SpanContext.SpanID() == fwd.Parent.SpanID() }),
+		"the forward is the handler's child")
+	u, _ := attr(fwd, "url.full")
+	require.NotContains(t, u, "s3cr3t-query")
+	st, _ := attr(fwd, "http.response.status_code")
+	require.Equal(t, "200", st)
+	for _, s := range spans {
+		for _, kv := range s.Attributes {
+			require.Contains(t, allowedKeys, string(kv.Key), "span %s", s.Name)
+			require.NotContains(t, kv.Value.Emit(), secret)
+		}
+	}
+}
