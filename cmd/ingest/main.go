@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	stopTracing, err := tracing.Setup(ctx, "inbox-ingest", getenv)
+	stopTracing, err := tracing.Setup(ctx, "inbox-ingest", getenv, logger)
 	if err != nil {
 		return err
 	}

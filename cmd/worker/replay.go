@@ -77,7 +77,7 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 		return usageError{errors.New("replay: cannot tell who you are: pass --actor")}
 	}
 
-	stopTracing, err := tracing.Setup(ctx, "inbox-admin", getenv)
+	stopTracing, err := tracing.Setup(ctx, "inbox-admin", getenv, adminLogger(stderr))
 	if err != nil {
 		return usageError{err}
 	}

@@ -56,7 +56,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return usageError{err}
 	}
-	stopTracing, err := tracing.Setup(ctx, "inbox-worker", getenv)
+	stopTracing, err := tracing.Setup(ctx, "inbox-worker", getenv, logger)
 	if err != nil {
 		return usageError{err}
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,10 +63,14 @@ var ErrUnsupported = errors.New("unsupported OpenTelemetry setting")
 // add resource attributes; OTEL_TRACES_SAMPLER(_ARG) choose the sampler
 // (default parentbased_always_on, so a sender's sampled traceparent is kept).
 //
+// OpenTelemetry's own errors (a collector that refuses or cannot be
+// reached) go to logger at WARN, at most one line a minute with the count
+// of errors since the last: never a line per span or per delivery.
+//
 // The returned shutdown flushes the spans still buffered and must be called
 // on exit (it is a no-op when tracing is off). Setup is meant to be called
 // once per process.
-func Setup(ctx context.Context, serviceName string, getenv func(string) string) (shutdown func(context.Context) error, err error) {
+func Setup(ctx context.Context, serviceName string, getenv func(string) string, logger *slog.Logger) (shutdown func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
 		return noop, nil
@@ -109,6 +114,7 @@ func Setup(ctx context.Context, serviceName string, getenv func(string) string) 
 		return nil, fmt.Errorf("trace resource: %w", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetErrorHandler(&errorLog{logger: logger, every: time.Minute})
 	Use(tp)
 	return func(ctx context.Context) error {
 		enabled.Store(false)
@@ -201,4 +207,28 @@ func Flush(shutdown func(context.Context) error, logger *slog.Logger) {
 	if err := shutdown(ctx); err != nil {
 		logger.Warn("tracing: spans not flushed on exit", "error", err)
 	}
+}
+
+// errorLog is OpenTelemetry's error handler: a WARN line at most every
+// "every", counting the errors it did not log.
+type errorLog struct {
+	logger  *slog.Logger
+	every   time.Duration
+	mu      sync.Mutex
+	last    time.Time
+	dropped int
+}
+
+func (e *errorLog) Handle(err error) {
+	e.mu.Lock()
+	now := time.Now()
+	if !e.last.IsZero() && now.Sub(e.last) < e.every {
+		e.dropped++
+		e.mu.Unlock()
+		return
+	}
+	dropped := e.dropped
+	e.last, e.dropped = now, 0
+	e.mu.Unlock()
+	e.logger.Warn("tracing: spans not exported", "error", err, "errors_not_logged", dropped)
 }

@@ -3,6 +3,7 @@ package tracing_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -31,7 +32,7 @@ func TestSetupOffByDefault(t *testing.T) {
 		"sdk disabled (upper)": {"OTEL_SDK_DISABLED": "TRUE", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			shutdown, err := tracing.Setup(context.Background(), "test", env(e))
+			shutdown, err := tracing.Setup(context.Background(), "test", env(e), slog.Default())
 			require.NoError(t, err)
 			require.False(t, tracing.Enabled())
 			require.NoError(t, shutdown(context.Background()))
@@ -48,7 +49,7 @@ func TestSetupRefusesWhatItCannotHonour(t *testing.T) {
 		"traces protocol": {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := tracing.Setup(context.Background(), "test", env(e))
+			_, err := tracing.Setup(context.Background(), "test", env(e), slog.Default())
 			require.True(t, errors.Is(err, tracing.ErrUnsupported), "%v", err)
 			require.False(t, tracing.Enabled())
 		})
@@ -103,7 +104,7 @@ func TestSetupExportsOnShutdown(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer collector.Close()
-	shutdown, err := tracing.Setup(context.Background(), "inbox-test", env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL + "/"}))
+	shutdown, err := tracing.Setup(context.Background(), "inbox-test", env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL + "/"}), slog.Default())
 	require.NoError(t, err)
 	require.True(t, tracing.Enabled())
 	_, span := tracing.Start(context.Background(), "x")
