@@ -32,6 +32,9 @@ type Deferred struct {
 	tx       pgx.Tx
 	reserved []int64
 	pending  []deferredPosting
+	// tp is the tracer provider of the first posting deferred under a
+	// recording span (nil while tracing is off): Flush's span comes from it.
+	tp trace.TracerProvider
 }
 
 type deferredPosting struct {
@@ -85,8 +88,12 @@ func (d *Deferred) add(ctx context.Context, envelopeID int64, p Posting, debitID
 	}
 	id := d.reserved[0]
 	d.reserved = d.reserved[1:]
+	span := trace.SpanFromContext(ctx)
+	if d.tp == nil && span.IsRecording() {
+		d.tp = span.TracerProvider()
+	}
 	d.pending = append(d.pending, deferredPosting{id: id, envelopeID: envelopeID, p: p, debitID: debitID, creditID: creditID,
-		span: trace.SpanContextFromContext(ctx)})
+		span: span.SpanContext()})
 	return id, nil
 }
 
@@ -105,9 +112,9 @@ func (d *Deferred) Flush(ctx context.Context) error {
 	if n == 0 {
 		return nil
 	}
-	if tracingOn(d.pending) {
+	if d.tp != nil {
 		var span trace.Span
-		ctx, span = startFlushSpan(ctx, d.pending)
+		ctx, span = startFlushSpan(ctx, d.tp, d.pending)
 		defer span.End()
 	}
 	ids, envs, debits, credits, amounts := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)

@@ -8,8 +8,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-
-	"go.opentelemetry.io/otel"
 )
 
 // scope is the instrumentation scope of the ledger's spans, the module's
@@ -42,25 +40,15 @@ func tracedPost(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Re
 	return res, nil
 }
 
-// tracingOn reports whether a posting was deferred under a recording span.
-func tracingOn(pending []deferredPosting) bool {
-	for _, q := range pending {
-		if q.span.IsValid() {
-			return true
-		}
-	}
-	return false
-}
-
 // startFlushSpan starts the span of a Deferred's flush: one statement for
 // many envelopes' payments, so it links to each posting's span (and thus
 // to each envelope's trace) instead of having one parent.
-func startFlushSpan(ctx context.Context, pending []deferredPosting) (context.Context, trace.Span) {
+func startFlushSpan(ctx context.Context, tp trace.TracerProvider, pending []deferredPosting) (context.Context, trace.Span) {
 	links := make([]trace.Link, 0, len(pending))
 	for _, q := range pending {
 		if q.span.IsValid() {
 			links = append(links, trace.Link{SpanContext: q.span, Attributes: []attribute.KeyValue{attribute.Int64("inbox.envelope_id", q.envelopeID)}})
 		}
 	}
-	return otel.Tracer(scope).Start(ctx, "ledger.flush", trace.WithLinks(links...), trace.WithAttributes(attribute.Int("ledger.postings", len(pending))))
+	return tp.Tracer(scope).Start(ctx, "ledger.flush", trace.WithLinks(links...), trace.WithAttributes(attribute.Int("ledger.postings", len(pending))))
 }
