@@ -18,7 +18,7 @@ VERSION_LDFLAGS ?= -X $(VERSION_PKG).version=$(shell git describe --tags --alway
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help tools run test drills fuzz mutate bench-pipeline build migrate demo db db-stop db-destroy lint bench generate clean
+.PHONY: help tools run test drills fuzz mutate bench-pipeline build migrate demo db env db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -28,7 +28,7 @@ help: ## list the targets
 run: ## run worker and ingest locally with the example sources (scripts/run-local)
 	scripts/run-local
 
-tools: ## install what the tests need beyond Go and PostgreSQL: promtool (scripts/ensure-tools; root for apt-get)
+tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock (scripts/ensure-tools; root for apt-get)
 	scripts/ensure-tools
 
 test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; ARGS=... for go test)
@@ -59,8 +59,12 @@ migrate: build ## apply the migrations to DATABASE_URL (default: database inbox 
 demo: ## send signed sample deliveries, each twice, to INGEST_URL (see make run)
 	scripts/with-example-env $(GO) run ./cmd/sendhook demo --url '$(INGEST_URL)'
 
-db: ## print the URL of a reachable PostgreSQL, starting one if needed
-	scripts/dev-db ensure
+db: ## print the URL of the dev database make run uses (inbox), starting PostgreSQL if needed
+	@scripts/dev-db db inbox
+
+env: ## for a fresh shell: eval "$$(make -s env)" exports make run's DATABASE_URL and INBOX_CONFIG
+	@url=$$(scripts/dev-db db inbox) || exit 1; \
+	printf 'export DATABASE_URL=%q\nexport INBOX_CONFIG=%q\n' "$$url" '$(CURDIR)/config/example.yaml'
 
 db-stop: ## stop the throwaway PostgreSQL cluster in .tmp/pg (keeps its data)
 	scripts/dev-db stop

@@ -79,7 +79,7 @@ func TestRiverUIRefusesCrossSiteAndThrottlesLogins(t *testing.T) {
 
 	const user, pass = "ops", "correct horse battery"
 	// As a member of inbox_worker: River UI works with the worker's privileges.
-	workerEnv := append(slices.Clip(env), "DATABASE_URL="+pgtest.RoleURL(t, dbURL, pgtest.RoleWorker), "RIVERUI_USER="+user, "RIVERUI_PASSWORD="+pass)
+	workerEnv := append(slices.Clip(env), "DATABASE_URL="+pgtest.RoleURL(t, dbURL, pgtest.RoleWorker), "RIVER_BASIC_AUTH_USER="+user, "RIVER_BASIC_AUTH_PASS="+pass) // River's own riverui names
 	w, lines := start(t, "worker", workerEnv, "run", "--riverui", "--admin-addr", "127.0.0.1:0")
 	waitLine(t, lines, "worker started", 30*time.Second)
 	admin := "http://" + waitLine(t, lines, "admin listening on ", 30*time.Second)

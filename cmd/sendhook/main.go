@@ -30,6 +30,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/provider"
 )
@@ -48,6 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: sendhook demo [--url URL]
        sendhook --source NAME [flags]
+       sendhook --source payments --count 3000 --rate 500   a backlog of distinct deliveries
 
 flags:
 `)
@@ -61,7 +64,10 @@ flags:
 	event := fs.String("event", "", "", "event type (default per provider: payment_intent.succeeded, push, orders/paid, payment.succeeded)")
 	bodyFile := fs.String("body", "", "", "file with the body to send as is ('-' for stdin); default a built-in sample of --event")
 	deliveryID := fs.String("delivery-id", "", "", "delivery id (default random; for stripe it is the body's id)")
-	count := fs.Int("count", "", 1, "send the same delivery this many times (the extra ones are duplicates)")
+	count := fs.Int("count", "", 1, "distinct deliveries to send, each with its own delivery id and business ids (a backlog in one command; not with --delivery-id or --body)")
+	repeat := fs.Int("repeat", "", 1, "send each delivery this many times (the extra ones are duplicates)")
+	perSecond := fs.Int("rate", "", 0, "at most this many requests a second (0: one after another, as fast as ingest answers)")
+	quiet := fs.Bool("quiet", false, "print only the summary, not a line per request (default when --count is over 20)")
 	timeout := fs.Duration("timeout", "", 10*time.Second, "bound on each request")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -73,8 +79,15 @@ flags:
 		fs.Usage()
 		return errors.New("--source is required")
 	}
-	if *count < 1 {
+	switch {
+	case *count < 1:
 		return errors.New("--count must be at least 1")
+	case *repeat < 1:
+		return errors.New("--repeat must be at least 1")
+	case *perSecond < 0:
+		return errors.New("--rate must be 0 (unpaced) or more")
+	case *count > 1 && (*deliveryID != "" || *bodyFile != ""):
+		return errors.New("--count sends distinct deliveries, which a fixed --delivery-id or --body cannot make: use --repeat to send copies of one")
 	}
 	p := *prov
 	if p == "" {
@@ -91,31 +104,48 @@ flags:
 		return err
 	}
 
-	var d delivery
-	if *bodyFile != "" {
-		body, err := readBody(*bodyFile)
-		if err != nil {
-			return err
+	next := func() (delivery, error) {
+		if *bodyFile != "" {
+			body, err := readBody(*bodyFile)
+			if err != nil {
+				return delivery{}, err
+			}
+			return fromBody(p, *source, *event, *deliveryID, body, time.Now())
 		}
-		d, err = fromBody(p, *source, *event, *deliveryID, body, time.Now())
-		if err != nil {
-			return err
-		}
-	} else {
 		ev := *event
 		if ev == "" {
 			ev = defaultEvent[p]
 		}
-		d, err = newSamples(time.Now()).build(p, *source, ev, *deliveryID)
+		// New samples each time: new business ids (payment, order), so
+		// distinct deliveries are distinct payments too.
+		return newSamples(time.Now()).build(p, *source, ev, *deliveryID)
+	}
+	s := &sender{base: *baseURL, client: &http.Client{Timeout: *timeout}, stdout: stdout, quiet: *quiet || *count > 20}
+	var pace *rate.Limiter
+	if *perSecond > 0 {
+		pace = rate.NewLimiter(rate.Limit(*perSecond), 1)
+	}
+	start := time.Now()
+	for range *count {
+		d, err := next()
 		if err != nil {
 			return err
 		}
-	}
-	s := &sender{base: *baseURL, client: &http.Client{Timeout: *timeout}, stdout: stdout}
-	for range *count {
-		if err := s.send(ctx, d, key); err != nil {
-			return err
+		for range *repeat {
+			if pace != nil {
+				if err := pace.Wait(ctx); err != nil {
+					return fmt.Errorf("after %d requests: %w", s.sent, err)
+				}
+			}
+			if err := s.send(ctx, d, key); err != nil {
+				return err
+			}
 		}
+	}
+	if *count > 1 || *repeat > 1 {
+		el := time.Since(start)
+		fmt.Fprintf(stdout, "sent %d requests (%d distinct deliveries) in %s: %.0f/s, %d not 2xx\n",
+			s.sent, *count, el.Round(time.Millisecond), float64(s.sent)/max(el.Seconds(), 1e-9), s.failed)
 	}
 	return s.result()
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
@@ -214,7 +216,7 @@ func TestSingleDelivery(t *testing.T) {
 	t.Parallel()
 	f, url := startFake(t, 0)
 	var stdout bytes.Buffer
-	args := []string{"--url", url, "--source", "github", "--event", "pull_request.opened", "--delivery-id", "d-1", "--count", "3"}
+	args := []string{"--url", url, "--source", "github", "--event", "pull_request.opened", "--delivery-id", "d-1", "--repeat", "3"}
 	if err := run(context.Background(), args, getenv, &stdout, io.Discard); err != nil {
 		t.Fatalf("run: %v\n%s", err, stdout.String())
 	}
@@ -293,4 +295,38 @@ func TestBodyFileStripe(t *testing.T) {
 	if _, err := fromBody(provider.Stripe, "stripe", "", "evt_other", body, time.Now()); err == nil {
 		t.Error("a --delivery-id that contradicts the body's id was accepted")
 	}
+}
+
+// --count N sends N distinct deliveries (own delivery id, own payment id),
+// with --repeat copies of each, and past 20 prints only the summary.
+func TestCountSendsDistinctDeliveries(t *testing.T) {
+	t.Parallel()
+	f, url := startFake(t, 0)
+	var stdout bytes.Buffer
+	args := []string{"--url", url, "--source", "payments", "--provider", "standard", "--event", "payment.succeeded", "--count", "25", "--repeat", "2", "--rate", "1000"}
+	require.NoError(t, run(context.Background(), args, getenv, &stdout, io.Discard), stdout.String())
+	got := f.deliveries()
+	require.Len(t, got, 50)
+	ids, payments := map[string]int{}, map[string]bool{}
+	for _, r := range got {
+		ids[r.d.DeliveryID]++
+		var body struct {
+			Data struct {
+				PaymentID string `json:"payment_id"`
+			} `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(r.d.Payload, &body))
+		require.NotEmpty(t, body.Data.PaymentID)
+		payments[body.Data.PaymentID] = true
+	}
+	require.Len(t, ids, 25, "distinct delivery ids")
+	for id, n := range ids {
+		require.Equal(t, 2, n, "each delivery twice: %s", id)
+	}
+	require.Len(t, payments, 25, "distinct payments, not one payment under 25 ids")
+	require.Equal(t, 1, strings.Count(stdout.String(), "\n"), "quiet past 20: the summary only:\n%s", stdout.String())
+	require.Regexp(t, `^sent 50 requests \(25 distinct deliveries\) in .+: \d+/s, 0 not 2xx\n$`, stdout.String())
+
+	err := run(context.Background(), []string{"--url", url, "--source", "github", "--delivery-id", "d-1", "--count", "2"}, getenv, io.Discard, io.Discard)
+	require.ErrorContains(t, err, "use --repeat")
 }

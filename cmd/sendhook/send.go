@@ -99,6 +99,7 @@ type sender struct {
 	base   string
 	client *http.Client
 	stdout io.Writer
+	quiet  bool // no line per request; a non-2xx answer is still printed
 	sent   int
 	failed int
 }
@@ -130,8 +131,10 @@ func (s *sender) send(ctx context.Context, d delivery, secret string) error {
 		s.failed++
 		mark = "  <- not 2xx"
 	}
-	fmt.Fprintf(s.stdout, "%-9s %-25s %-38s -> %d %s%s\n", d.source, d.event, d.id, resp.StatusCode,
-		strings.TrimSpace(string(answer)), mark)
+	if !s.quiet || mark != "" {
+		fmt.Fprintf(s.stdout, "%-9s %-25s %-38s -> %d %s%s\n", d.source, d.event, d.id, resp.StatusCode,
+			strings.TrimSpace(string(answer)), mark)
+	}
 	return nil
 }
 

@@ -16,6 +16,21 @@ import (
 	"golang.org/x/time/rate"
 )
 
+// uiCredential reads a River UI credential from River's own riverui
+// variable (RIVER_BASIC_AUTH_USER / _PASS) or this project's older name
+// (RIVERUI_USER / _PASSWORD). Both set to different values is an error,
+// which names the variables and never the values.
+func uiCredential(getenv func(string) string, river, ours string) (string, error) {
+	a, b := getenv(river), getenv(ours)
+	if a != "" && b != "" && a != b {
+		return "", fmt.Errorf("%s and %s are both set, to different values: set one", river, ours)
+	}
+	if a != "" {
+		return a, nil
+	}
+	return b, nil
+}
+
 // MinUIPasswordLen is the shortest RIVERUI_PASSWORD the worker accepts.
 const MinUIPasswordLen = 12
 
@@ -24,7 +39,7 @@ const MinUIPasswordLen = 12
 // white space, or one character repeated. The error never quotes it.
 func checkUIPassword(p string) error {
 	if p == "" {
-		return errors.New("--riverui needs RIVERUI_PASSWORD set (River UI can cancel and delete jobs)")
+		return errors.New("--riverui needs RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set (River UI can cancel and delete jobs)")
 	}
 	if utf8.RuneCountInString(p) < MinUIPasswordLen {
 		return fmt.Errorf("RIVERUI_PASSWORD is too short: use at least %d characters (River UI can cancel and delete jobs)", MinUIPasswordLen)

@@ -37,3 +37,25 @@ func TestLoopback(t *testing.T) {
 		require.Equal(t, want, loopback(addr), addr)
 	}
 }
+
+// River UI credentials come from River's own variable names or the older
+// ones; both set differently is refused without quoting either value.
+func TestUICredentialNames(t *testing.T) {
+	t.Parallel()
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"RIVER_BASIC_AUTH_PASS": "from-river-name"}, "from-river-name"},
+		{map[string]string{"RIVERUI_PASSWORD": "from-old-name"}, "from-old-name"},
+		{map[string]string{"RIVER_BASIC_AUTH_PASS": "same-value", "RIVERUI_PASSWORD": "same-value"}, "same-value"},
+		{map[string]string{}, ""},
+	} {
+		got, err := uiCredential(env(tc.env), "RIVER_BASIC_AUTH_PASS", "RIVERUI_PASSWORD")
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got)
+	}
+	_, err := uiCredential(env(map[string]string{"RIVER_BASIC_AUTH_PASS": "secret-one-xyz", "RIVERUI_PASSWORD": "secret-two-xyz"}), "RIVER_BASIC_AUTH_PASS", "RIVERUI_PASSWORD")
+	require.EqualError(t, err, "RIVER_BASIC_AUTH_PASS and RIVERUI_PASSWORD are both set, to different values: set one")
+}

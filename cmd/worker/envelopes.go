@@ -158,6 +158,11 @@ func writeDetail(w io.Writer, d *admin.Detail, noBody bool) error {
 	fmt.Fprintf(tw, "delivery id\t%s\n", e.DeliveryID)
 	fmt.Fprintf(tw, "event type\t%s\n", e.EventType)
 	fmt.Fprintf(tw, "status\t%s\n", e.Status)
+	if e.BackfillRunID != nil {
+		fmt.Fprintf(tw, "origin\t%s (backfill_run %d: the provider never delivered it)\n", e.Origin, *e.BackfillRunID)
+	} else {
+		fmt.Fprintf(tw, "origin\t%s\n", e.Origin)
+	}
 	fmt.Fprintf(tw, "received at\t%s\n", fmtTime(e.ReceivedAt))
 	fmt.Fprintf(tw, "signed at\t%s\n", fmtTimePtr(e.SignedAt))
 	fmt.Fprintf(tw, "processed at\t%s\n", fmtTimePtr(e.ProcessedAt))

@@ -1,12 +1,13 @@
 // Command worker processes envelopes (the default subcommand) and holds the
 // admin subcommands:
 //
-//	worker [run] [flags]        process envelopes until SIGTERM
+//	worker run [flags]          process envelopes until SIGTERM
 //	worker migrate [status]     apply the schema (safe to run twice) / list versions
 //	worker replay ...           re-process envelopes, recorded in envelope_replay
 //	worker envelopes list|show  inspect envelopes
 //	worker stats                counts, oldest pending, failures, duplicates
 //	worker purge [--dry-run]    retention: drop old bodies, delete old tombstones
+//	worker backfill ...         recover events the provider never delivered
 package main
 
 import (
@@ -27,8 +28,7 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
 func exitCode(err error) int {
-	var u usageError
-	if errors.As(err, &u) {
+	if errors.As(err, new(usageError)) || errors.As(err, new(cli.UsageError)) {
 		return 2
 	}
 	return 1
@@ -37,7 +37,7 @@ func exitCode(err error) int {
 const usage = `usage: worker [command] [flags]
 
 commands:
-  run                 process envelopes until SIGTERM (the default)
+  run                 process envelopes until SIGTERM
   migrate             apply every pending migration (safe to run twice)
   migrate status      list migration versions and whether each is applied
   replay              re-process envelopes, by id or by filter, with a recorded reason
@@ -45,16 +45,29 @@ commands:
   envelopes show ID   one envelope with its attempts, replays, conflicts and ledger postings
   stats               counts by source and status, oldest pending, failures, duplicates
   purge               apply retention now (--dry-run shows what it would do)
+  backfill            recover events the provider never delivered, from its own log (Stripe, GitHub)
 
-Run 'worker COMMAND -h' for a command's flags. Every command reads DATABASE_URL.
+Run 'worker COMMAND -h' for a command's flags, 'worker --version' for the build.
+Every command reads DATABASE_URL.
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	// Envelopes carry strings a sender chose (delivery ids, headers, bodies):
 	// nothing reaches the terminal or a log unescaped.
 	stdout, stderr = cli.Safe(stdout), cli.Safe(stderr)
-	cmd := "run"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+	if len(args) == 0 {
+		// Not "run": a bare worker typed to see what it does must not
+		// start processing someone's envelopes.
+		fmt.Fprint(stderr, usage)
+		return usageError{errors.New("no command given (worker run processes envelopes)")}
+	}
+	cmd := "run" // flags with no command are run's (as before commands existed)
+	switch args[0] {
+	case "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	if len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -70,6 +83,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runStats(ctx, args, getenv, stdout, stderr)
 	case "purge":
 		return runPurge(ctx, args, getenv, stdout, stderr)
+	case "backfill":
+		return runBackfill(ctx, args, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil

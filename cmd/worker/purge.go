@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/inboxhq/inbox/internal/cli"
+	"github.com/inboxhq/inbox/internal/durations"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/retention"
 )
@@ -107,8 +108,8 @@ func printPurgeReport(w io.Writer, cfg retention.Config, rep retention.Report, a
 	if rep.DryRun {
 		fmt.Fprintln(tw, "dry run: nothing was changed; counts are what a purge would change now")
 	}
-	fmt.Fprintf(tw, "bodies %s\t%d\tdone/ignored, processed before %s (body-after %s)\n", verb("dropped", "to drop"), rep.BodiesDropped, ts(rep.BodyCutoff), cfg.BodyAfter)
-	fmt.Fprintf(tw, "envelopes %s\t%d\tdone/ignored, processed before %s (delete-after %s)\n", verb("deleted", "to delete"), rep.EnvelopesDeleted, ts(rep.DeleteCutoff), cfg.DeleteAfter)
+	fmt.Fprintf(tw, "bodies %s\t%d\tdone/ignored, processed before %s (body-after %s)\n", verb("dropped", "to drop"), rep.BodiesDropped, ts(rep.BodyCutoff), durations.Format(cfg.BodyAfter))
+	fmt.Fprintf(tw, "envelopes %s\t%d\tdone/ignored, processed before %s (delete-after %s)\n", verb("deleted", "to delete"), rep.EnvelopesDeleted, ts(rep.DeleteCutoff), durations.Format(cfg.DeleteAfter))
 	fmt.Fprintf(tw, "  attempts\t%d\n", rep.AttemptsDeleted)
 	fmt.Fprintf(tw, "  replays\t%d\n", rep.ReplaysDeleted)
 	fmt.Fprintf(tw, "  conflicts\t%d\n", rep.ConflictsDeleted)

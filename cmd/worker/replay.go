@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/inboxhq/inbox/internal/admin"
+	"github.com/inboxhq/inbox/internal/cli"
+	"github.com/inboxhq/inbox/internal/durations"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/tracing"
 )
@@ -119,15 +122,12 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	req := admin.ReplayRequest{Filter: f, Actor: who, Reason: *reason, BatchSize: *batchSize, Limit: *limit}
-	var bar *progressBar
-	if isTerminal(stderr) {
-		bar = &progressBar{w: stderr, width: 30, start: time.Now()}
-		req.ProgressFunc = bar.update
-	}
+	// Raw: the bar's carriage return and erase-line must reach the terminal
+	// as controls; the bar holds nothing but numbers and this program's words.
+	bar := newProgress(cli.Raw(stderr), time.Now())
+	req.ProgressFunc = bar.update
 	res, err := admin.Replay(ctx, pool, client, req)
-	if bar != nil {
-		bar.finish()
-	}
+	bar.finish()
 	if err != nil && res.Batches == 0 && !res.Interrupted {
 		return err // nothing committed: no summary to print
 	}
@@ -170,51 +170,111 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 	return err
 }
 
-// isTerminal reports whether w is a character device (a terminal), without
-// golang.org/x/term.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
+// progress shows a replay's progress on stderr: on a terminal one line
+// redrawn after each batch, fitted to the terminal's width (read at each
+// redraw, so a resized window is followed); elsewhere (a log file, CI, a
+// pipe) a plain line every progressEvery, and a last one at the end, so
+// nothing but newline-terminated lines is written.
+type progress struct {
+	w        io.Writer
+	start    time.Time
+	terminal bool
+	width    func() int // the terminal's columns; 0 if unknown
+	last     time.Time  // of the last plain line
+	drawn    bool
+	pr       admin.Progress
+}
+
+// progressEvery is how often a replay off a terminal prints its progress.
+const progressEvery = 5 * time.Second
+
+func newProgress(w io.Writer, start time.Time) *progress {
+	p := &progress{w: w, start: start, last: start}
+	if f, ok := w.(interface{ Fd() uintptr }); ok && term.IsTerminal(int(f.Fd())) {
+		p.terminal = true
+		p.width = func() int {
+			cols, _, err := term.GetSize(int(f.Fd()))
+			if err != nil {
+				return 0
+			}
+			return cols
+		}
 	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return p
 }
 
-// progressBar redraws one line on a terminal after each batch.
-type progressBar struct {
-	w     io.Writer
-	width int
-	start time.Time
-	drawn bool
+func (p *progress) update(pr admin.Progress) {
+	p.pr, p.drawn = pr, true
+	now := time.Now()
+	if p.terminal {
+		fmt.Fprint(p.w, "\r"+renderProgress(pr, p.width(), now.Sub(p.start))+"\x1b[K")
+		return
+	}
+	if now.Sub(p.last) >= progressEvery {
+		p.last = now
+		fmt.Fprintln(p.w, progressLine(pr, now.Sub(p.start)))
+	}
 }
 
-func (p *progressBar) update(pr admin.Progress) {
-	p.drawn = true
-	fmt.Fprint(p.w, "\r"+renderProgress(pr, p.width, time.Since(p.start))+"\x1b[K")
-}
-
-// finish ends the bar's line, so later output starts on a fresh one.
-func (p *progressBar) finish() {
-	if p.drawn {
+// finish ends the bar's line on a terminal, so later output starts on a
+// fresh one; elsewhere it prints the final count.
+func (p *progress) finish() {
+	switch {
+	case !p.drawn:
+	case p.terminal:
 		fmt.Fprintln(p.w)
+	default:
+		fmt.Fprintln(p.w, progressLine(p.pr, time.Since(p.start)))
 	}
 }
 
-// renderProgress draws "[=====     ]  50% 1500/3000 replayed 1490 skipped 10 eta 3s".
-func renderProgress(pr admin.Progress, width int, elapsed time.Duration) string {
+// progressLine is the plain form: "replay: 1500/3000 (50%) replayed 1490 skipped 10 eta 2s".
+func progressLine(pr admin.Progress, elapsed time.Duration) string {
+	frac := fraction(pr)
+	return fmt.Sprintf("replay: %d/%d (%.0f%%) replayed %d skipped %d eta %s",
+		pr.Scanned, pr.Total, frac*100, pr.Replayed, pr.Skipped, eta(frac, elapsed))
+}
+
+func fraction(pr admin.Progress) float64 {
 	frac := 1.0
 	if pr.Total > 0 {
 		frac = float64(pr.Scanned) / float64(pr.Total)
 	}
-	frac = min(max(frac, 0), 1)
-	filled := int(frac * float64(width))
-	eta := "-"
-	if pr.Scanned > 0 && frac < 1 {
-		left := time.Duration(float64(elapsed) * (1 - frac) / frac)
-		eta = left.Round(time.Second).String()
+	return min(max(frac, 0), 1)
+}
+
+// eta extrapolates the time left from the rate so far: "-" when done or
+// unknown, "<1s" rather than a rounded "0s" while work is left.
+func eta(frac float64, elapsed time.Duration) string {
+	if frac <= 0 || frac >= 1 {
+		return "-"
 	}
-	return fmt.Sprintf("[%s%s] %3.0f%% %d/%d replayed %d skipped %d eta %s",
-		strings.Repeat("=", filled), strings.Repeat(" ", width-filled), frac*100,
-		pr.Scanned, pr.Total, pr.Replayed, pr.Skipped, eta)
+	left := time.Duration(float64(elapsed) * (1 - frac) / frac)
+	if left < time.Second {
+		return "<1s"
+	}
+	return durations.Format(left.Round(time.Second))
+}
+
+// renderProgress draws "[=====     ]  50% 1500/3000 replayed 1490 skipped 10 eta 3s"
+// in at most cols-1 columns (the last column would wrap some terminals):
+// the bar takes what the text leaves, up to 30 cells, and is dropped below
+// 5; the text is cut if even that does not fit. cols 0 (unknown) is 80.
+func renderProgress(pr admin.Progress, cols int, elapsed time.Duration) string {
+	if cols <= 0 {
+		cols = 80
+	}
+	frac := fraction(pr)
+	text := fmt.Sprintf("%3.0f%% %d/%d replayed %d skipped %d eta %s",
+		frac*100, pr.Scanned, pr.Total, pr.Replayed, pr.Skipped, eta(frac, elapsed))
+	room := cols - 1
+	width := min(30, room-len(text)-3) // "[" + bar + "] "
+	if width < 5 {
+		if len(text) > room {
+			text = text[:max(room, 0)]
+		}
+		return text
+	}
+	filled := int(frac * float64(width))
+	return "[" + strings.Repeat("=", filled) + strings.Repeat(" ", width-filled) + "] " + text
 }

@@ -262,14 +262,50 @@ func TestReplayCommandInterruptedBeforeStart(t *testing.T) {
 
 func TestRenderProgress(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "[=====     ]  50% 1500/3000 replayed 1490 skipped 10 eta 2s",
-		renderProgress(admin.Progress{Total: 3000, Scanned: 1500, Replayed: 1490, Skipped: 10}, 10, 2*time.Second))
+	half := admin.Progress{Total: 3000, Scanned: 1500, Replayed: 1490, Skipped: 10}
+	require.Equal(t, "[===============               ]  50% 1500/3000 replayed 1490 skipped 10 eta 2s",
+		renderProgress(half, 120, 2*time.Second))
 	require.Equal(t, "[==========] 100% 3000/3000 replayed 3000 skipped 0 eta -",
-		renderProgress(admin.Progress{Total: 3000, Scanned: 3000, Replayed: 3000}, 10, 5*time.Second))
+		renderProgress(admin.Progress{Total: 3000, Scanned: 3000, Replayed: 3000}, 58, 5*time.Second))
 	// More scanned than counted at the start (new arrivals): clamped.
-	require.Equal(t, "[==========] 100% 12/10 replayed 12 skipped 0 eta -",
-		renderProgress(admin.Progress{Total: 10, Scanned: 12, Replayed: 12}, 10, time.Second))
-	require.False(t, isTerminal(&bytes.Buffer{}))
+	require.Equal(t, "[==============================] 100% 12/10 replayed 12 skipped 0 eta -",
+		renderProgress(admin.Progress{Total: 10, Scanned: 12, Replayed: 12}, 0, time.Second), "unknown width: 80")
+	// Work left but less than a second of it: not "0s".
+	require.Contains(t, renderProgress(admin.Progress{Total: 100, Scanned: 60}, 80, 100*time.Millisecond), " 60% 60/100 replayed 0 skipped 0 eta <1s")
+	// Never wider than the terminal less one column, whatever the counts:
+	// at 60 and 80 columns with six-digit counts the line used to wrap.
+	big := admin.Progress{Total: 123456, Scanned: 65432, Replayed: 65000, Skipped: 432}
+	for _, cols := range []int{20, 40, 60, 80, 100, 200} {
+		line := renderProgress(big, cols, 90*time.Second)
+		require.LessOrEqual(t, len(line), cols-1, "%d columns: %q", cols, line)
+		if cols >= 80 {
+			require.Regexp(t, `^\[=+ +\]  53% 65432/123456 replayed 65000 skipped 432 eta 1m20s$`, line, "%d columns", cols)
+		}
+	}
+	require.Equal(t, " 53% 65432/123456 re", renderProgress(big, 21, 90*time.Second), "no room for a bar: the text, cut")
+	require.Equal(t, "replay: 65432/123456 (53%) replayed 65000 skipped 432 eta 1m20s", progressLine(big, 90*time.Second))
+}
+
+// Off a terminal (a log, CI, a pipe) progress is plain lines, at most one
+// per progressEvery plus a last one: no carriage returns or escapes.
+func TestProgressOffTerminalIsPlainLines(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	p := newProgress(&buf, time.Now().Add(-progressEvery))
+	require.False(t, p.terminal)
+	p.update(admin.Progress{Total: 100, Scanned: 50, Replayed: 50})
+	p.update(admin.Progress{Total: 100, Scanned: 60, Replayed: 60}) // within progressEvery of the last line
+	p.update(admin.Progress{Total: 100, Scanned: 100, Replayed: 99, Skipped: 1})
+	p.finish()
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	require.Len(t, lines, 2, buf.String())
+	require.Regexp(t, `^replay: 50/100 \(50%\) replayed 50 skipped 0 eta .+$`, lines[0])
+	require.Equal(t, "replay: 100/100 (100%) replayed 99 skipped 1 eta -", lines[1])
+	require.NotContains(t, buf.String(), "\r")
+
+	buf.Reset()
+	newProgress(&buf, time.Now()).finish()
+	require.Empty(t, buf.String(), "nothing replayed, nothing printed")
 }
 
 // TestReplayCommandInterrupted cancels the context (as SIGINT does) once the

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
+	"github.com/inboxhq/inbox/internal/backfill"
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -45,7 +46,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	purgeBodyAfter := fs.Duration("purge-body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter, "drop bodies of done/ignored envelopes processed longer ago than this")
 	purgeDeleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "delete done/ignored envelope rows (tombstones) processed longer ago than this (at least --purge-body-after)")
 	purgeBatch := fs.Int("purge-batch-size", "WORKER_PURGE_BATCH_SIZE", retention.DefaultBatchSize, "envelopes per purge transaction")
-	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (needs RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
+	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (user and password: RIVER_BASIC_AUTH_USER/RIVER_BASIC_AUTH_PASS, or RIVERUI_USER/RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -85,12 +86,19 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if getenv("WORKER_RIVERUI") == "true" {
 		*riverUI = true
 	}
-	uiUser, uiPassword := getenv("RIVERUI_USER"), getenv("RIVERUI_PASSWORD")
+	uiUser, err := uiCredential(getenv, "RIVER_BASIC_AUTH_USER", "RIVERUI_USER")
+	if err != nil {
+		return usageError{err}
+	}
+	uiPassword, err := uiCredential(getenv, "RIVER_BASIC_AUTH_PASS", "RIVERUI_PASSWORD")
+	if err != nil {
+		return usageError{err}
+	}
 	if uiUser == "" {
 		uiUser = "admin"
 	}
 	if *riverUI && (uiPassword == "" || *adminAddr == "") {
-		return usageError{errors.New("--riverui needs RIVERUI_PASSWORD set (River UI can cancel and delete jobs) and an --admin-addr")}
+		return usageError{errors.New("--riverui needs RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set (River UI can cancel and delete jobs) and an --admin-addr")}
 	}
 	if *riverUI {
 		if err := checkUIPassword(uiPassword); err != nil {
@@ -99,11 +107,14 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	sources := map[string]worker.SourcePolicy{}
 	registry := handlers.Builtin()
+	backfillCfg := &config.Config{}
 	if *cfgPath != "" {
 		cfg, err := config.Load(*cfgPath, getenv)
 		if err != nil {
 			return err
 		}
+		backfillCfg = cfg
+		periodic = append(periodic, backfill.PeriodicJobs(cfg)...)
 		for name, src := range cfg.Sources {
 			sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max, MaxAttempts: src.MaxAttempts, MaxAge: src.MaxAge}
 			if src.Throttle != nil {
@@ -131,15 +142,36 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	reg := metrics.NewRegistry()
 	wm := metrics.NewWorker(reg, pool, logger)
 	wm.Init(slices.Sorted(maps.Keys(sources)))
-	wm.InitRiverKinds(river.QueueDefault, envelope.ProcessArgs{}.Kind(), worker.ReconcileArgs{}.Kind(), retention.PurgeArgs{}.Kind())
+	wm.InitRiverKinds(river.QueueDefault, envelope.ProcessArgs{}.Kind(), worker.ReconcileArgs{}.Kind(), retention.PurgeArgs{}.Kind(), backfill.ReconcileArgs{}.Kind())
+	bm := metrics.NewBackfill(reg)
+	bm.Init(backfill.ReconciledSources(backfillCfg))
+	// The reconcile stores recovered events through the envelope store, as
+	// ingest does, with an insert-only River client of its own.
+	reconcileInserts, err := envelope.NewInsertClient(pool, logger)
+	if err != nil {
+		return err
+	}
+	reconcile := &backfill.ReconcileWorker{
+		Runner: &backfill.Runner{
+			Store:  envelope.NewStoreWith(pool, reconcileInserts, envelope.StoreOptions{MaxConcurrent: 1}),
+			Logger: logger,
+		},
+		Config:      backfillCfg,
+		JobTimeout:  *jobTimeout,
+		ObserveFunc: bm.ObserveRun,
+	}
 	client, err := worker.NewClient(pool, registry, worker.Config{
 		Sources:      sources,
 		Metrics:      wm,
 		PeriodicJobs: periodic,
 		Register: func(w *river.Workers) error {
 			// Always registered, so a purge job inserted by hand or by an
-			// earlier configuration still runs.
-			return river.AddWorkerSafely(w, &retention.PurgeWorker{Pool: pool, Logger: logger, JobTimeout: *jobTimeout})
+			// earlier configuration still runs (a reconcile of a source no
+			// longer configured is cancelled).
+			if err := river.AddWorkerSafely(w, &retention.PurgeWorker{Pool: pool, Logger: logger, JobTimeout: *jobTimeout}); err != nil {
+				return err
+			}
+			return river.AddWorkerSafely(w, reconcile)
 		},
 		Policy: worker.Policy{
 			SnoozeDefault: *snoozeDefault,

@@ -14,7 +14,7 @@
 // Time comes from the database: relative bounds such as "24h ago" are
 // resolved once per call against the database's now().
 //
-// It may import envelope and the River and pgx libraries; it must not import
+// It may import envelope, durations and the River and pgx libraries; it must not import
 // handlers, worker, ingest or cmd (its tests do run the real worker, to check
 // what a replay leads to).
 package admin

@@ -40,6 +40,6 @@ func ExampleParseBound() {
 	}
 	// Output:
 	// 2026-01-02T15:04:05Z
-	// 1h30m0s ago
-	// 168h0m0s ago
+	// 1h30m ago
+	// 7d ago
 }

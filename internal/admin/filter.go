@@ -3,7 +3,6 @@ package admin
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxhq/inbox/internal/durations"
 	"github.com/inboxhq/inbox/internal/envelope"
 )
 
@@ -56,13 +56,11 @@ func (b Bound) String() string {
 	case b.IsZero():
 		return ""
 	case b.Ago != 0:
-		return b.Ago.String() + " ago"
+		return durations.Format(b.Ago) + " ago"
 	default:
 		return b.At.Format(time.RFC3339Nano)
 	}
 }
-
-var daysRE = regexp.MustCompile(`^(\d+)d(.*)$`)
 
 // ParseBound parses an RFC 3339 time (2026-01-02T15:04:05Z) or a positive
 // duration meaning "that long ago": Go's syntax (90m, 24h) plus whole days
@@ -75,7 +73,7 @@ func ParseBound(s string) (Bound, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return Bound{At: t}, nil
 	}
-	d, err := parseAge(s)
+	d, err := durations.Parse(s)
 	if err != nil {
 		return Bound{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration (90m, 24h, 7d)", s)
 	}
@@ -83,26 +81,6 @@ func ParseBound(s string) (Bound, error) {
 		return Bound{}, fmt.Errorf("%q: a duration means that long ago and must be positive", s)
 	}
 	return Bound{Ago: d}, nil
-}
-
-func parseAge(s string) (time.Duration, error) {
-	m := daysRE.FindStringSubmatch(s)
-	if m == nil {
-		return time.ParseDuration(s)
-	}
-	days, err := strconv.Atoi(m[1])
-	if err != nil || days > 100000 {
-		return 0, errors.New("too many days")
-	}
-	d := time.Duration(days) * 24 * time.Hour
-	if m[2] != "" {
-		rest, err := time.ParseDuration(m[2])
-		if err != nil || rest < 0 {
-			return 0, errors.New("bad duration")
-		}
-		d += rest
-	}
-	return d, nil
 }
 
 // IsEmpty reports whether f selects every envelope.

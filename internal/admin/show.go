@@ -46,6 +46,10 @@ type EnvelopeDetail struct {
 	SignedAt        *time.Time      `json:"signed_at"`
 	Result          json.RawMessage `json:"result"`
 	LastDuplicateAt *time.Time      `json:"last_duplicate_at"`
+	// Origin is webhook or backfill; BackfillRunID the backfill_run that
+	// stored a backfilled one.
+	Origin        string `json:"origin"`
+	BackfillRunID *int64 `json:"backfill_run_id"`
 }
 
 // Attempt is an envelope_attempt row.
@@ -190,11 +194,13 @@ func loadEnvelope(ctx context.Context, tx pgx.Tx, id int64, opts ShowOptions, e 
 	err := tx.QueryRow(ctx, `
 		SELECT `+summaryColumns+`, headers, body_sha256, CASE WHEN $2 THEN NULL ELSE body END,
 		       body_purged_at, signed_at, result,
-		       (SELECT max(d.received_at) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id)
+		       (SELECT max(d.received_at) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
+		       origin, backfill_run_id
 		  FROM envelope WHERE id = $1`, id, opts.NoBody).Scan(
 		&e.ID, &e.Source, &e.Provider, &e.DeliveryID, &e.EventType, &e.Status, &e.ReceivedAt,
 		&e.ProcessedAt, &e.Attempts, &e.LastError, &e.Duplicates, &e.BodySize, &e.Reason,
-		&e.Headers, &sum, &body, &e.BodyPurgedAt, &e.SignedAt, &result, &e.LastDuplicateAt)
+		&e.Headers, &sum, &body, &e.BodyPurgedAt, &e.SignedAt, &result, &e.LastDuplicateAt,
+		&e.Origin, &e.BackfillRunID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &NotFoundError{IDs: []int64{id}}
 	}

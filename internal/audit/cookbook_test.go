@@ -279,6 +279,9 @@ var checks = map[string]func(t *testing.T, r result){
 var unchecked = map[string]bool{
 	"Deliveries received per day, by source and status, over the last week": true,
 	"How long deliveries take to process, by source":                        true,
+	// The seed has no backfill; internal/backfill's tests store through it
+	// against a fake Stripe and check backfill_run and envelope.origin.
+	"Events the provider never delivered, recovered by backfill": true,
 }
 
 func empty(t *testing.T, r result) {

@@ -25,6 +25,17 @@ func Safe(w io.Writer) io.Writer {
 	return &safeWriter{w: w}
 }
 
+// Raw returns the writer a Safe wrapper writes to (w itself if it is not
+// one), for output made only of the program's own text with the controls it
+// means, such as a progress bar's carriage return; never for anything that
+// holds data a sender chose.
+func Raw(w io.Writer) io.Writer {
+	if s, ok := w.(*safeWriter); ok {
+		return s.w
+	}
+	return w
+}
+
 type safeWriter struct {
 	mu      sync.Mutex // Writes may come from several goroutines
 	w       io.Writer

@@ -38,6 +38,9 @@ func Main(name string, run RunFunc, exitCode func(error) int) {
 	if exitCode != nil {
 		code = exitCode(err)
 	}
+	if errors.As(err, new(UsageError)) {
+		code = 2
+	}
 	os.Exit(code)
 }
 

@@ -74,6 +74,57 @@ type Source struct {
 	// payload names none, so that several sources of one account share one
 	// ledger. Empty: the source name.
 	AccountID string `yaml:"account_id"`
+	// Backfill lets `worker backfill` (and, with Every, the periodic
+	// reconcile) recover events the provider never delivered from its own
+	// log: Stripe's events API, GitHub's hook deliveries. Shopify keeps no
+	// such log. See docs/operations.md.
+	Backfill *Backfill `yaml:"backfill"`
+}
+
+// Backfill is how a source's events are listed from the provider's API.
+// Its credentials are ${VAR}-expanded like the secrets and never logged.
+type Backfill struct {
+	// APIKey is a Stripe secret or restricted key (events: read).
+	APIKey string `yaml:"api_key"`
+	// Accounts are Stripe Connect accounts (acct_...) whose events the
+	// source receives: each is listed with a Stripe-Account header.
+	// Empty: the key's own account.
+	Accounts []string `yaml:"accounts"`
+	// APIVersion, when set, is sent as Stripe-Version so events render as
+	// the webhook endpoint renders them.
+	APIVersion string `yaml:"api_version"`
+	// Events are the Stripe event types the webhook endpoint is subscribed
+	// to (its enabled events, at most 20 exact types, or one pattern with a
+	// "*" wildcard such as "charge.*"): only those are listed. Empty: every
+	// event of the account, which for an endpoint subscribed to fewer
+	// types stores (as ignored) and counts events it was never sent.
+	Events []string `yaml:"events"`
+	// Token is a GitHub token allowed to read and redeliver the hook's
+	// deliveries (repository webhooks: admin:repo_hook or fine-grained
+	// "Webhooks: read and write").
+	Token string `yaml:"token"`
+	// Repo ("owner/name") and HookID name the GitHub repository webhook;
+	// Org instead of Repo names an organization webhook.
+	Repo   string `yaml:"repo"`
+	Org    string `yaml:"org"`
+	HookID int64  `yaml:"hook_id"`
+	// APIURL overrides the provider's API base URL (GitHub Enterprise
+	// Server: https://HOST/api/v3; tests: a local fake).
+	APIURL string `yaml:"api_url"`
+	// RequestsPerSecond bounds the request rate to the provider's API
+	// (default 5: well inside Stripe's 25/s test mode and GitHub's limits).
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	// Every turns on the periodic, leader-only reconcile: every this long
+	// the worker backfills the last Window. Zero: off.
+	Every time.Duration `yaml:"every"`
+	// Window is how far back the reconcile looks (default: the provider's
+	// retry window plus 8 hours: Stripe 80 h; GitHub, which never retries,
+	// 24 h).
+	Window time.Duration `yaml:"window"`
+	// Lag keeps the reconcile off the most recent events, whose webhooks
+	// may still be on their way (default 15m): they are counted as never
+	// delivered only once older than this.
+	Lag time.Duration `yaml:"lag"`
 }
 
 // Backoff is a source's retry schedule.
@@ -262,6 +313,11 @@ func (s *Source) validate() error {
 	if _, err := s.Verifier(); err != nil {
 		return err
 	}
+	if s.Backfill != nil {
+		if err := s.Backfill.validate(s.Provider); err != nil {
+			return fmt.Errorf("backfill: %w", err)
+		}
+	}
 	for i, f := range s.Forward {
 		if f == nil {
 			return fmt.Errorf("forward[%d]: empty definition", i)
@@ -269,6 +325,115 @@ func (s *Source) validate() error {
 		if err := f.Validate(); err != nil {
 			return fmt.Errorf("forward[%d]: %w", i, err)
 		}
+	}
+	return nil
+}
+
+// ErrNoDeliveryLog is the error of a backfill section on a source whose
+// provider keeps no log of events or deliveries to recover from.
+var ErrNoDeliveryLog = errors.New("the provider keeps no log of events or deliveries that could be listed: nothing to backfill from (Shopify retries for 48 hours, then the events are lost to webhooks; reconcile from the Admin API instead)")
+
+var (
+	stripeAccount = regexp.MustCompile(`^acct_[A-Za-z0-9]{1,250}$`)
+	githubRepo    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$`)
+	githubOrg     = regexp.MustCompile(`^[A-Za-z0-9-]{1,100}$`)
+)
+
+// BackfillSupported reports whether provider keeps a log backfill can read.
+func BackfillSupported(provider string) bool {
+	return provider == "stripe" || provider == "github"
+}
+
+func (b *Backfill) validate(prov string) error {
+	if !BackfillSupported(prov) {
+		if prov == provider.Shopify {
+			return ErrNoDeliveryLog
+		}
+		return fmt.Errorf("provider %s: only stripe and github sources can be backfilled", prov)
+	}
+	switch prov {
+	case provider.Stripe:
+		if b.APIKey == "" {
+			return errors.New("api_key is required (a Stripe secret or restricted key with events read access, e.g. ${STRIPE_API_KEY})")
+		}
+		if strings.TrimSpace(b.APIKey) != b.APIKey || strings.ContainsAny(b.APIKey, "\r\n") {
+			return errors.New("api_key has white space")
+		}
+		for i, a := range b.Accounts {
+			if !stripeAccount.MatchString(a) {
+				return fmt.Errorf("accounts[%d]: want a Stripe account id (acct_...)", i)
+			}
+		}
+		if err := checkStripeEvents(b.Events); err != nil {
+			return err
+		}
+		if b.Token != "" || b.Repo != "" || b.Org != "" || b.HookID != 0 {
+			return errors.New("token, repo, org and hook_id are for github sources")
+		}
+	case provider.GitHub:
+		if b.Token == "" || (b.Repo == "") == (b.Org == "") || b.HookID <= 0 {
+			return errors.New("token, hook_id and one of repo (owner/name) or org are required")
+		}
+		if strings.TrimSpace(b.Token) != b.Token || strings.ContainsAny(b.Token, "\r\n") {
+			return errors.New("token has white space")
+		}
+		if b.Repo != "" && !githubRepo.MatchString(b.Repo) {
+			return errors.New("repo: want owner/name")
+		}
+		if b.Org != "" && !githubOrg.MatchString(b.Org) {
+			return errors.New("org: want an organization login")
+		}
+		if b.APIKey != "" || len(b.Accounts) > 0 || b.APIVersion != "" || len(b.Events) > 0 {
+			return errors.New("api_key, accounts, api_version and events are for stripe sources")
+		}
+	}
+	if b.APIURL != "" {
+		u, err := url.Parse(b.APIURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return errors.New("api_url must be an absolute http or https URL")
+		}
+	}
+	switch {
+	case b.RequestsPerSecond < 0:
+		return errors.New("requests_per_second must not be negative")
+	case b.Every < 0 || b.Window < 0 || b.Lag < 0:
+		return errors.New("every, window and lag must not be negative")
+	case b.Every > 0 && b.Every < time.Minute:
+		return errors.New("every must be at least 1m (or 0: no periodic reconcile)")
+	}
+	if b.Window == 0 {
+		b.Window = provider.RetryWindow(prov) + 8*time.Hour
+		if prov == provider.GitHub {
+			b.Window = 24 * time.Hour
+		}
+	}
+	if b.Lag == 0 {
+		b.Lag = 15 * time.Minute
+	}
+	if b.Lag >= b.Window {
+		return fmt.Errorf("lag %s must be shorter than window %s", b.Lag, b.Window)
+	}
+	return nil
+}
+
+// checkStripeEvents checks a backfill's event types: as Stripe's list takes
+// them, up to 20 exact types (types[]) or a single pattern (type, "*"
+// wildcards).
+func checkStripeEvents(events []string) error {
+	wild := 0
+	for i, e := range events {
+		if strings.TrimSpace(e) == "" || strings.ContainsAny(e, " \t\r\n") {
+			return fmt.Errorf("events[%d]: want an event type such as charge.refunded", i)
+		}
+		if strings.Contains(e, "*") {
+			wild++
+		}
+	}
+	switch {
+	case wild > 0 && len(events) > 1:
+		return errors.New("events: a pattern with * must be the only entry (Stripe lists one pattern, or up to 20 exact types)")
+	case len(events) > 20:
+		return errors.New("events: at most 20 exact types (Stripe's limit), or one pattern with *")
 	}
 	return nil
 }

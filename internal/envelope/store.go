@@ -78,6 +78,42 @@ type NewDelivery struct {
 	// delivery ("" when tracing is off: stored as NULL); every processing
 	// attempt of the envelope joins that trace.
 	TraceContext string
+	// Origin is where the delivery came from: OriginWebhook (also when
+	// empty) or OriginBackfill, with BackfillRunID the backfill_run that
+	// stored it.
+	Origin        Origin
+	BackfillRunID int64
+}
+
+// Origin says how an envelope reached the inbox.
+type Origin string
+
+// Envelope origins (envelope.origin).
+const (
+	// OriginWebhook: delivered to ingest by the provider.
+	OriginWebhook Origin = "webhook"
+	// OriginBackfill: listed from the provider's API by a backfill run
+	// because it was never delivered.
+	OriginBackfill Origin = "backfill"
+)
+
+// Stored returns, of ids, the delivery ids source already has an envelope
+// for (a deleted tombstone no longer counts). It takes no lock: a delivery
+// stored meanwhile is found by Insert, which answers Duplicate.
+func (s *Store) Stored(ctx context.Context, source string, ids []string) (map[string]bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT delivery_id FROM envelope WHERE source = $1 AND delivery_id = ANY($2::text[])`, source, ids)
+	if err != nil {
+		return nil, fmt.Errorf("look up stored deliveries: %w", err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look up stored deliveries: %w", err)
+	}
+	out := make(map[string]bool, len(got))
+	for _, id := range got {
+		out[id] = true
+	}
+	return out, nil
 }
 
 // InsertResult says what Insert did.
@@ -114,7 +150,9 @@ type prepared struct {
 // stored with the same body records a duplicate (a row in
 // envelope_duplicate; it never waits for a worker processing the envelope)
 // and enqueues nothing; with a different body it records a conflict and
-// returns *ConflictError. Safe to call concurrently with the same delivery:
+// returns *ConflictError, unless either copy is a backfilled one
+// (OriginBackfill: the provider's API rendering of the same event), which is
+// a duplicate whatever its bytes. Safe to call concurrently with the same delivery:
 // exactly one call inserts.
 //
 // Concurrent calls share transactions (group commit, see package
@@ -224,7 +262,7 @@ func (s *Store) insertTx(ctx context.Context, items []prepared) ([]groupcommit.R
 					continue
 				}
 				out[i].Value.EnvelopeID = st.id
-				if bytes.Equal(st.sum, items[i].sum) {
+				if sameEvent(st, items[i].sum, items[i].d.Origin) {
 					out[i].Value.Duplicate = true
 					dups = append(dups, i)
 				} else {
@@ -322,6 +360,8 @@ func insertEnvelopes(ctx context.Context, tx pgx.Tx, items []prepared, idx []int
 		sizes                           = make([]int32, n)
 		signed                          = make([]*time.Time, n)
 		traces                          = make([]string, n)
+		origins                         = make([]string, n)
+		runs                            = make([]*int64, n)
 	)
 	for j, i := range idx {
 		it := items[i]
@@ -331,16 +371,20 @@ func insertEnvelopes(ctx context.Context, tx pgx.Tx, items []prepared, idx []int
 			bodies[j] = []byte{} // an empty body is stored as empty, not as purged
 		}
 		sizes[j], signed[j], traces[j] = int32(len(it.d.Body)), it.signedAt, it.d.TraceContext
+		origins[j] = string(cmp.Or(it.d.Origin, OriginWebhook))
+		if it.d.BackfillRunID != 0 {
+			runs[j] = &it.d.BackfillRunID
+		}
 	}
 	rows, err := tx.Query(ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, trace_context)
-		SELECT source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, nullif(trace_context, '')
-		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::jsonb[], $7::jsonb[], $8::bytea[], $9::int[], $10::timestamptz[], $11::text[])
-		       WITH ORDINALITY AS d(source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, trace_context, ord)
+		INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, trace_context)
+		SELECT source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, nullif(trace_context, '')
+		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::jsonb[], $7::jsonb[], $8::bytea[], $9::int[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[])
+		       WITH ORDINALITY AS d(source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, trace_context, ord)
 		 ORDER BY ord
 		ON CONFLICT (source, delivery_id) DO NOTHING
 		RETURNING id, source, delivery_id`,
-		sources, providers, ids, types, bodies, payloads, headers, sums, sizes, signed, traces)
+		sources, providers, ids, types, bodies, payloads, headers, sums, sizes, signed, origins, runs, traces)
 	if err != nil {
 		return nil, fmt.Errorf("insert envelopes: %w", err)
 	}
@@ -358,8 +402,20 @@ func insertEnvelopes(ctx context.Context, tx pgx.Tx, items []prepared, idx []int
 }
 
 type storedDelivery struct {
-	id  int64
-	sum []byte
+	id     int64
+	sum    []byte
+	origin Origin
+}
+
+// sameEvent reports whether a delivery with body sum and origin is a
+// duplicate of st rather than a conflict. Between two webhook deliveries
+// only the same bytes are (a provider's retry resends them). A backfilled
+// copy is the provider's API rendering of the event (another layout, maybe
+// another API version) while the webhook is its endpoint's rendering: the
+// same event id from the same provider is the same event, so either order
+// is a plain duplicate.
+func sameEvent(st storedDelivery, sum []byte, origin Origin) bool {
+	return bytes.Equal(st.sum, sum) || st.origin == OriginBackfill || origin == OriginBackfill
 }
 
 // lookupStored reads the stored envelopes of the items at idx. FOR KEY
@@ -371,7 +427,7 @@ func lookupStored(ctx context.Context, tx pgx.Tx, items []prepared, idx []int) (
 		sources[j], ids[j] = items[i].d.Source, items[i].d.DeliveryID
 	}
 	rows, err := tx.Query(ctx, `
-		SELECT e.id, e.source, e.delivery_id, e.body_sha256
+		SELECT e.id, e.source, e.delivery_id, e.body_sha256, e.origin
 		  FROM envelope e
 		 WHERE (e.source, e.delivery_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 		 ORDER BY e.source, e.delivery_id
@@ -382,8 +438,8 @@ func lookupStored(ctx context.Context, tx pgx.Tx, items []prepared, idx []int) (
 	stored := make(map[deliveryKey]storedDelivery, len(idx))
 	var k deliveryKey
 	var st storedDelivery
-	_, err = pgx.ForEachRow(rows, []any{&st.id, &k.source, &k.id, &st.sum}, func() error {
-		stored[k] = storedDelivery{id: st.id, sum: append([]byte(nil), st.sum...)}
+	_, err = pgx.ForEachRow(rows, []any{&st.id, &k.source, &k.id, &st.sum, &st.origin}, func() error {
+		stored[k] = storedDelivery{id: st.id, sum: append([]byte(nil), st.sum...), origin: st.origin}
 		return nil
 	})
 	if err != nil {

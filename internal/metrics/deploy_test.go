@@ -246,6 +246,7 @@ func exported(t *testing.T) map[string]bool {
 	wm := metrics.NewWorker(workerReg, pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	wm.Init([]string{"stripe"})
 	wm.InitRiverKinds("default", "process_envelope")
+	metrics.NewBackfill(workerReg).Init([]string{"stripe"})
 
 	for _, fams := range []map[string]*dto.MetricFamily{gather(t, ingestReg), gather(t, workerReg)} {
 		for name, mf := range fams {

@@ -14,6 +14,6 @@
 // processed or replayed) and envelopes referenced by a ledger transaction
 // (the ledger is append-only and its evidence is kept whole: body and row).
 //
-// All time comes from the database's now(). It imports pgx and River only,
-// nothing of this module.
+// All time comes from the database's now(). It imports pgx and River, and of
+// this module only internal/durations.
 package retention

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxhq/inbox/internal/durations"
 )
 
 // Defaults of a zero Config.
@@ -45,9 +47,9 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	switch {
 	case c.BodyAfter < 0:
-		return bad("body-after %s must be positive", c.BodyAfter)
+		return bad("body-after %s must be positive", durations.Format(c.BodyAfter))
 	case c.DeleteAfter < 0:
-		return bad("delete-after %s must be positive", c.DeleteAfter)
+		return bad("delete-after %s must be positive", durations.Format(c.DeleteAfter))
 	case c.BatchSize < 0:
 		return bad("batch size %d must be positive", c.BatchSize)
 	}
@@ -61,7 +63,7 @@ func (c Config) WithDefaults() (Config, error) {
 		c.BatchSize = DefaultBatchSize
 	}
 	if c.DeleteAfter < c.BodyAfter {
-		return bad("delete-after %s is shorter than body-after %s: tombstones must outlive bodies", c.DeleteAfter, c.BodyAfter)
+		return bad("delete-after %s is shorter than body-after %s: tombstones must outlive bodies", durations.Format(c.DeleteAfter), durations.Format(c.BodyAfter))
 	}
 	return c, nil
 }

@@ -388,11 +388,11 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		cfg  retention.Config
 		want string
 	}{
-		{retention.Config{BodyAfter: -time.Hour}, "body-after -1h0m0s must be positive"},
-		{retention.Config{DeleteAfter: -time.Hour}, "delete-after -1h0m0s must be positive"},
+		{retention.Config{BodyAfter: -time.Hour}, "body-after -1h must be positive"},
+		{retention.Config{DeleteAfter: -time.Hour}, "delete-after -1h must be positive"},
 		{retention.Config{BatchSize: -1}, "batch size -1 must be positive"},
-		{retention.Config{BodyAfter: 48 * time.Hour, DeleteAfter: 24 * time.Hour}, "delete-after 24h0m0s is shorter than body-after 48h0m0s"},
-		{retention.Config{BodyAfter: 100 * 24 * time.Hour}, "delete-after 2160h0m0s is shorter than body-after 2400h0m0s"},
+		{retention.Config{BodyAfter: 48 * time.Hour, DeleteAfter: 24 * time.Hour}, "delete-after 1d is shorter than body-after 2d"},
+		{retention.Config{BodyAfter: 100 * 24 * time.Hour}, "delete-after 90d is shorter than body-after 100d"},
 	} {
 		_, err := tc.cfg.WithDefaults()
 		require.ErrorIs(t, err, retention.ErrInvalidConfig, "%+v", tc.cfg)

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const backfillKey = "sk_test_51CmdBackfillKey000000000000000000"
+
+// backfillFixture writes a sources file whose stripe source lists its
+// events from a fake Stripe API serving events (one page), and returns the
+// file and a getenv for it.
+func backfillFixture(t *testing.T, dbURL string, events ...string) func(string) string {
+	t.Helper()
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+backfillKey {
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"error": {"type": "invalid_request_error", "message": "Invalid API Key provided: sk_test_****0000"}}`)
+			return
+		}
+		fmt.Fprintf(w, `{"object": "list", "data": [%s], "has_more": false, "url": "/v1/events"}`, strings.Join(events, ","))
+	}))
+	t.Cleanup(api.Close)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sources.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+sources:
+  stripe:
+    provider: stripe
+    secrets: ["${STRIPE_WEBHOOK_SECRET}"]
+    backfill:
+      api_key: ${STRIPE_API_KEY}
+      api_url: `+api.URL+`
+  nolog:
+    provider: stripe
+    secrets: ["whsec_another_secret_0123456789"]
+  shop:
+    provider: shopify
+    secrets: ["shopify-secret-0123456789abcdef"]
+`), 0o600))
+	env := map[string]string{"DATABASE_URL": dbURL, "INBOX_CONFIG": path, "STRIPE_WEBHOOK_SECRET": "whsec_cmd_backfill_0123456789", "STRIPE_API_KEY": backfillKey}
+	return func(k string) string { return env[k] }
+}
+
+func cmdEvent(id string, created time.Time) string {
+	return fmt.Sprintf(`{"id": %q, "object": "event", "api_version": "2024-06-20", "created": %d, "data": {"object": {"id": "cus_1", "object": "customer"}}, "livemode": false, "pending_webhooks": 1, "request": {"id": null, "idempotency_key": null}, "type": "customer.created"}`, id, created.Unix())
+}
+
+func runBackfillCmd(t *testing.T, getenv func(string) string, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), append([]string{"backfill"}, args...), getenv, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+func TestBackfillUsageErrorsExitWithStatus2(t *testing.T) {
+	t.Parallel()
+	getenv := backfillFixture(t, "")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no source", []string{"--since", "24h"}, "--source is required"},
+		{"no window", []string{"--source", "stripe"}, "give --since"},
+		{"since and resume", []string{"--source", "stripe", "--since", "1h", "--resume", "3"}, "not both"},
+		{"bad since", []string{"--source", "stripe", "--since", "yesterday"}, "--since"},
+		{"unknown source", []string{"--source", "nope", "--since", "1h"}, `no source "nope"`},
+		{"shopify", []string{"--source", "shop", "--since", "1h"}, "Shopify source: the provider keeps no log of events or deliveries"},
+		{"not configured", []string{"--source", "nolog", "--since", "1h"}, "has no backfill section"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stdout, _, err := runBackfillCmd(t, getenv, tc.args...)
+			require.ErrorContains(t, err, tc.want)
+			require.Equal(t, 2, exitCode(err), "%v", err)
+			require.Empty(t, stdout)
+		})
+	}
+}
+
+// The command end to end, as the admin role: a dry run lists the missing
+// event and stores nothing, the run stores it marked as backfilled, both
+// leave their backfill_run row, and progress goes to stderr.
+func TestBackfillCommandDryRunThenRun(t *testing.T) {
+	t.Parallel()
+	b := admSetup(t)
+	now := time.Now()
+	getenv := backfillFixture(t, b.url, cmdEvent("evt_cmd2", now.Add(-time.Minute)), cmdEvent("evt_cmd1", now.Add(-2*time.Minute)))
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `
+		INSERT INTO envelope (source, provider, delivery_id, event_type, body, headers, body_sha256, body_size)
+		VALUES ('stripe', 'stripe', 'evt_cmd1', 'customer.created', '\x7b7d', '{}', sha256('\x7b7d'), 2)`)
+	require.NoError(t, err)
+
+	stdout, stderr, err := runBackfillCmd(t, getenv, "--source", "stripe", "--since", "24h", "--dry-run", "--actor", "oncall")
+	require.NoError(t, err, stderr)
+	require.Contains(t, stdout, "dry run:")
+	require.Regexp(t, `listed\s+2\n`, stdout)
+	require.Regexp(t, `missing\s+1 \(never delivered\)`, stdout)
+	require.Regexp(t, `evt_cmd2\s+customer.created`, stdout)
+	require.NotContains(t, stdout, "evt_cmd1")
+	require.Contains(t, stderr, "backfill: page 1")
+	var n int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM envelope`).Scan(&n))
+	require.Equal(t, 1, n)
+
+	stdout, stderr, err = runBackfillCmd(t, getenv, "--source", "stripe", "--since", "24h", "--json")
+	require.NoError(t, err, stderr)
+	var res struct {
+		RunID  int64 `json:"run_id"`
+		Stored int   `json:"stored"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
+	require.Equal(t, 1, res.Stored)
+	var origin string
+	var runID int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT origin, backfill_run_id FROM envelope WHERE delivery_id = 'evt_cmd2'`).Scan(&origin, &runID))
+	require.Equal(t, "backfill", origin)
+	require.Equal(t, res.RunID, runID)
+	var envID int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT id FROM envelope WHERE delivery_id = 'evt_cmd2'`).Scan(&envID))
+	show, _, err := b.run(t, "envelopes", "show", fmt.Sprint(envID))
+	require.NoError(t, err)
+	require.Regexp(t, fmt.Sprintf(`origin\s+backfill \(backfill_run %d: the provider never delivered it\)`, runID), show)
+	rows, err := b.pool.Query(ctx, `SELECT format('%s %s %s %s/%s/%s', actor, dry_run, status, listed, found, stored) FROM backfill_run ORDER BY id`)
+	require.NoError(t, err)
+	var got []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		got = append(got, s)
+	}
+	require.Equal(t, []string{"oncall t done 2/1/0", currentActor(getenv) + " f done 2/1/1"}, got)
+}
+
+// A refused key fails the run (exit 1) with Stripe's status and message;
+// the key appears nowhere in the output.
+func TestBackfillCommandReportsAPIErrorsWithoutTheKey(t *testing.T) {
+	t.Parallel()
+	b := admSetup(t)
+	getenv := backfillFixture(t, b.url)
+	wrong := func(k string) string {
+		if k == "STRIPE_API_KEY" {
+			return "sk_test_51WrongCmdKey0000000000000000000"
+		}
+		return getenv(k)
+	}
+	stdout, stderr, err := runBackfillCmd(t, wrong, "--source", "stripe", "--since", "1h")
+	require.ErrorContains(t, err, "Stripe API answered 401 Unauthorized")
+	require.ErrorContains(t, err, "--resume")
+	require.Equal(t, 1, exitCode(err))
+	for _, s := range []string{err.Error(), stdout, stderr} {
+		require.NotContains(t, s, "sk_test_51WrongCmdKey")
+		require.NotContains(t, s, backfillKey)
+	}
+	require.Regexp(t, `status\s+failed`, stdout)
+}
