@@ -28,7 +28,7 @@ help: ## list the targets
 run: ## run worker and ingest locally with the example sources (scripts/run-local)
 	scripts/run-local
 
-tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock (scripts/ensure-tools; root for apt-get)
+tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock, kustomize, kubectl-validate (scripts/ensure-tools; root for apt-get)
 	scripts/ensure-tools
 
 test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; ARGS=... for go test)
@@ -62,9 +62,8 @@ demo: ## send signed sample deliveries, each twice, to INGEST_URL (see make run)
 db: ## print the URL of the dev database make run uses (inbox), starting PostgreSQL if needed
 	@scripts/dev-db db inbox
 
-env: ## for a fresh shell: eval "$$(make -s env)" exports make run's DATABASE_URL and INBOX_CONFIG
-	@url=$$(scripts/dev-db db inbox) || exit 1; \
-	printf 'export DATABASE_URL=%q\nexport INBOX_CONFIG=%q\n' "$$url" '$(CURDIR)/config/example.yaml'
+env: ## for a fresh shell: eval "$$(make -s env)" exports the DATABASE_URL make run uses
+	@url=$$(scripts/dev-db db inbox) || exit 1; printf 'export DATABASE_URL=%q\n' "$$url"
 
 db-stop: ## stop the throwaway PostgreSQL cluster in .tmp/pg (keeps its data)
 	scripts/dev-db stop
