@@ -7,6 +7,7 @@ package flowtest
 
 import (
 	"context"
+	"crypto/rand"
 	"io"
 	"log/slog"
 	"net/http"
@@ -148,6 +149,17 @@ func waitSpans(t *testing.T, traceID trace.TraceID, want func([]tracetest.SpanSt
 	}
 }
 
+// newTraceID returns a random trace id: the exporter is shared by every
+// test (and every -count run) of the process, and spans are told apart by
+// trace.
+func newTraceID(t *testing.T) trace.TraceID {
+	t.Helper()
+	var id trace.TraceID
+	_, err := rand.Read(id[:])
+	require.NoError(t, err)
+	return id
+}
+
 func named(spans []tracetest.SpanStub, name string) []tracetest.SpanStub {
 	var out []tracetest.SpanStub
 	for _, s := range spans {
@@ -204,7 +216,7 @@ func TestTraceFromRequestToLedger(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 
-	traceID, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	traceID := newTraceID(t)
 	senderSpan, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	body := webhooktest.StandardPayment("pay_trace_1", "m_trace", 1250, "EUR")
 	req, err := webhooktest.Delivery{Provider: "standard", Secret: secret, DeliveryID: "msg_trace_1", Body: body}.
@@ -314,7 +326,7 @@ func TestForwardJoinsTrace(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	traceID, _ := trace.TraceIDFromHex("5bf92f3577b34da6a3ce929d0e0e4737")
+	traceID := newTraceID(t)
 	body := webhooktest.StandardPayment("pay_fwd_1", "m_fwd", 990, "USD")
 	req, err := webhooktest.Delivery{Provider: "standard", Secret: secret, DeliveryID: "msg_fwd_1", Body: body}.
 		Request(ctx, f.ingest+"/webhooks/fwd")
