@@ -140,7 +140,7 @@ func (r *Registry) LookupEnvelope(env *envelope.Envelope) (Handler, bool) {
 	if account != "" {
 		h = withAccount{h: h, account: account}
 	}
-	if env.Provider == "shopify" {
+	if env.Provider == provider.Shopify {
 		if id := header(env, shopifyEventIDHeader); id != "" {
 			h = shopifyEventOnce{h: h, eventID: id}
 		}
