@@ -360,10 +360,7 @@ func (f *Forwarder) URL() string { return f.url }
 
 // Handle implements Handler: it POSTs env to the destination.
 func (f *Forwarder) Handle(ctx context.Context, _ pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	body := env.Body
-	if body == nil {
-		body = env.Payload
-	}
+	body := env.BodyOrPayload()
 	if body == nil {
 		return nil, Permanent(fmt.Errorf("forward to %s: envelope %d has neither body nor payload", f.url, env.ID))
 	}

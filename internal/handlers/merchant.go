@@ -18,7 +18,7 @@ func Merchant(env *envelope.Envelope) string {
 		var ev struct {
 			Account string `json:"account"`
 		}
-		if json.Unmarshal(env.Payload, &ev) == nil && ev.Account != "" {
+		if json.Unmarshal(env.BodyOrPayload(), &ev) == nil && ev.Account != "" {
 			return ev.Account
 		}
 	case provider.Standard:
@@ -27,7 +27,7 @@ func Merchant(env *envelope.Envelope) string {
 				MerchantID string `json:"merchant_id"`
 			} `json:"data"`
 		}
-		if json.Unmarshal(env.Payload, &ev) == nil && ev.Data.MerchantID != "" {
+		if json.Unmarshal(env.BodyOrPayload(), &ev) == nil && ev.Data.MerchantID != "" {
 			return ev.Data.MerchantID
 		}
 	case provider.Shopify:
