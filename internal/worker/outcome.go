@@ -17,6 +17,10 @@ type action struct {
 	// final is true when the envelope leaves pending (status failed).
 	final  bool
 	reason string
+	// cause is the failure's code, recorded next to reason: what went
+	// wrong (an exhausted or given-up envelope keeps its last error's
+	// cause; outcome and reason say how it ended).
+	cause handlers.Cause
 	// riverErr is what Work returns to River.
 	riverErr error
 }
@@ -37,6 +41,15 @@ type action struct {
 // Snoozing is bounded by the envelope's age: once age exceeds maxAge the
 // envelope fails instead of waiting forever.
 func outcome(err error, attempt, maxAttempts int, age time.Duration, p Policy) action {
+	act := decideOutcome(err, attempt, maxAttempts, age, p)
+	act.cause = handlers.CauseOf(err)
+	if errors.As(err, new(*throttledError)) {
+		act.cause = handlers.CauseThrottled
+	}
+	return act
+}
+
+func decideOutcome(err error, attempt, maxAttempts int, age time.Duration, p Policy) action {
 	var perm *handlers.PermanentError
 	if errors.As(err, &perm) {
 		return action{outcome: envelope.OutcomeFailed, final: true, reason: "permanent: " + err.Error(), riverErr: river.JobCancel(err)}
