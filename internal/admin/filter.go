@@ -196,7 +196,7 @@ func (f Filter) appendTo(q *sqlBuilder, now time.Time) {
 	}
 	for _, c := range f.Contains {
 		// A literal text argument cast to jsonb: the planner sees the value
-		// (customPlan) and can use envelope_payload_path_idx.
+		// (customPlan), and with status = failed uses envelope_failed_payload_idx.
 		q.cond("payload @> " + q.arg(string(c)) + "::jsonb")
 	}
 	names := make([]string, 0, len(f.Headers))

@@ -3,9 +3,11 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -173,4 +175,27 @@ func TestSearchReplayByCauseDryRun(t *testing.T) {
 	require.Equal(t, 2, res.Replayed)
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_replay WHERE filter->>'cause' = 'unknown_currency' AND envelope_id = ANY($1)`, bad))
 	require.Equal(t, "failed", b.status(t, other), "another cause is not replayed")
+}
+
+// A body search of failed envelopes is served by the partial GIN index of
+// migration 00141 (the plan docs/audit.md shows), with the filter's own SQL.
+func TestSearchContainsUsesFailedPayloadIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	seedFailed(t, b.pool, "gh", 5000)
+	_, err := b.pool.Exec(ctx, `ANALYZE envelope`)
+	require.NoError(t, err)
+	c, err := ParseField("ref=refs/heads/b77")
+	require.NoError(t, err)
+	f := Filter{Status: envelope.StatusFailed, Contains: []json.RawMessage{c}}
+	where, args := f.Where(time.Now())
+	rows, err := b.pool.Query(ctx, `EXPLAIN SELECT id FROM envelope WHERE `+where+` ORDER BY id DESC LIMIT 51`, customPlan(args)...)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	t.Log(plan)
+	require.Contains(t, plan, "envelope_failed_payload_idx")
+	require.Equal(t, 1, len(listIDs(t, b, f)))
 }
