@@ -37,6 +37,7 @@ const (
 	CausePermanent          Cause = "permanent"           // *PermanentError without a more specific cause
 	CauseDatabase           Cause = "database"            // a PostgreSQL error
 	CausePanic              Cause = "panic"               // the handler panicked (set by the worker)
+	CauseOrphaned           Cause = "orphaned"            // its job ended without a recorded outcome (failed by the reconcile)
 	CauseInternal           Cause = "internal"            // anything else
 )
 
@@ -46,7 +47,7 @@ var Causes = []Cause{
 	CauseUnknownCurrency, CauseInvalidAmount, CausePostingRejected, CausePaymentNotPosted, CauseRefundNotPosted,
 	CauseInvalidPayload, CauseForward3xx, CauseForward4xx, CauseForward5xx, CauseForwardUnreachable,
 	CauseTimeout, CauseCanceled, CauseRetryAfter, CauseNotReady, CauseThrottled, CausePermanent,
-	CauseDatabase, CausePanic, CauseInternal,
+	CauseDatabase, CausePanic, CauseOrphaned, CauseInternal,
 }
 
 // KnownCause reports whether c is one of Causes.

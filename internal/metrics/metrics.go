@@ -244,7 +244,7 @@ var (
 		"unknown_currency", "invalid_amount", "posting_rejected", "payment_not_posted", "refund_not_posted",
 		"invalid_payload", "forward_3xx", "forward_4xx", "forward_5xx", "forward_unreachable",
 		"timeout", "canceled", "retry_after", "not_ready", "throttled", "permanent",
-		"database", "panic", "internal",
+		"database", "panic", "orphaned", "internal",
 	}
 	FailureOutcomes = []string{"failed", "retry", "snoozed"}
 	// FinalStatuses are the status label values of

@@ -86,7 +86,7 @@ func TestReconcileFailsEnvelopeWhoseJobWasCancelled(t *testing.T) {
 	failed, enqueued, err := worker.Reconcile(ctx, b.worker, 0)
 	require.NoError(t, err)
 	require.Equal(t, [2]int{1, 1}, [2]int{failed, enqueued})
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'failed' AND last_error LIKE '%cancelled%without a recorded outcome%'`, cancelled))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'failed' AND last_error LIKE '%cancelled%without a recorded outcome%' AND last_cause = 'orphaned'`, cancelled))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1 AND state = 'available'`, orphan))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, healthy))
 	// Safe to run again: nothing left to do.
