@@ -65,6 +65,7 @@ func TestThrottlePerMerchantAcrossWorkers(t *testing.T) {
 	require.True(t, quietDone.Before(thirdWindow), "the quiet merchant waited for the busy one")
 	// Every throttled wait is on the audit trail.
 	require.Positive(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed' AND error LIKE 'throttled: src/m_busy is over 3/s%'`, burst))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed' AND cause IS DISTINCT FROM 'throttled'`, burst), "a throttled wait's cause is throttled")
 	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, quiet))
 	require.Equal(t, 9, b.count(t, "SELECT count(*) FROM ledger_transaction WHERE merchant = 'm_busy'"))
 }
