@@ -18,7 +18,7 @@ VERSION_LDFLAGS ?= -X $(VERSION_PKG).version=$(shell git describe --tags --alway
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help tools run test drills fuzz mutate bench-pipeline build migrate demo db env db-stop db-destroy lint bench generate clean
+.PHONY: help tools run test drills fuzz mutate bench-pipeline bench-worker-ab build migrate demo db env db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -28,7 +28,7 @@ help: ## list the targets
 run: ## run worker and ingest locally with the example sources (scripts/run-local)
 	scripts/run-local
 
-tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock (scripts/ensure-tools; root for apt-get)
+tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock, kustomize, kubectl-validate (scripts/ensure-tools; root for apt-get)
 	scripts/ensure-tools
 
 test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; ARGS=... for go test)
@@ -79,6 +79,9 @@ lint: ## gofmt -l, go vet, and shellcheck on the scripts when it is installed
 
 bench-pipeline: ## ingest, worker and steady-state throughput against their baselines, in one run (docs/benchmarks.md)
 	scripts/bench-pipeline
+
+bench-worker-ab: ## interleaved worker drains with CPU per envelope, e.g. make bench-worker-ab ARGS='a=bin b=bin:GOGC=400 ceiling'
+	scripts/bench-worker-ab $(ARGS)
 
 bench: ## run the benchmarks (no tests) against the dev PostgreSQL
 	@url=$$(scripts/dev-db ensure) || exit 1; \

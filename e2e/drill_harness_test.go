@@ -113,7 +113,7 @@ func (d *drill) startIngest(addr string) (*proc, string) {
 	d.t.Helper()
 	p, lines := start(d.t, "ingest", d.env, "--addr", addr)
 	d.keepLog(p)
-	return p, "http://" + waitLine(d.t, lines, "listening on ", 60*time.Second)
+	return p, waitListen(d.t, lines, "ingest listening", 60*time.Second)
 }
 
 // keepLog writes p's output to $INBOX_DRILL_LOGS/<drill>-<binary>-<pid>.log
@@ -141,7 +141,7 @@ func (d *drill) startWorker(extra ...string) *proc {
 	d.t.Helper()
 	p, lines := start(d.t, "worker", d.env, append(append([]string{}, drillWorkerArgs...), extra...)...)
 	d.keepLog(p)
-	waitLine(d.t, lines, "worker started", 60*time.Second)
+	waitLog(d.t, lines, "worker started", 60*time.Second)
 	return p
 }
 

@@ -1,9 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -69,32 +69,21 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// start runs bin with args and env; its stdout lines go to lines, its
-// stderr is kept for the test log.
+// start runs bin with args and env; its log lines (stderr) go to lines
+// and, with its stdout, to the output kept for the test log.
 func start(t testing.TB, name string, env []string, args ...string) (*proc, <-chan string) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
 	cmd.Env = append(os.Environ(), env...)
 	out := &lockedBuffer{}
-	cmd.Stderr = out
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd.Stdout = out
+	lines := make(chan string, 64)
+	// A Writer, not a pipe read by a goroutine: Wait returns only once
+	// exec has copied all of stderr, so out is whole when the process is.
+	cmd.Stderr = &lineTee{out: out, lines: lines}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
 	p := &proc{t: t, name: name, cmd: cmd, out: out, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
@@ -131,20 +120,57 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// waitLine waits for a stdout line with prefix and returns the rest.
-func waitLine(t testing.TB, lines <-chan string, prefix string, timeout time.Duration) string {
+// lineTee writes everything to out and sends each complete line to lines,
+// dropping it when nobody is reading (out keeps it).
+type lineTee struct {
+	out     io.Writer
+	lines   chan<- string
+	partial []byte
+}
+
+func (w *lineTee) Write(p []byte) (int, error) {
+	_, _ = w.out.Write(p)
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		select {
+		case w.lines <- string(w.partial[:i]):
+		default:
+		}
+		w.partial = w.partial[i+1:]
+	}
+}
+
+// waitLog waits for a JSON log line whose msg is msg and returns it
+// decoded.
+func waitLog(t testing.TB, lines <-chan string, msg string, timeout time.Duration) map[string]any {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {
 		select {
 		case l := <-lines:
-			if rest, ok := strings.CutPrefix(l, prefix); ok {
-				return rest
+			var rec map[string]any
+			if json.Unmarshal([]byte(l), &rec) == nil && rec["msg"] == msg {
+				return rec
 			}
 		case <-deadline:
-			t.Fatalf("no %q line within %s", prefix, timeout)
+			t.Fatalf("no log line %q within %s", msg, timeout)
 		}
 	}
+}
+
+// waitListen waits for the log line msg ("ingest listening", "admin
+// listening") and returns the base URL of the address it names.
+func waitListen(t testing.TB, lines <-chan string, msg string, timeout time.Duration) string {
+	t.Helper()
+	addr, _ := waitLog(t, lines, msg, timeout)["addr"].(string)
+	if addr == "" {
+		t.Fatalf("log line %q names no addr", msg)
+	}
+	return "http://" + addr
 }
 
 // eventually polls cond until it holds or timeout passes.

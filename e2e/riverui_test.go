@@ -30,8 +30,8 @@ func TestRiverUIBehindBasicAuth(t *testing.T) {
 	require.Contains(t, p.out.String(), "RIVERUI_PASSWORD")
 
 	w, lines := start(t, "worker", append(env, "RIVERUI_USER=ops", "RIVERUI_PASSWORD=s3cret-ui-long-enough"), "run", "--riverui", "--admin-addr", "127.0.0.1:0")
-	waitLine(t, lines, "worker started", 30*time.Second)
-	admin := "http://" + waitLine(t, lines, "admin listening on ", 30*time.Second)
+	waitLog(t, lines, "worker started", 30*time.Second)
+	admin := waitListen(t, lines, "admin listening", 30*time.Second)
 
 	get := func(user, pass string) (int, string) {
 		req, err := http.NewRequest(http.MethodGet, admin+"/riverui/", nil)
@@ -81,8 +81,8 @@ func TestRiverUIRefusesCrossSiteAndThrottlesLogins(t *testing.T) {
 	// As a member of inbox_worker: River UI works with the worker's privileges.
 	workerEnv := append(slices.Clip(env), "DATABASE_URL="+pgtest.RoleURL(t, dbURL, pgtest.RoleWorker), "RIVER_BASIC_AUTH_USER="+user, "RIVER_BASIC_AUTH_PASS="+pass) // River's own riverui names
 	w, lines := start(t, "worker", workerEnv, "run", "--riverui", "--admin-addr", "127.0.0.1:0")
-	waitLine(t, lines, "worker started", 30*time.Second)
-	admin := "http://" + waitLine(t, lines, "admin listening on ", 30*time.Second)
+	waitLog(t, lines, "worker started", 30*time.Second)
+	admin := waitListen(t, lines, "admin listening", 30*time.Second)
 
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dbURL)

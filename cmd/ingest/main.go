@@ -92,7 +92,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	logger.Info("ingest listening", "addr", bound, "sources", cfg.Names(), "database", pg.Redact(getenv("DATABASE_URL")))
-	fmt.Fprintf(stdout, "listening on %s\n", bound)
+	// Say at once when the database does not answer: ingest keeps serving
+	// (each delivery gets 503 with Retry-After, and /readyz fails, until it
+	// does), but an operator should not learn it from the first provider
+	// retry.
+	pingCtx, cancelPing := context.WithTimeout(ctx, 3*time.Second)
+	if err := pool.Ping(pingCtx); err != nil {
+		logger.Warn("database unreachable at start: deliveries get 503 and /readyz fails until it answers",
+			"database", pg.Redact(getenv("DATABASE_URL")), "error", err) // pgconn names host, user and database, never the password
+	}
+	cancelPing()
 	var adminErr <-chan error
 	if *adminAddr != "" {
 		adminSrv, adminBound, aerr, err := cli.Listen(*adminAddr, metrics.AdminMux(reg, pool.Ping), 30*time.Second)
@@ -102,7 +111,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer adminSrv.Close()
 		adminErr = aerr
 		logger.Info("admin listening", "addr", adminBound)
-		fmt.Fprintf(stdout, "admin listening on %s\n", adminBound)
 	}
 
 	select {

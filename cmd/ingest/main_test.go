@@ -64,7 +64,7 @@ func start(t *testing.T, env map[string]string, args ...string) *started {
 	}
 	t.Cleanup(func() { _ = s.stop() })
 	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(s.stdout.String(), "listening on") || (full["INGEST_ADMIN_ADDR"] != "" && !strings.Contains(s.stdout.String(), "admin listening on")) {
+	for !strings.Contains(s.stderr.String(), `"msg":"ingest listening"`) || (full["INGEST_ADMIN_ADDR"] != "" && !strings.Contains(s.stderr.String(), `"msg":"admin listening"`)) {
 		select {
 		case err := <-done:
 			done <- err

@@ -194,7 +194,6 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		logger.Warn("no sources file (--config / INBOX_CONFIG): forwarding, per-source backoff, throttle and max_attempts are off; give the worker the same file as ingest")
 	}
 	logger.Info("worker started", "max_workers", *maxWorkers, "batch_size", batching.MaxBatch, "batch_concurrency", batching.MaxConcurrent, "job_timeout", jobTimeout.String(), "database", pg.Redact(getenv("DATABASE_URL")))
-	fmt.Fprintln(stdout, "worker started")
 	var adminErr <-chan error
 	if *adminAddr != "" {
 		mux := metrics.AdminMux(reg, pool.Ping)
@@ -222,7 +221,6 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		if *riverUI && !loopback(bound) {
 			logger.Warn("River UI is served over plain HTTP beyond loopback: its password crosses the network in clear; reach it through TLS or an SSH tunnel (docs/operations.md)", "addr", bound)
 		}
-		fmt.Fprintf(stdout, "admin listening on %s\n", bound)
 	}
 	select {
 	case <-ctx.Done():

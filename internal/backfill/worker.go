@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
@@ -32,14 +32,8 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		MaxAttempts: 10,
 		UniqueOpts: river.UniqueOpts{
-			ByArgs: true,
-			ByState: []rivertype.JobState{
-				rivertype.JobStateAvailable,
-				rivertype.JobStatePending,
-				rivertype.JobStateRetryable,
-				rivertype.JobStateRunning,
-				rivertype.JobStateScheduled,
-			},
+			ByArgs:  true,
+			ByState: envelope.WaitingOrRunning(),
 		},
 	}
 }

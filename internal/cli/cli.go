@@ -1,6 +1,7 @@
 // Package cli holds what the binaries share for their command lines: flags
 // that default from environment variables, the slog logger and --version. Of
-// this module it imports only internal/version and internal/durations.
+// this module it imports only internal/version and internal/durations. --probe
+// URL is the health check of an image without a shell (Probe).
 package cli
 
 import (

@@ -21,11 +21,15 @@ type RunFunc func(ctx context.Context, args []string, getenv func(string) string
 // success or -h; otherwise it prints "name: error" and exits with
 // exitCode(err) (nil: 1). A first argument --version (or -version) prints
 // the build's version, revision and Go version to stdout and exits 0,
-// without reading the environment.
+// without reading the environment. A command line of --probe URL alone
+// runs Probe (the container health check) and exits with its status.
 func Main(name string, run RunFunc, exitCode func(error) int) {
 	if len(os.Args) > 1 && isVersionFlag(os.Args[1]) {
 		fmt.Fprintln(os.Stdout, version.Get().String(name))
 		os.Exit(0)
+	}
+	if url, ok := probeURL(os.Args[1:]); ok {
+		os.Exit(Probe(context.Background(), url, os.Stderr))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)

@@ -29,16 +29,20 @@ func (ProcessArgs) Kind() string { return "process_envelope" }
 // count, so a finished envelope can be replayed.
 func (ProcessArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
-		UniqueOpts: river.UniqueOpts{
-			ByArgs: true,
-			ByState: []rivertype.JobState{
-				rivertype.JobStateAvailable,
-				rivertype.JobStatePending,
-				rivertype.JobStateRetryable,
-				rivertype.JobStateRunning,
-				rivertype.JobStateScheduled,
-			},
-		},
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: WaitingOrRunning()},
+	}
+}
+
+// WaitingOrRunning are the River job states of a job not yet finished: the
+// unique states of every job kind here that must not run twice at once
+// (processing, purge, backfill reconcile). A new slice each call.
+func WaitingOrRunning() []rivertype.JobState {
+	return []rivertype.JobState{
+		rivertype.JobStateAvailable,
+		rivertype.JobStatePending,
+		rivertype.JobStateRetryable,
+		rivertype.JobStateRunning,
+		rivertype.JobStateScheduled,
 	}
 }
 

@@ -184,16 +184,32 @@ const (
 // returns its URL (for processes started by the test).
 func NewURL(t testing.TB) string {
 	t.Helper()
+	url, drop, err := NewDatabase()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Logf("pgtest: %v", err)
+		}
+	})
+	return url
+}
+
+// NewDatabase creates a fresh migrated database and returns its URL and a
+// function that drops it: NewURL without a test, for an Example (whose
+// output is checked, so it can be run) or a TestMain.
+func NewDatabase() (url string, drop func() error, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx) })
 	if templateErr != nil {
-		t.Fatalf("pgtest: %v", templateErr)
+		return "", nil, templateErr
 	}
 	name := fmt.Sprintf("inbox_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, dbCounter.Add(1))
 	admin, err := pgx.Connect(ctx, ServerURL())
 	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
+		return "", nil, fmt.Errorf("connect: %w", err)
 	}
 	defer admin.Close(ctx)
 	// CREATE DATABASE ... TEMPLATE fails while another session is connected
@@ -206,22 +222,22 @@ func NewURL(t testing.TB) string {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
-		t.Fatalf("pgtest: create database: %v", err)
+		return "", nil, fmt.Errorf("create database: %w", err)
 	}
-	t.Cleanup(func() {
+	drop = func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		admin, err := pgx.Connect(ctx, ServerURL())
 		if err != nil {
-			t.Logf("pgtest: drop %s: %v", name, err)
-			return
+			return fmt.Errorf("drop %s: %w", name, err)
 		}
 		defer admin.Close(ctx)
 		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Logf("pgtest: drop %s: %v", name, err)
+			return fmt.Errorf("drop %s: %w", name, err)
 		}
-	})
-	return WithDatabase(ServerURL(), name)
+		return nil
+	}
+	return WithDatabase(ServerURL(), name), drop, nil
 }
 
 // NewPool creates a fresh migrated database for t and returns a pool on it,

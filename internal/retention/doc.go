@@ -15,5 +15,6 @@
 // (the ledger is append-only and its evidence is kept whole: body and row).
 //
 // All time comes from the database's now(). It imports pgx and River, and of
-// this module only internal/durations.
+// this module internal/durations and internal/envelope (the job states its
+// purge job shares with the processing job).
 package retention

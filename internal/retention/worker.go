@@ -9,7 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
+
+	"github.com/inboxhq/inbox/internal/envelope"
 )
 
 // PurgeArgs is the River job that runs Purge. Its kind is stored in
@@ -33,13 +34,7 @@ func (PurgeArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		MaxAttempts: 3,
 		UniqueOpts: river.UniqueOpts{
-			ByState: []rivertype.JobState{
-				rivertype.JobStateAvailable,
-				rivertype.JobStatePending,
-				rivertype.JobStateRetryable,
-				rivertype.JobStateRunning,
-				rivertype.JobStateScheduled,
-			},
+			ByState: envelope.WaitingOrRunning(),
 		},
 	}
 }

@@ -1,0 +1,57 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/handlers"
+)
+
+// Adding a handler: the built-in registry, one more route for a GitHub event,
+// a provider-wide wildcard behind the exact routes, and an event nobody
+// handles (the worker marks such an envelope ignored). The worker runs the
+// handler it finds inside its transaction and stores what it returns as
+// envelope.result; the handler here decodes the body and would write its
+// effects through tx (for money, ledger.Post).
+func ExampleRegistry() {
+	r := handlers.Builtin()
+	r.Register("github", "release", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+		var body struct {
+			Release struct {
+				TagName string `json:"tag_name"`
+			} `json:"release"`
+		}
+		if err := json.Unmarshal(env.Body, &body); err != nil {
+			// Retrying cannot fix a body that does not parse.
+			return nil, &handlers.PermanentError{Err: fmt.Errorf("release body: %w", err)}
+		}
+		return json.Marshal(map[string]string{"released": body.Release.TagName})
+	}))
+
+	for _, ev := range []struct{ provider, event string }{
+		{"github", "release"},                  // the route just registered
+		{"github", "issues"},                   // the built-in github wildcard
+		{"stripe", "payment_intent.succeeded"}, // a built-in payment handler
+		{"stripe", "customer.created"},         // no route: ignored
+	} {
+		_, ok := r.Lookup(ev.provider, ev.event)
+		fmt.Printf("%s %s: handled=%v\n", ev.provider, ev.event, ok)
+	}
+
+	h, _ := r.Lookup("github", "release")
+	res, err := h.Handle(context.Background(), nil, &envelope.Envelope{Body: []byte(`{"release":{"tag_name":"v1.2.0"}}`)})
+	fmt.Println(string(res), err)
+	_, err = h.Handle(context.Background(), nil, &envelope.Envelope{Body: []byte(`not json`)})
+	fmt.Println(err)
+	// Output:
+	// github release: handled=true
+	// github issues: handled=true
+	// stripe payment_intent.succeeded: handled=true
+	// stripe customer.created: handled=false
+	// {"released":"v1.2.0"} <nil>
+	// release body: invalid character 'o' in literal null (expecting 'u')
+}
