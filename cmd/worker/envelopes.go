@@ -60,6 +60,11 @@ const listUsage = `usage: worker envelopes list [flags]
 List envelopes, newest first. The last line names the --before-id of the next
 page. Changes nothing.
 
+  worker envelopes list --status failed --cause forward_5xx
+  worker envelopes list --field data.merchant_id=m_1 --field data.amount:=100
+  worker envelopes list --contains '{"data":{"object":{"customer":"cus_1"}}}'
+  worker envelopes list --header 'X-GitHub-Event=push' --since 1h
+
 flags:
 `
 
@@ -332,9 +337,9 @@ func addFilterFlags(fs *cli.Flags) *filterFlags {
 		until:      fs.String("until", "", "", "received before: RFC 3339 time, or a duration meaning that long ago"),
 		cause:      fs.String("cause", "", "", "only envelopes whose last failure had this cause (unknown_currency, forward_5xx, ...; see docs/audit.md)"),
 	}
-	fs.Var(&ff.contains, "contains", `only envelopes whose JSON body contains this JSON object, e.g. '{"data":{"merchant_id":"m_1"}}' (repeatable)`)
-	fs.Var(&ff.fields, "field", "only envelopes whose JSON body has this value at this path: data.merchant_id=m_1 (a string), data.amount:=100 (JSON) (repeatable)")
-	fs.Var(&ff.headers, "header", "only envelopes with this stored header value: X-GitHub-Event=push (name in any case; repeatable)")
+	fs.Var(&ff.contains, "contains", "only envelopes whose body contains this `JSON` object, e.g. "+`'{"data":{"merchant_id":"m_1"}}' (repeatable)`)
+	fs.Var(&ff.fields, "field", "only envelopes whose body has this `path=value`: data.merchant_id=m_1 (a string), data.amount:=100 (JSON) (repeatable)")
+	fs.Var(&ff.headers, "header", "only envelopes with this stored header: `Name=value`, such as X-GitHub-Event=push (name in any case; repeatable)")
 	return ff
 }
 
