@@ -17,9 +17,10 @@ type action struct {
 	// final is true when the envelope leaves pending (status failed).
 	final  bool
 	reason string
-	// cause is the failure's code, recorded next to reason: what went
-	// wrong (an exhausted or given-up envelope keeps its last error's
-	// cause; outcome and reason say how it ended).
+	// cause is the failure's code, recorded next to reason (set by decide,
+	// from failureCause): what went wrong; an exhausted or given-up
+	// envelope keeps its last error's cause, outcome and reason say how it
+	// ended.
 	cause handlers.Cause
 	// riverErr is what Work returns to River.
 	riverErr error
@@ -41,15 +42,6 @@ type action struct {
 // Snoozing is bounded by the envelope's age: once age exceeds maxAge the
 // envelope fails instead of waiting forever.
 func outcome(err error, attempt, maxAttempts int, age time.Duration, p Policy) action {
-	act := decideOutcome(err, attempt, maxAttempts, age, p)
-	act.cause = handlers.CauseOf(err)
-	if errors.As(err, new(*throttledError)) {
-		act.cause = handlers.CauseThrottled
-	}
-	return act
-}
-
-func decideOutcome(err error, attempt, maxAttempts int, age time.Duration, p Policy) action {
 	var perm *handlers.PermanentError
 	if errors.As(err, &perm) {
 		return action{outcome: envelope.OutcomeFailed, final: true, reason: "permanent: " + err.Error(), riverErr: river.JobCancel(err)}
@@ -90,4 +82,13 @@ func decideOutcome(err error, attempt, maxAttempts int, age time.Duration, p Pol
 		return action{outcome: envelope.OutcomeFailed, final: true, reason: reason, riverErr: err}
 	}
 	return action{outcome: envelope.OutcomeRetry, reason: err.Error(), riverErr: err}
+}
+
+// failureCause is the cause recorded for a failed attempt's err:
+// handlers.CauseOf, and throttled for a throttle slot refused.
+func failureCause(err error) handlers.Cause {
+	if errors.As(err, new(*throttledError)) {
+		return handlers.CauseThrottled
+	}
+	return handlers.CauseOf(err)
 }

@@ -498,6 +498,7 @@ func (w *ProcessWorker) decide(a *attempt) action {
 		maxAttempts = sp.MaxAttempts
 	}
 	act := outcome(a.handlerErr, job.Attempt, maxAttempts, a.startedAt.Sub(a.env.WaitingSince()), w.policyFor(a.env))
+	act.cause = failureCause(a.handlerErr)
 	if act.final && job.Attempt < job.MaxAttempts {
 		// Final before River's own limit: make sure River stops too.
 		act.riverErr = river.JobCancel(errors.New(act.reason))
