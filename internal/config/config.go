@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
@@ -27,7 +28,7 @@ const DefaultMaxBodyBytes int64 = 1 << 20
 // ReservedSourceName is the one valid-looking source name a source may not
 // have: it is the metrics source label of requests to unconfigured sources
 // (metrics.UnknownSource), which a real source would be counted with.
-const ReservedSourceName = "unknown"
+const ReservedSourceName = labels.UnknownSourceName
 
 // Config is the parsed sources file.
 type Config struct {

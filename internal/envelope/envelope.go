@@ -30,8 +30,13 @@ type Envelope struct {
 	DeliveryID  string            `json:"delivery_id"`
 	EventType   string            `json:"event_type"`
 	Status      Status            `json:"status"`
-	Body        []byte            `json:"-"`
-	Payload     json.RawMessage   `json:"payload,omitempty"`
+	// Body is the raw bytes as received, what the signature was computed
+	// over; nil once retention purged them.
+	Body []byte `json:"-"`
+	// Payload is the stored jsonb copy of a JSON body, as PostgreSQL renders
+	// it (keys reordered, whitespace gone): the worker loads it only once
+	// Body is purged. Read the delivery through BodyOrPayload.
+	Payload json.RawMessage `json:"payload,omitempty"`
 	Headers     map[string]string `json:"headers"`
 	BodySHA256  []byte            `json:"body_sha256"`
 	SignedAt    *time.Time        `json:"signed_at,omitempty"`
@@ -43,6 +48,19 @@ type Envelope struct {
 	Duplicates  int               `json:"duplicates"`
 	// LastReplayedAt is when an operator last replayed the envelope.
 	LastReplayedAt *time.Time `json:"last_replayed_at,omitempty"`
+}
+
+// BodyOrPayload is the delivery's content for a handler: the raw Body, or,
+// once retention purged it, the stored jsonb Payload (the same JSON
+// document, not the same bytes); nil when neither is left.
+func (e *Envelope) BodyOrPayload() []byte {
+	if e.Body != nil {
+		return e.Body
+	}
+	if len(e.Payload) == 0 {
+		return nil
+	}
+	return e.Payload
 }
 
 // WaitingSince is when the envelope's current processing began: its last

@@ -40,7 +40,7 @@ type Attempt struct {
 }
 
 const envelopeColumns = `id, source, provider, delivery_id, event_type, status,
-	body, coalesce(body, convert_to(payload::text, 'UTF8')), headers, body_sha256, signed_at, received_at,
+	body, CASE WHEN body IS NULL THEN convert_to(payload::text, 'UTF8') END, headers, body_sha256, signed_at, received_at,
 	processed_at, attempts, last_error, result,
 	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
 	(SELECT max(r.replayed_at) FROM envelope_replay r WHERE r.envelope_id = envelope.id)`

@@ -118,3 +118,35 @@ func TestInsertLeavesNoJobWhenTheCommitFails(t *testing.T) {
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope`))
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM river_job`), "a job committed without its envelope")
 }
+
+// Body is the raw bytes as received, byte for byte; the jsonb Payload is
+// loaded only once retention purged the body, and BodyOrPayload gives the
+// one a handler reads.
+func TestBodyIsTheRawBytesAndPayloadTheFallback(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	d := delivery("raw-1")
+	d.Body = []byte(`{ "type": "payment.succeeded",  "id": "raw-1" }`) // spacing jsonb does not keep
+	d.Payload = d.Body
+	res, err := b.store.Insert(ctx, d)
+	require.NoError(t, err)
+
+	env, err := envelope.Get(ctx, b.pool, res.EnvelopeID)
+	require.NoError(t, err)
+	require.Equal(t, d.Body, env.Body, "the raw bytes, not jsonb's rendering")
+	require.Nil(t, env.Payload, "not loaded while the body is there")
+	require.Equal(t, d.Body, env.BodyOrPayload())
+
+	b.exec(t, `UPDATE envelope SET body = NULL, body_purged_at = now() WHERE id = $1`, res.EnvelopeID)
+	env, err = envelope.Get(ctx, b.pool, res.EnvelopeID)
+	require.NoError(t, err)
+	require.Nil(t, env.Body)
+	require.JSONEq(t, string(d.Body), string(env.Payload))
+	require.Equal(t, []byte(env.Payload), env.BodyOrPayload())
+
+	b.exec(t, `UPDATE envelope SET payload = NULL WHERE id = $1`, res.EnvelopeID)
+	env, err = envelope.Get(ctx, b.pool, res.EnvelopeID)
+	require.NoError(t, err)
+	require.Nil(t, env.BodyOrPayload(), "neither left")
+}

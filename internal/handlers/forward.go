@@ -135,7 +135,7 @@ func (r *Registry) LookupEnvelope(env *envelope.Envelope) (Handler, bool) {
 	if account != "" {
 		h = withAccount{h: h, account: account}
 	}
-	if env.Provider == "shopify" {
+	if env.Provider == provider.Shopify {
 		if id := header(env, shopifyEventIDHeader); id != "" {
 			h = shopifyEventOnce{h: h, eventID: id}
 		}
@@ -355,10 +355,7 @@ func (f *Forwarder) URL() string { return f.url }
 
 // Handle implements Handler: it POSTs env to the destination.
 func (f *Forwarder) Handle(ctx context.Context, _ pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	body := env.Body
-	if body == nil {
-		body = env.Payload
-	}
+	body := env.BodyOrPayload()
 	if body == nil {
 		return nil, Permanent(WithCause(fmt.Errorf("forward to %s: envelope %d has neither body nor payload", f.url, env.ID), CauseInvalidPayload))
 	}

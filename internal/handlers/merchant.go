@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/provider"
 )
 
 // Merchant returns the merchant an envelope belongs to, by the same rule the
@@ -13,23 +14,23 @@ import (
 // throttling before any handler runs.
 func Merchant(env *envelope.Envelope) string {
 	switch env.Provider {
-	case "stripe":
+	case provider.Stripe:
 		var ev struct {
 			Account string `json:"account"`
 		}
-		if json.Unmarshal(env.Payload, &ev) == nil && ev.Account != "" {
+		if json.Unmarshal(env.BodyOrPayload(), &ev) == nil && ev.Account != "" {
 			return ev.Account
 		}
-	case "standard":
+	case provider.Standard:
 		var ev struct {
 			Data struct {
 				MerchantID string `json:"merchant_id"`
 			} `json:"data"`
 		}
-		if json.Unmarshal(env.Payload, &ev) == nil && ev.Data.MerchantID != "" {
+		if json.Unmarshal(env.BodyOrPayload(), &ev) == nil && ev.Data.MerchantID != "" {
 			return ev.Data.MerchantID
 		}
-	case "shopify":
+	case provider.Shopify:
 		return shopifyShop(env)
 	}
 	return env.Source

@@ -11,15 +11,12 @@ import (
 	"github.com/inboxhq/inbox/internal/envelope"
 )
 
-// decodePayload decodes the envelope's JSON payload (its body when the payload
-// is not stored) into v. Its errors, like those of the other payload helpers,
+// decodePayload decodes the envelope's JSON (its body, or the stored payload
+// once the body is purged: Envelope.BodyOrPayload) into v. Its errors, like those of the other payload helpers,
 // are plain; callers mark them permanent, as the same bytes will not decode
 // better on a retry.
 func decodePayload(env *envelope.Envelope, v any) error {
-	raw := env.Payload
-	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		raw = env.Body
-	}
+	raw := env.BodyOrPayload()
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return errors.New("envelope has no payload")
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/provider"
 )
 
 // Handler applies one envelope's effects inside tx, the worker's transaction,
@@ -84,15 +85,15 @@ func (r *Registry) Lookup(provider, eventType string) (Handler, bool) {
 // package documentation). Callers may Register more on it.
 func Builtin() *Registry {
 	r := NewRegistry()
-	r.Register("stripe", "payment_intent.succeeded", HandlerFunc(stripePaymentIntentSucceeded))
-	r.Register("stripe", "charge.refunded", HandlerFunc(stripeChargeRefunded))
-	r.Register("stripe", "charge.refund.updated", HandlerFunc(stripeRefundUpdated))
-	r.Register("stripe", "refund.updated", HandlerFunc(stripeRefundUpdated))
-	r.Register("stripe", "refund.failed", HandlerFunc(stripeRefundUpdated))
-	r.Register("standard", "payment.succeeded", HandlerFunc(standardPaymentSucceeded))
-	r.Register("standard", "payment.refunded", HandlerFunc(standardPaymentRefunded))
-	r.Register("shopify", "orders/paid", HandlerFunc(shopifyOrderPaid))
-	r.Register("shopify", "refunds/create", HandlerFunc(shopifyRefundCreated))
-	r.Register("github", Wildcard, HandlerFunc(githubRecord))
+	r.Register(provider.Stripe, "payment_intent.succeeded", HandlerFunc(stripePaymentIntentSucceeded))
+	r.Register(provider.Stripe, "charge.refunded", HandlerFunc(stripeChargeRefunded))
+	r.Register(provider.Stripe, "charge.refund.updated", HandlerFunc(stripeRefundUpdated))
+	r.Register(provider.Stripe, "refund.updated", HandlerFunc(stripeRefundUpdated))
+	r.Register(provider.Stripe, "refund.failed", HandlerFunc(stripeRefundUpdated))
+	r.Register(provider.Standard, "payment.succeeded", HandlerFunc(standardPaymentSucceeded))
+	r.Register(provider.Standard, "payment.refunded", HandlerFunc(standardPaymentRefunded))
+	r.Register(provider.Shopify, "orders/paid", HandlerFunc(shopifyOrderPaid))
+	r.Register(provider.Shopify, "refunds/create", HandlerFunc(shopifyRefundCreated))
+	r.Register(provider.GitHub, Wildcard, HandlerFunc(githubRecord))
 	return r
 }

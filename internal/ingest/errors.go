@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
@@ -38,42 +39,42 @@ type errorBody struct {
 
 // classify maps err to a status code, the outcome name used in logs and
 // metrics, and the message the client sees. It is the only place that does.
-func classify(err error) (code int, outcome, msg string) {
+func classify(err error) (code int, outcome labels.IngestOutcome, msg string) {
 	var sigErr *provider.SignatureError
 	var fmtErr *provider.FormatError
 	var conflict *envelope.ConflictError
 	var maxBytes *http.MaxBytesError
 	switch {
 	case errors.Is(err, errUnknownSource):
-		return http.StatusNotFound, "unknown_source", "unknown source"
+		return http.StatusNotFound, labels.UnknownSource, "unknown source"
 	case errors.Is(err, errTooLarge), errors.As(err, &maxBytes):
-		return http.StatusRequestEntityTooLarge, "too_large", errTooLarge.Error()
+		return http.StatusRequestEntityTooLarge, labels.TooLarge, errTooLarge.Error()
 	case errors.As(err, new(*readError)):
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return http.StatusRequestTimeout, "read_timeout", "request body not received in time"
+			return http.StatusRequestTimeout, labels.ReadTimeout, "request body not received in time"
 		}
-		return http.StatusBadRequest, "bad_request", "request body could not be read"
+		return http.StatusBadRequest, labels.BadRequest, "request body could not be read"
 	case errors.As(err, &sigErr):
-		return http.StatusUnauthorized, "bad_signature", sigErr.Error()
+		return http.StatusUnauthorized, labels.BadSignature, sigErr.Error()
 	case errors.As(err, &fmtErr):
-		return http.StatusBadRequest, "bad_request", fmtErr.Error()
+		return http.StatusBadRequest, labels.BadRequest, fmtErr.Error()
 	case errors.As(err, &conflict):
 		// Only the provider holds the secret, so a verified same-id delivery
 		// with another body is its own re-rendered resend (Stripe renders
 		// pending_webhooks at send time): answered 2xx, as a non-2xx makes
 		// providers retry for days and then disable the endpoint.
-		return http.StatusOK, "conflict", "duplicate"
+		return http.StatusOK, labels.Conflict, "duplicate"
 	case errors.Is(err, errOverloaded):
-		return http.StatusServiceUnavailable, "overloaded", "too many deliveries in flight, not acknowledged; retry later"
+		return http.StatusServiceUnavailable, labels.Overloaded, "too many deliveries in flight, not acknowledged; retry later"
 	case pgCode(err) == "42501":
 		// insufficient_privilege: the role lacks a grant. Nothing is lost
 		// while an operator fixes it: the provider retries.
-		return http.StatusServiceUnavailable, "db_permission", "storage unavailable, delivery not acknowledged; retry later"
+		return http.StatusServiceUnavailable, labels.DBPermission, "storage unavailable, delivery not acknowledged; retry later"
 	case unavailable(err):
-		return http.StatusServiceUnavailable, "unavailable", "storage unavailable, delivery not acknowledged; retry later (if it was stored after all, the retry answers 200 duplicate)"
+		return http.StatusServiceUnavailable, labels.Unavailable, "storage unavailable, delivery not acknowledged; retry later (if it was stored after all, the retry answers 200 duplicate)"
 	default:
-		return http.StatusInternalServerError, "internal_error", "internal error"
+		return http.StatusInternalServerError, labels.InternalError, "internal error"
 	}
 }
 
@@ -125,13 +126,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, l
 		writeJSON(w, code, acceptedBody{EnvelopeID: conflict.EnvelopeID, Status: msg})
 		return
 	}
-	body := errorBody{Error: msg, Status: outcome, RequestID: middleware.GetReqID(r.Context())}
+	body := errorBody{Error: msg, Status: string(outcome), RequestID: middleware.GetReqID(r.Context())}
 	if code == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", strconv.Itoa(s.retryAfterSeconds))
 	}
 	lvl := slog.LevelInfo
 	switch {
-	case code == http.StatusInternalServerError, outcome == "db_permission":
+	case code == http.StatusInternalServerError, outcome == labels.DBPermission:
 		lvl = slog.LevelError
 	case code == http.StatusServiceUnavailable, code == http.StatusUnauthorized:
 		lvl = slog.LevelWarn

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
@@ -108,11 +109,11 @@ func TestUnavailableErrorsAre503AndBugsAre500(t *testing.T) {
 				permission := pgCode(err) == "42501" // 503 too, named for what the operator must fix
 				require.Equal(t, code == 503 && !permission, unavailable(err))
 				if permission {
-					require.Equal(t, "db_permission", outcome)
+					require.Equal(t, labels.DBPermission, outcome)
 				} else if code == 503 {
-					require.Equal(t, "unavailable", outcome)
+					require.Equal(t, labels.Unavailable, outcome)
 				} else {
-					require.Equal(t, "internal_error", outcome)
+					require.Equal(t, labels.InternalError, outcome)
 					require.Equal(t, "internal error", msg, "a 500 shows the client nothing of the error")
 				}
 			}

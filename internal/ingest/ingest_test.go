@@ -23,6 +23,7 @@ import (
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ingest"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -246,8 +247,8 @@ func TestDuplicateSameBodyAnswers200AndStoresNothingNew(t *testing.T) {
 func TestSameDeliveryIDDifferentBodyIs200DuplicateAndRecorded(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	outcomes := map[string]int{}
-	b := serve(t, pgtest.NewPool(t), ingest.Options{Observe: func(_, outcome, _ string, _ time.Duration) {
+	outcomes := map[labels.IngestOutcome]int{}
+	b := serve(t, pgtest.NewPool(t), ingest.Options{Observe: func(_ string, outcome labels.IngestOutcome, _ string, _ time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
 		outcomes[outcome]++
@@ -269,7 +270,7 @@ func TestSameDeliveryIDDifferentBodyIs200DuplicateAndRecorded(t *testing.T) {
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1 AND body = $2 AND body_sha256 = sha256($2)`, first.EnvelopeID, d.Body))
 
 	mu.Lock()
-	require.Equal(t, map[string]int{"accepted": 1, "conflict": 1}, outcomes, "counted as a conflict, not a duplicate")
+	require.Equal(t, map[labels.IngestOutcome]int{labels.Accepted: 1, labels.Conflict: 1}, outcomes, "counted as a conflict, not a duplicate")
 	mu.Unlock()
 	var warned bool
 	for line := range strings.SplitSeq(b.logs.String(), "\n") {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/provider"
 )
@@ -22,7 +23,7 @@ import (
 // so an alert on any outcome sees 0 before the first one.
 func TestMetricsOutcomesAreInitialised(t *testing.T) {
 	t.Parallel()
-	seen := map[string]bool{"accepted": true, "duplicate": true} // the success path's (handleWebhook)
+	seen := map[labels.IngestOutcome]bool{labels.Accepted: true, labels.Duplicate: true} // the success path's (handleWebhook)
 	for _, err := range []error{
 		errUnknownSource, errTooLarge, &readError{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}},
 		&readError{io.ErrUnexpectedEOF}, &provider.SignatureError{Reason: "x"}, &provider.FormatError{Reason: "x"},
@@ -32,8 +33,8 @@ func TestMetricsOutcomesAreInitialised(t *testing.T) {
 		_, outcome, _ := classify(err)
 		seen[outcome] = true
 	}
-	delete(seen, "unknown_source")
-	var got []string
+	delete(seen, labels.UnknownSource)
+	var got []labels.IngestOutcome
 	for o := range seen {
 		got = append(got, o)
 	}

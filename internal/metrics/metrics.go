@@ -16,12 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/version"
 )
 
 // UnknownSource is the source label of requests to a source that is not
-// configured (the path segment itself is never a label).
-const UnknownSource = "unknown"
+// configured (labels.UnknownSourceName).
+const UnknownSource = labels.UnknownSourceName
 
 // Ingest holds ingest's metrics.
 type Ingest struct {
@@ -64,10 +65,7 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 // IngestOutcomes are the outcome label values of inbox_ingest_requests_total
 // that a configured source can have: every outcome ingest records except
 // unknown_source, which only UnknownSource has.
-var IngestOutcomes = []string{
-	"accepted", "duplicate", "conflict", "bad_signature", "bad_request", "too_large",
-	"read_timeout", "unavailable", "overloaded", "db_permission", "internal_error",
-}
+var IngestOutcomes = labels.IngestOutcomes
 
 // SignatureNoMatch is the provider verifiers' reason for a well-formed
 // signature that no configured secret produced (a wrong or rotated secret),
@@ -85,11 +83,11 @@ func (m *Ingest) Init(sources []string) {
 		m.Conflicts.WithLabelValues(s)
 		m.SignatureFailures.WithLabelValues(s, SignatureNoMatch)
 		for _, o := range IngestOutcomes {
-			m.Requests.WithLabelValues(s, o)
+			m.Requests.WithLabelValues(s, string(o))
 		}
-		m.Duration.WithLabelValues(s, "accepted")
+		m.Duration.WithLabelValues(s, string(labels.Accepted))
 	}
-	m.Requests.WithLabelValues(UnknownSource, "unknown_source")
+	m.Requests.WithLabelValues(UnknownSource, string(labels.UnknownSource))
 }
 
 // RegisterInflightBodyBytes exports inbox_ingest_inflight_body_bytes, read
@@ -102,15 +100,15 @@ func (m *Ingest) RegisterInflightBodyBytes(reg prometheus.Registerer, bytes func
 }
 
 // Observe records one webhook request.
-func (m *Ingest) Observe(source, outcome, signatureReason string, elapsed time.Duration) {
-	m.Requests.WithLabelValues(source, outcome).Inc()
-	m.Duration.WithLabelValues(source, outcome).Observe(elapsed.Seconds())
+func (m *Ingest) Observe(source string, outcome labels.IngestOutcome, signatureReason string, elapsed time.Duration) {
+	m.Requests.WithLabelValues(source, string(outcome)).Inc()
+	m.Duration.WithLabelValues(source, string(outcome)).Observe(elapsed.Seconds())
 	switch outcome {
-	case "duplicate":
+	case labels.Duplicate:
 		m.Duplicates.WithLabelValues(source).Inc()
-	case "conflict":
+	case labels.Conflict:
 		m.Conflicts.WithLabelValues(source).Inc()
-	case "bad_signature":
+	case labels.BadSignature:
 		m.SignatureFailures.WithLabelValues(source, signatureReason).Inc()
 	}
 }

@@ -60,7 +60,7 @@ func TestMetricsIngestInitEveryOutcome(t *testing.T) {
 	mfs := gather(t, reg)
 	for _, src := range []string{"stripe", "github"} {
 		for _, o := range metrics.IngestOutcomes {
-			s := find(mfs["inbox_ingest_requests_total"], "source", src, "outcome", o)
+			s := find(mfs["inbox_ingest_requests_total"], "source", src, "outcome", string(o))
 			require.NotNil(t, s, "%s %s", src, o)
 			require.Zero(t, s.GetCounter().GetValue())
 		}

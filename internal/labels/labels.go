@@ -1,0 +1,40 @@
+// Package labels holds the names that cross package boundaries as data:
+// what ingest answered a request (the outcome label of its metrics and the
+// field of its log lines) and the source label of a request to a source that
+// is not configured. Ingest sets them, metrics counts them, config reserves
+// the unknown source's name, dashboards and alert rules (deploy/) query
+// them: one definition, so none of them can drift.
+//
+// It imports nothing.
+package labels
+
+// IngestOutcome is how ingest ended one webhook request.
+type IngestOutcome string
+
+// Ingest outcomes.
+const (
+	Accepted      IngestOutcome = "accepted"       // 202: stored, with its job
+	Duplicate     IngestOutcome = "duplicate"      // 200: the delivery id was stored, same body
+	Conflict      IngestOutcome = "conflict"       // 200: the delivery id was stored, another body (recorded)
+	BadSignature  IngestOutcome = "bad_signature"  // 401
+	BadRequest    IngestOutcome = "bad_request"    // 400: no delivery id, an unreadable body
+	TooLarge      IngestOutcome = "too_large"      // 413
+	ReadTimeout   IngestOutcome = "read_timeout"   // 408: the body did not arrive in time
+	Unavailable   IngestOutcome = "unavailable"    // 503: the database did not answer
+	Overloaded    IngestOutcome = "overloaded"     // 503: too many bodies in memory
+	DBPermission  IngestOutcome = "db_permission"  // 503: the database role lacks a privilege
+	InternalError IngestOutcome = "internal_error" // 500
+	UnknownSource IngestOutcome = "unknown_source" // 404: only ever with source UnknownSourceName
+)
+
+// IngestOutcomes are the outcomes a configured source's requests can have:
+// all of them but UnknownSource.
+var IngestOutcomes = []IngestOutcome{
+	Accepted, Duplicate, Conflict, BadSignature, BadRequest, TooLarge,
+	ReadTimeout, Unavailable, Overloaded, DBPermission, InternalError,
+}
+
+// UnknownSourceName is the source label of a request to a source that is not
+// configured: never a name taken from the request (a caller could otherwise
+// create label values at will). No configured source may have it.
+const UnknownSourceName = "unknown"
