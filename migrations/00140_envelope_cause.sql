@@ -1,5 +1,5 @@
 -- Failure causes as data (issue 12): every failed, retried or snoozed attempt records a stable,
--- low-cardinality code next to its message (internal/handlers/cause.go lists them), and the
+-- low-cardinality code next to its message (internal/labels/cause.go lists them), and the
 -- envelope keeps its last one, so failures group, filter and replay by cause rather than by a
 -- message that carries ids. NULL for done and ignored attempts, and for attempts recorded before
 -- this migration. Adding nullable columns without a default rewrites nothing.

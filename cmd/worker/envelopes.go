@@ -20,7 +20,7 @@ import (
 	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/envelope"
-	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/pg"
 )
 
@@ -353,7 +353,7 @@ func (ff *filterFlags) filter(ids []int64) (admin.Filter, error) {
 		DeliveryID: *ff.deliveryID,
 		Cause:      *ff.cause,
 	}
-	if f.Cause != "" && !handlers.KnownCause(handlers.Cause(f.Cause)) {
+	if f.Cause != "" && !labels.KnownCause(labels.Cause(f.Cause)) {
 		return f, fmt.Errorf("--cause %q: want one of %s", f.Cause, causeList())
 	}
 	for _, c := range ff.contains {
@@ -482,8 +482,8 @@ func oneLine(s string, n int) string {
 
 // causeList is the known causes, comma-separated.
 func causeList() string {
-	names := make([]string, len(handlers.Causes))
-	for i, c := range handlers.Causes {
+	names := make([]string, len(labels.Causes))
+	for i, c := range labels.Causes {
 		names[i] = string(c)
 	}
 	return strings.Join(names, ", ")

@@ -25,7 +25,7 @@ type Summary struct {
 	ProcessedAt *time.Time      `json:"processed_at"`
 	Attempts    int             `json:"attempts"`
 	LastError   *string         `json:"last_error"`
-	// LastCause is LastError's code (handlers' Cause), nil when none.
+	// LastCause is LastError's code (labels.Cause), nil when none.
 	LastCause  *string `json:"last_cause"`
 	Duplicates int     `json:"duplicates"`
 	BodySize   int     `json:"body_size"`

@@ -32,7 +32,7 @@ type Attempt struct {
 	Attempt int
 	Outcome Outcome
 	Error   string
-	// Cause is the failure's stable code (internal/handlers' Cause), stored
+	// Cause is the failure's stable code (labels.Cause), stored
 	// next to Error; empty for done and ignored attempts.
 	Cause     string
 	StartedAt time.Time

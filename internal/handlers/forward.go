@@ -18,6 +18,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
@@ -357,7 +358,7 @@ func (f *Forwarder) URL() string { return f.url }
 func (f *Forwarder) Handle(ctx context.Context, _ pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	body := env.BodyOrPayload()
 	if body == nil {
-		return nil, Permanent(WithCause(fmt.Errorf("forward to %s: envelope %d has neither body nor payload", f.url, env.ID), CauseInvalidPayload))
+		return nil, Permanent(WithCause(fmt.Errorf("forward to %s: envelope %d has neither body nor payload", f.url, env.ID), labels.CauseInvalidPayload))
 	}
 	rctx, cancel := context.WithTimeout(ctx, f.dest.Timeout)
 	defer cancel()
@@ -408,9 +409,9 @@ func (f *Forwarder) transportError(ctx, rctx context.Context, err error) error {
 	case ctx.Err() != nil:
 		return fmt.Errorf("forward to %s: attempt ended: %w", f.url, err) // timeout or canceled, derived
 	case rctx.Err() != nil:
-		return WithCause(fmt.Errorf("forward to %s: no response within %s: %w", f.url, f.dest.Timeout, err), CauseTimeout)
+		return WithCause(fmt.Errorf("forward to %s: no response within %s: %w", f.url, f.dest.Timeout, err), labels.CauseTimeout)
 	default:
-		return WithCause(fmt.Errorf("forward to %s: %w", f.url, err), CauseForwardUnreachable)
+		return WithCause(fmt.Errorf("forward to %s: %w", f.url, err), labels.CauseForwardUnreachable)
 	}
 }
 
@@ -426,11 +427,11 @@ func (f *Forwarder) classify(resp *http.Response, head []byte) error {
 		}
 		return WithCause(fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head)), statusCause(code))
 	case code == http.StatusRequestTimeout:
-		return WithCause(fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head)), CauseForward4xx)
+		return WithCause(fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head)), labels.CauseForward4xx)
 	case code >= 300 && code < 400:
-		return Permanent(WithCause(fmt.Errorf("forward to %s: status %d: redirects are not followed; configure the final URL", f.url, code), CauseForward3xx))
+		return Permanent(WithCause(fmt.Errorf("forward to %s: status %d: redirects are not followed; configure the final URL", f.url, code), labels.CauseForward3xx))
 	case code >= 400 && code < 500:
-		return Permanent(WithCause(fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head)), CauseForward4xx))
+		return Permanent(WithCause(fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head)), labels.CauseForward4xx))
 	default:
 		return WithCause(fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head)), statusCause(code))
 	}
@@ -439,11 +440,11 @@ func (f *Forwarder) classify(resp *http.Response, head []byte) error {
 // statusCause is the cause of a response with a status outside 2xx that
 // classify retries: forward_4xx below 500, else forward_5xx (a status
 // above 599 too).
-func statusCause(code int) Cause {
+func statusCause(code int) labels.Cause {
 	if code < 500 {
-		return CauseForward4xx
+		return labels.CauseForward4xx
 	}
-	return CauseForward5xx
+	return labels.CauseForward5xx
 }
 
 // parseRetryAfter reads a Retry-After value: delay seconds or an HTTP date

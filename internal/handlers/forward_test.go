@@ -18,6 +18,7 @@ import (
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
@@ -216,7 +217,7 @@ func TestForwardOutcomes(t *testing.T) {
 		want       class
 		after      [2]time.Duration // bounds of RetryAfterError.After
 		inError    string           // the error text contains it
-		cause      handlers.Cause   // handlers.CauseOf(err)
+		cause      labels.Cause     // handlers.CauseOf(err)
 	}{
 		{name: "200", status: 200, want: classOK, cause: ""},
 		{name: "204", status: 204, want: classOK, cause: ""},
@@ -292,7 +293,7 @@ func TestForwardTimeout(t *testing.T) {
 	if c, _ := classOf(err); c != classRetry {
 		t.Fatalf("error %v is %s, want %s", err, c, classRetry)
 	}
-	if c := handlers.CauseOf(err); c != handlers.CauseTimeout {
+	if c := handlers.CauseOf(err); c != labels.CauseTimeout {
 		t.Errorf("cause of %v is %q, want timeout", err, c)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no response within 100ms") {
@@ -315,7 +316,7 @@ func TestForwardConnectionRefused(t *testing.T) {
 	if strings.Contains(err.Error(), "s3cr3t-token") {
 		t.Errorf("error %q shows the URL's query", err)
 	}
-	if c := handlers.CauseOf(err); c != handlers.CauseForwardUnreachable {
+	if c := handlers.CauseOf(err); c != labels.CauseForwardUnreachable {
 		t.Errorf("cause of %v is %q, want forward_unreachable", err, c)
 	}
 }

@@ -235,15 +235,9 @@ func (m *Worker) RunHeartbeat(ctx context.Context, interval time.Duration, alive
 var (
 	WorkerOutcomes = []string{"done", "ignored", "failed", "retry", "snoozed"}
 	SnoozeCauses   = []string{"not_ready", "retry_after", "throttled"}
-	// FailureCauses are the cause label values of inbox_worker_failures_total:
-	// internal/handlers' Causes (a worker test keeps the two lists equal;
-	// this package imports no handlers). FailureOutcomes its outcomes.
-	FailureCauses = []string{
-		"unknown_currency", "invalid_amount", "posting_rejected", "payment_not_posted", "refund_not_posted",
-		"invalid_payload", "forward_3xx", "forward_4xx", "forward_5xx", "forward_unreachable",
-		"timeout", "canceled", "retry_after", "not_ready", "throttled", "permanent",
-		"database", "panic", "orphaned", "internal",
-	}
+	// FailureCauses are the cause label values of inbox_worker_failures_total
+	// (labels.Causes); FailureOutcomes its outcomes.
+	FailureCauses   = labels.Causes
 	FailureOutcomes = []string{"failed", "retry", "snoozed"}
 	// FinalStatuses are the status label values of
 	// inbox_processing_latency_seconds; LedgerKinds and LedgerResults those
@@ -272,7 +266,7 @@ func (m *Worker) Init(sources []string) {
 		}
 		for _, c := range FailureCauses {
 			for _, o := range FailureOutcomes {
-				m.Failures.WithLabelValues(s, c, o)
+				m.Failures.WithLabelValues(s, string(c), o)
 			}
 		}
 		for _, st := range FinalStatuses {

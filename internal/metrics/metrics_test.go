@@ -92,7 +92,7 @@ func TestMetricsWorkerInitEveryOutcome(t *testing.T) {
 	}
 	for _, c := range metrics.FailureCauses {
 		for _, o := range metrics.FailureOutcomes {
-			require.NotNil(t, find(mfs["inbox_worker_failures_total"], "source", "payments", "cause", c, "outcome", o), c+" "+o)
+			require.NotNil(t, find(mfs["inbox_worker_failures_total"], "source", "payments", "cause", string(c), "outcome", o), string(c)+" "+o)
 		}
 	}
 	for _, st := range metrics.FinalStatuses {

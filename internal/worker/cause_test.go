@@ -16,21 +16,20 @@ import (
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
-	"github.com/inboxhq/inbox/internal/metrics"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
 )
 
-// The metrics pre-initialise exactly the causes handlers defines (metrics
-// imports no handlers, so the list is kept twice).
-func TestCauseListsAgree(t *testing.T) {
+// Every cause is a distinct code of the shape the schema's CHECK allows.
+func TestCauseCodesAreDistinctAndValid(t *testing.T) {
 	t.Parallel()
-	var want []string
-	for _, c := range handlers.Causes {
-		want = append(want, string(c))
+	var codes []string
+	for _, c := range labels.Causes {
+		require.Regexp(t, `^[a-z0-9_]{1,64}$`, string(c))
+		codes = append(codes, string(c))
 	}
-	require.Equal(t, want, metrics.FailureCauses)
-	require.Len(t, slices.Compact(slices.Sorted(slices.Values(want))), len(want), "no cause twice")
+	require.Len(t, slices.Compact(slices.Sorted(slices.Values(codes))), len(codes), "no cause twice")
 }
 
 // Each kind of handler error is recorded with its cause, on the attempt and
@@ -48,7 +47,7 @@ func TestCauseRecordedForEachErrorKind(t *testing.T) {
 		},
 		"custom": func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
 			// An explicit cause wins over the derived one (permanent).
-			return nil, handlers.Permanent(handlers.WithCause(errors.New("merchant m_42 is closed"), handlers.CausePostingRejected))
+			return nil, handlers.Permanent(handlers.WithCause(errors.New("merchant m_42 is closed"), labels.CausePostingRejected))
 		},
 		"permanent": func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
 			return nil, handlers.Permanent(errors.New("no"))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/labels"
 )
 
 // action is what one failed attempt turns into.
@@ -21,7 +22,7 @@ type action struct {
 	// from failureCause): what went wrong; an exhausted or given-up
 	// envelope keeps its last error's cause, outcome and reason say how it
 	// ended.
-	cause handlers.Cause
+	cause labels.Cause
 	// riverErr is what Work returns to River.
 	riverErr error
 }
@@ -86,9 +87,9 @@ func outcome(err error, attempt, maxAttempts int, age time.Duration, p Policy) a
 
 // failureCause is the cause recorded for a failed attempt's err:
 // handlers.CauseOf, and throttled for a throttle slot refused.
-func failureCause(err error) handlers.Cause {
+func failureCause(err error) labels.Cause {
 	if errors.As(err, new(*throttledError)) {
-		return handlers.CauseThrottled
+		return labels.CauseThrottled
 	}
 	return handlers.CauseOf(err)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/groupcommit"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/metrics"
 )
@@ -585,7 +586,7 @@ func fence(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 func runHandler(ctx context.Context, h handlers.Handler, tx pgx.Tx, env *envelope.Envelope) (res json.RawMessage, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = handlers.WithCause(fmt.Errorf("handler panic: %v", r), handlers.CausePanic)
+			err = handlers.WithCause(fmt.Errorf("handler panic: %v", r), labels.CausePanic)
 		}
 	}()
 	return h.Handle(ctx, tx, env)
