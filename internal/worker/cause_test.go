@@ -52,6 +52,9 @@ func TestCauseRecordedForEachErrorKind(t *testing.T) {
 		"permanent": func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
 			return nil, handlers.Permanent(errors.New("no"))
 		},
+		"unknown-code": func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+			return nil, handlers.Permanent(handlers.WithCause(errors.New("mine"), "Not A Code!"))
+		},
 	}
 	for ev, h := range kinds {
 		b.registry.Register("github", ev, h)
@@ -87,6 +90,7 @@ sources:
 		{"timeout", "src", "github", "timeout", webhooktest.GitHubPush("refs/heads/b"), 1, []string{"timeout"}},
 		{"explicit", "src", "github", "custom", webhooktest.GitHubPush("refs/heads/c"), 0, []string{"posting_rejected"}},
 		{"permanent", "src", "github", "permanent", webhooktest.GitHubPush("refs/heads/d"), 0, []string{"permanent"}},
+		{"a code not in labels.Causes", "src", "github", "unknown-code", webhooktest.GitHubPush("refs/heads/f"), 0, []string{"internal"}},
 		{"forward 5xx", "fwd", "github", "push", webhooktest.GitHubPush("refs/heads/e"), 2, []string{"forward_5xx", "forward_5xx"}},
 	}
 	ids := make([]int64, len(cases))

@@ -86,10 +86,16 @@ func outcome(err error, attempt, maxAttempts int, age time.Duration, p Policy) a
 }
 
 // failureCause is the cause recorded for a failed attempt's err:
-// handlers.CauseOf, and throttled for a throttle slot refused.
+// handlers.CauseOf, and throttled for a throttle slot refused. A code not in
+// labels.Causes (a handler's own) is recorded as internal: the set stays
+// closed, for the metric's cardinality and the column's CHECK, which would
+// otherwise fail the batch's statement.
 func failureCause(err error) labels.Cause {
 	if errors.As(err, new(*throttledError)) {
 		return labels.CauseThrottled
 	}
-	return handlers.CauseOf(err)
+	if c := handlers.CauseOf(err); labels.KnownCause(c) {
+		return c
+	}
+	return labels.CauseInternal
 }
