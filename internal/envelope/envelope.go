@@ -24,19 +24,19 @@ const (
 
 // Envelope is one stored delivery.
 type Envelope struct {
-	ID          int64             `json:"id"`
-	Source      string            `json:"source"`
-	Provider    string            `json:"provider"`
-	DeliveryID  string            `json:"delivery_id"`
-	EventType   string            `json:"event_type"`
-	Status      Status            `json:"status"`
+	ID         int64  `json:"id"`
+	Source     string `json:"source"`
+	Provider   string `json:"provider"`
+	DeliveryID string `json:"delivery_id"`
+	EventType  string `json:"event_type"`
+	Status     Status `json:"status"`
 	// Body is the raw bytes as received, what the signature was computed
 	// over; nil once retention purged them.
 	Body []byte `json:"-"`
 	// Payload is the stored jsonb copy of a JSON body, as PostgreSQL renders
 	// it (keys reordered, whitespace gone): the worker loads it only once
 	// Body is purged. Read the delivery through BodyOrPayload.
-	Payload json.RawMessage `json:"payload,omitempty"`
+	Payload     json.RawMessage   `json:"payload,omitempty"`
 	Headers     map[string]string `json:"headers"`
 	BodySHA256  []byte            `json:"body_sha256"`
 	SignedAt    *time.Time        `json:"signed_at,omitempty"`

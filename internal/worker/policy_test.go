@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
 )
@@ -78,10 +79,7 @@ func TestReconcileFailsEnvelopeWhoseJobWasCancelled(t *testing.T) {
 	_, err := b.pool.Exec(ctx, `UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE (args->>'envelope_id')::bigint = $1`, cancelled)
 	require.NoError(t, err)
 	// An envelope with no job at all (should never happen).
-	var orphan int64
-	require.NoError(t, b.pool.QueryRow(ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, body, body_sha256, body_size)
-		VALUES ('src', 'github', 'gh-orphan', 'push', '{}', sha256('{}'::bytea), 2) RETURNING id`).Scan(&orphan))
+	orphan := envelopetest.Insert(t, b.pool, envelopetest.Row{Provider: "github", DeliveryID: "gh-orphan", EventType: "push"})
 	healthy := b.insert(t, "github", "gh-healthy", "push", webhooktest.GitHubPush("refs/heads/main"), 0)
 
 	failed, enqueued, err := worker.Reconcile(ctx, b.worker, 0)
