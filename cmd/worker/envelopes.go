@@ -169,6 +169,9 @@ func writeDetail(w io.Writer, d *admin.Detail, noBody bool) error {
 	} else {
 		fmt.Fprintf(tw, "origin\t%s\n", e.Origin)
 	}
+	if e.TraceContext != nil {
+		fmt.Fprintf(tw, "trace\t%s\n", *e.TraceContext)
+	}
 	fmt.Fprintf(tw, "received at\t%s\n", fmtTime(e.ReceivedAt))
 	fmt.Fprintf(tw, "signed at\t%s\n", fmtTimePtr(e.SignedAt))
 	fmt.Fprintf(tw, "processed at\t%s\n", fmtTimePtr(e.ProcessedAt))

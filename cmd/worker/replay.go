@@ -15,6 +15,7 @@ import (
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/durations"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/tracing"
 )
 
 const replayUsage = `usage: worker replay --reason TEXT [flags] [ID...]
@@ -81,6 +82,11 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 		return usageError{errors.New("replay: cannot tell who you are: pass --actor")}
 	}
 
+	stopTracing, err := tracing.Setup(ctx, "inbox-admin", getenv, adminLogger(stderr))
+	if err != nil {
+		return usageError{err}
+	}
+	defer tracing.Flush(stopTracing, adminLogger(stderr))
 	pool, err := openPool(ctx, getenv)
 	if err != nil {
 		return err

@@ -50,6 +50,10 @@ type EnvelopeDetail struct {
 	// stored a backfilled one.
 	Origin        string `json:"origin"`
 	BackfillRunID *int64 `json:"backfill_run_id"`
+	// TraceContext is the W3C traceparent of the ingest request that
+	// stored it (its trace id names the trace in the tracing backend);
+	// NULL when ingest ran with tracing off.
+	TraceContext *string `json:"trace_context"`
 }
 
 // Attempt is an envelope_attempt row.
@@ -196,12 +200,12 @@ func loadEnvelope(ctx context.Context, tx pgx.Tx, id int64, opts ShowOptions, e 
 		SELECT `+summaryColumns+`, headers, body_sha256, CASE WHEN $2 THEN NULL ELSE body END,
 		       body_purged_at, signed_at, result,
 		       (SELECT max(d.received_at) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
-		       origin, backfill_run_id
+		       origin, backfill_run_id, trace_context
 		  FROM envelope WHERE id = $1`, id, opts.NoBody).Scan(
 		&e.ID, &e.Source, &e.Provider, &e.DeliveryID, &e.EventType, &e.Status, &e.ReceivedAt,
 		&e.ProcessedAt, &e.Attempts, &e.LastError, &e.LastCause, &e.Duplicates, &e.BodySize, &e.Reason,
 		&e.Headers, &sum, &body, &e.BodyPurgedAt, &e.SignedAt, &result, &e.LastDuplicateAt,
-		&e.Origin, &e.BackfillRunID)
+		&e.Origin, &e.BackfillRunID, &e.TraceContext)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &NotFoundError{IDs: []int64{id}}
 	}

@@ -48,6 +48,9 @@ type Envelope struct {
 	Duplicates  int               `json:"duplicates"`
 	// LastReplayedAt is when an operator last replayed the envelope.
 	LastReplayedAt *time.Time `json:"last_replayed_at,omitempty"`
+	// TraceContext is the W3C traceparent of the ingest request that stored
+	// it, "" when tracing was off (package tracing).
+	TraceContext string `json:"trace_context,omitempty"`
 }
 
 // BodyOrPayload is the delivery's content for a handler: the raw Body, or,

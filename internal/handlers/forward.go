@@ -15,11 +15,16 @@ import (
 	"unicode"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
+	"github.com/inboxhq/inbox/internal/tracing"
 )
 
 // Forwarding sends a verified delivery on to an internal HTTP endpoint. It
@@ -360,6 +365,8 @@ func (f *Forwarder) Handle(ctx context.Context, _ pgx.Tx, env *envelope.Envelope
 	if body == nil {
 		return nil, Permanent(WithCause(fmt.Errorf("forward to %s: envelope %d has neither body nor payload", f.url, env.ID), labels.CauseInvalidPayload))
 	}
+	ctx, span := f.startSpan(ctx)
+	defer span.End()
 	rctx, cancel := context.WithTimeout(ctx, f.dest.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, f.dest.URL, bytes.NewReader(body))
@@ -383,9 +390,19 @@ func (f *Forwarder) Handle(ctx context.Context, _ pgx.Tx, env *envelope.Envelope
 		return nil, Permanent(fmt.Errorf("forward to %s: sign: %w", f.url, err))
 	}
 
+	if span.IsRecording() {
+		tracing.Propagator.Inject(rctx, propagation.HeaderCarrier(h)) // traceparent: the target's spans join the trace
+	}
 	resp, err := f.client.Do(req)
 	if err != nil {
+		span.SetStatus(codes.Error, "no response")
 		return nil, f.transportError(ctx, rctx, err)
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+		if resp.StatusCode >= 400 {
+			span.SetStatus(codes.Error, resp.Status)
+		}
 	}
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, forwardResponseLimit))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, forwardDrainLimit))
@@ -395,6 +412,20 @@ func (f *Forwarder) Handle(ctx context.Context, _ pgx.Tx, env *envelope.Envelope
 		return nil, err
 	}
 	return marshal(ForwardResult{URL: f.url, Status: resp.StatusCode, Response: string(head)})
+}
+
+// startSpan starts the client span of one forward when ctx's span is
+// recording (tracing on); otherwise it returns ctx and its non-recording
+// span, allocating nothing. The URL is the redacted one (no user info, no
+// query).
+func (f *Forwarder) startSpan(ctx context.Context) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return tracing.Start(ctx, "forward", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("http.request.method", http.MethodPost),
+		attribute.String("url.full", f.url),
+	))
 }
 
 // transportError describes a request that got no response, without the

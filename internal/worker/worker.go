@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/groupcommit"
@@ -25,6 +26,7 @@ import (
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/metrics"
+	"github.com/inboxhq/inbox/internal/tracing"
 )
 
 // Policy bounds waiting and retrying.
@@ -193,6 +195,8 @@ type attempt struct {
 	// err, when set, is this job's failure of its own (not found, lost
 	// race, busy): nothing of it was written.
 	err error
+	// span is the attempt's span while tracing is on (nil when off).
+	span trace.Span
 }
 
 // processBatch processes jobs in one transaction and returns each one's
@@ -363,6 +367,7 @@ func (w *ProcessWorker) processTx(ctx context.Context, jobs []*river.Job[envelop
 		}
 		return completeJobs(ctx, tx, atts)
 	})
+	endAttemptSpans(atts, err)
 	return atts, err
 }
 
@@ -417,6 +422,9 @@ func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoin
 	env := a.env
 	rec := envelope.Record{EnvelopeID: env.ID, Attempt: envelope.Attempt{
 		JobID: a.job.ID, Attempt: a.job.Attempt, StartedAt: a.startedAt, Worker: w.Name}}
+	if tracing.Enabled() {
+		ctx, a.span = startAttemptSpan(ctx, a, savepoints)
+	}
 	if env.Status != envelope.StatusPending {
 		// Already final (processed by an earlier attempt that committed,
 		// or a replay's job raced): only the job needs completing.
@@ -469,7 +477,7 @@ func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h han
 			// batch a second run).
 			ctx = ledger.WithDeferred(ctx, postings)
 		}
-		if a.result, a.handlerErr = runHandler(ctx, h, tx, a.env); a.handlerErr != nil {
+		if a.result, a.handlerErr = runTracedHandler(ctx, h, tx, a.env); a.handlerErr != nil {
 			return fmt.Errorf("envelope %d: %w (%v)", a.env.ID, errIsolate, a.handlerErr)
 		}
 		return nil
@@ -478,7 +486,7 @@ func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h han
 	if err != nil {
 		return fmt.Errorf("savepoint for envelope %d: %w", a.env.ID, err)
 	}
-	if a.result, a.handlerErr = runHandler(ctx, h, sp, a.env); a.handlerErr == nil {
+	if a.result, a.handlerErr = runTracedHandler(ctx, h, sp, a.env); a.handlerErr == nil {
 		if err := sp.Commit(ctx); err != nil {
 			return fmt.Errorf("release savepoint of envelope %d: %w", a.env.ID, err)
 		}
