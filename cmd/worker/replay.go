@@ -35,6 +35,8 @@ examples:
   worker replay --reason "INC-42: handler fixed" 1234 1235
   worker replay --reason "INC-42" --source stripe --status failed --since 24h --dry-run
   worker replay --reason "INC-42" --source stripe --status failed --since 24h --limit 1000
+  worker replay --reason "FX table fixed" --status failed --cause unknown_currency --dry-run
+  worker replay --reason "m_1 re-enabled" --status failed --field data.merchant_id=m_1
 
 flags:
 `

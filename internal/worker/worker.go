@@ -23,6 +23,7 @@ import (
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/groupcommit"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/tracing"
@@ -454,7 +455,7 @@ func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoin
 	a.act = w.decide(a)
 	a.verdict = a.act.riverErr
 	a.outcomeLog = string(a.act.outcome)
-	rec.Attempt.Outcome, rec.Attempt.Error = a.act.outcome, a.act.reason
+	rec.Attempt.Outcome, rec.Attempt.Error, rec.Attempt.Cause = a.act.outcome, a.act.reason, string(a.act.cause)
 	rec.Status = envelope.StatusPending
 	if a.act.final {
 		rec.Status = envelope.StatusFailed
@@ -506,6 +507,7 @@ func (w *ProcessWorker) decide(a *attempt) action {
 		maxAttempts = sp.MaxAttempts
 	}
 	act := outcome(a.handlerErr, job.Attempt, maxAttempts, a.startedAt.Sub(a.env.WaitingSince()), w.policyFor(a.env))
+	act.cause = failureCause(a.handlerErr)
 	if act.final && job.Attempt < job.MaxAttempts {
 		// Final before River's own limit: make sure River stops too.
 		act.riverErr = river.JobCancel(errors.New(act.reason))
@@ -538,7 +540,7 @@ func (w *ProcessWorker) observe(ctx context.Context, a *attempt) {
 		w.Logger.Log(ctx, lvl, "envelope processed", append(attrs, "outcome", a.outcomeLog)...)
 		return
 	}
-	w.Logger.Log(ctx, lvl, "envelope attempt failed", append(attrs, "outcome", string(a.act.outcome), "error", a.act.reason)...)
+	w.Logger.Log(ctx, lvl, "envelope attempt failed", append(attrs, "outcome", string(a.act.outcome), "cause", string(a.act.cause), "error", a.act.reason)...)
 }
 
 // fence locks the jobs' rows and checks that each attempt still owns its
@@ -592,7 +594,7 @@ func fence(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 func runHandler(ctx context.Context, h handlers.Handler, tx pgx.Tx, env *envelope.Envelope) (res json.RawMessage, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panic: %v", r)
+			err = handlers.WithCause(fmt.Errorf("handler panic: %v", r), labels.CausePanic)
 		}
 	}()
 	return h.Handle(ctx, tx, env)
@@ -664,6 +666,7 @@ func (w *ProcessWorker) observeFailure(env *envelope.Envelope, act action, at ti
 		return
 	}
 	w.Metrics.Attempts.WithLabelValues(env.Source, string(act.outcome)).Inc()
+	w.Metrics.Failures.WithLabelValues(env.Source, string(act.cause), string(act.outcome)).Inc()
 	switch {
 	case act.final:
 		w.Metrics.ObserveProcessing(env.Source, string(envelope.StatusFailed), env.ReceivedAt, env.LastReplayedAt, at)

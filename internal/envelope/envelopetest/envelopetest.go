@@ -41,6 +41,7 @@ type Row struct {
 	ProcessedAt time.Time
 	Attempts    int
 	LastError   string // NULL when empty
+	LastCause   string // NULL when empty (a labels.Cause)
 	Result      json.RawMessage
 }
 
@@ -99,9 +100,12 @@ func Create(ctx context.Context, q Querier, r Row) (int64, error) {
 		s := string(r.Result)
 		result = &s
 	}
-	var lastError *string
+	var lastError, lastCause *string
 	if r.LastError != "" {
 		lastError = &r.LastError
+	}
+	if r.LastCause != "" {
+		lastCause = &r.LastCause
 	}
 	headers, err := json.Marshal(r.Headers)
 	if err != nil {
@@ -116,11 +120,11 @@ func Create(ctx context.Context, q Querier, r Row) (int64, error) {
 	var id int64
 	err = q.QueryRow(ctx, `
 		INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, payload, headers,
-		                      body_sha256, body_size, received_at, processed_at, attempts, last_error, result, body_purged_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10, $11, $12, $13, $14, $15::jsonb, $16)
+		                      body_sha256, body_size, received_at, processed_at, attempts, last_error, result, body_purged_at, last_cause)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10, $11, $12, $13, $14, $15::jsonb, $16, $17)
 		RETURNING id`,
 		r.Source, r.Provider, r.DeliveryID, r.EventType, r.Status, body, payload, string(headers),
-		sum[:], len(r.Body), r.ReceivedAt, processed, r.Attempts, lastError, result, purgedAt).Scan(&id)
+		sum[:], len(r.Body), r.ReceivedAt, processed, r.Attempts, lastError, result, purgedAt, lastCause).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("insert envelope %s/%s: %w", r.Source, r.DeliveryID, err)
 	}
