@@ -45,7 +45,6 @@ type Envelope struct {
 	Attempts    int               `json:"attempts"`
 	LastError   *string           `json:"last_error,omitempty"`
 	Result      json.RawMessage   `json:"result,omitempty"`
-	Duplicates  int               `json:"duplicates"`
 	// LastReplayedAt is when an operator last replayed the envelope.
 	LastReplayedAt *time.Time `json:"last_replayed_at,omitempty"`
 	// TraceContext is the W3C traceparent of the ingest request that stored

@@ -42,7 +42,6 @@ type Attempt struct {
 const envelopeColumns = `id, source, provider, delivery_id, event_type, status,
 	body, CASE WHEN body IS NULL THEN convert_to(payload::text, 'UTF8') END, headers, body_sha256, signed_at, received_at,
 	processed_at, attempts, last_error, result,
-	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
 	(SELECT max(r.replayed_at) FROM envelope_replay r WHERE r.envelope_id = envelope.id),
 	coalesce(trace_context, '')`
 
@@ -51,7 +50,7 @@ func scanEnvelope(row pgx.Row) (*Envelope, error) {
 	var payload, headers, result []byte
 	err := row.Scan(&e.ID, &e.Source, &e.Provider, &e.DeliveryID, &e.EventType, &e.Status,
 		&e.Body, &payload, &headers, &e.BodySHA256, &e.SignedAt, &e.ReceivedAt,
-		&e.ProcessedAt, &e.Attempts, &e.LastError, &result, &e.Duplicates, &e.LastReplayedAt, &e.TraceContext)
+		&e.ProcessedAt, &e.Attempts, &e.LastError, &result, &e.LastReplayedAt, &e.TraceContext)
 	if err != nil {
 		return nil, err
 	}
