@@ -16,6 +16,7 @@ import (
 	"github.com/inboxhq/inbox/internal/ingest"
 	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/pg"
+	"github.com/inboxhq/inbox/internal/tracing"
 )
 
 func main() { cli.Main("ingest", run, nil) }
@@ -48,6 +49,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	stopTracing, err := tracing.Setup(ctx, "inbox-ingest", getenv, logger)
+	if err != nil {
+		return err
+	}
+	defer tracing.Flush(stopTracing, logger)
 	if *cfgPath == "" {
 		return errors.New("no sources file: set --config or INBOX_CONFIG")
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/pg"
 )
 
@@ -58,6 +59,11 @@ const listUsage = `usage: worker envelopes list [flags]
 
 List envelopes, newest first. The last line names the --before-id of the next
 page. Changes nothing.
+
+  worker envelopes list --status failed --cause forward_5xx
+  worker envelopes list --field data.merchant_id=m_1 --field data.amount:=100
+  worker envelopes list --contains '{"data":{"object":{"customer":"cus_1"}}}'
+  worker envelopes list --header 'X-GitHub-Event=push' --since 1h
 
 flags:
 `
@@ -163,11 +169,15 @@ func writeDetail(w io.Writer, d *admin.Detail, noBody bool) error {
 	} else {
 		fmt.Fprintf(tw, "origin\t%s\n", e.Origin)
 	}
+	if e.TraceContext != nil {
+		fmt.Fprintf(tw, "trace\t%s\n", *e.TraceContext)
+	}
 	fmt.Fprintf(tw, "received at\t%s\n", fmtTime(e.ReceivedAt))
 	fmt.Fprintf(tw, "signed at\t%s\n", fmtTimePtr(e.SignedAt))
 	fmt.Fprintf(tw, "processed at\t%s\n", fmtTimePtr(e.ProcessedAt))
 	fmt.Fprintf(tw, "attempts\t%d\n", e.Attempts)
 	fmt.Fprintf(tw, "last error\t%s\n", deref(e.LastError))
+	fmt.Fprintf(tw, "last cause\t%s\n", deref(e.LastCause))
 	fmt.Fprintf(tw, "duplicates\t%d (last %s)\n", e.Duplicates, fmtTimePtr(e.LastDuplicateAt))
 	fmt.Fprintf(tw, "body\t%d bytes, sha256 %s\n", e.BodySize, e.BodySHA256)
 	if e.BodyPurgedAt != nil {
@@ -207,10 +217,10 @@ func writeDetail(w io.Writer, d *admin.Detail, noBody bool) error {
 	section(w, "attempts", len(d.Attempts))
 	if len(d.Attempts) > 0 {
 		tw = newTable(w)
-		fmt.Fprintln(tw, "  ID\tJOB\tATTEMPT\tOUTCOME\tSTARTED\tMS\tWORKER\tERROR")
+		fmt.Fprintln(tw, "  ID\tJOB\tATTEMPT\tOUTCOME\tCAUSE\tSTARTED\tMS\tWORKER\tERROR")
 		for _, a := range d.Attempts {
-			fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\t%s\t%.1f\t%s\t%s\n", a.ID, fmtIDPtr(a.JobID), a.Attempt, a.Outcome,
-				fmtTime(a.StartedAt), a.DurationMS, deref(a.Worker), oneLine(deref(a.Error), 80))
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\t%s\t%s\t%.1f\t%s\t%s\n", a.ID, fmtIDPtr(a.JobID), a.Attempt, a.Outcome,
+				deref(a.Cause), fmtTime(a.StartedAt), a.DurationMS, deref(a.Worker), oneLine(deref(a.Error), 80))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -280,7 +290,7 @@ func section(w io.Writer, name string, n int) {
 // writeSummaries prints envelopes as an aligned table.
 func writeSummaries(w io.Writer, envs []admin.Summary) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tEVENT TYPE\tSTATUS\tATTEMPTS\tDELIVERY ID\tLAST ERROR / REASON")
+	fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tEVENT TYPE\tSTATUS\tATTEMPTS\tDELIVERY ID\tCAUSE\tLAST ERROR / REASON")
 	for _, e := range envs {
 		typ, note := e.EventType, deref(e.LastError)
 		if typ == "" {
@@ -289,8 +299,8 @@ func writeSummaries(w io.Writer, envs []admin.Summary) error {
 		if e.Reason != nil {
 			note = *e.Reason // ignored: stored but not routed, and why
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, fmtTime(e.ReceivedAt), e.Source, typ,
-			e.Status, e.Attempts, e.DeliveryID, oneLine(note, 60))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.ID, fmtTime(e.ReceivedAt), e.Source, typ,
+			e.Status, e.Attempts, e.DeliveryID, deref(e.LastCause), oneLine(note, 60))
 	}
 	return tw.Flush()
 }
@@ -310,18 +320,30 @@ func newFlags(name, header string, getenv func(string) string, stderr io.Writer)
 
 // filterFlags are the selection flags replay and envelopes list share.
 type filterFlags struct {
-	source, status, eventType, deliveryID, since, until *string
+	source, status, eventType, deliveryID, since, until, cause *string
+	contains, fields, headers                                  repeated
 }
 
+// repeated is a flag that may be given more than once.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ", ") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
 func addFilterFlags(fs *cli.Flags) *filterFlags {
-	return &filterFlags{
+	ff := &filterFlags{
 		source:     fs.String("source", "", "", "only this source"),
 		status:     fs.String("status", "", "", "only this status: pending, done, failed or ignored"),
 		eventType:  fs.String("event-type", "", "", "only this event type"),
 		deliveryID: fs.String("delivery-id", "", "", "only this delivery id"),
 		since:      fs.String("since", "", "", "received at or after: RFC 3339 time, or a duration meaning that long ago (24h, 90m, 7d)"),
 		until:      fs.String("until", "", "", "received before: RFC 3339 time, or a duration meaning that long ago"),
+		cause:      fs.String("cause", "", "", "only envelopes whose last failure had this cause (unknown_currency, forward_5xx, ...; see docs/audit.md)"),
 	}
+	fs.Var(&ff.contains, "contains", "only envelopes whose body contains this `JSON` object, e.g. "+`'{"data":{"merchant_id":"m_1"}}' (repeatable)`)
+	fs.Var(&ff.fields, "field", "only envelopes whose body has this `path=value`: data.merchant_id=m_1 (a string), data.amount:=100 (JSON) (repeatable)")
+	fs.Var(&ff.headers, "header", "only envelopes with this stored header: `Name=value`, such as X-GitHub-Event=push (name in any case; repeatable)")
+	return ff
 }
 
 // filter returns the validated Filter of the flags and ids.
@@ -332,6 +354,33 @@ func (ff *filterFlags) filter(ids []int64) (admin.Filter, error) {
 		Status:     envelope.Status(*ff.status),
 		EventType:  *ff.eventType,
 		DeliveryID: *ff.deliveryID,
+		Cause:      *ff.cause,
+	}
+	if f.Cause != "" && !labels.KnownCause(labels.Cause(f.Cause)) {
+		return f, fmt.Errorf("--cause %q: want one of %s", f.Cause, causeList())
+	}
+	for _, c := range ff.contains {
+		if !json.Valid([]byte(c)) {
+			return f, fmt.Errorf("--contains %s: not valid JSON (quote it for the shell: '{\"data\":{\"merchant_id\":\"m_1\"}}')", c)
+		}
+		f.Contains = append(f.Contains, json.RawMessage(c))
+	}
+	for _, fl := range ff.fields {
+		c, err := admin.ParseField(fl)
+		if err != nil {
+			return f, fmt.Errorf("--field: %w", err)
+		}
+		f.Contains = append(f.Contains, c)
+	}
+	for _, h := range ff.headers {
+		name, value, ok := strings.Cut(h, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			return f, fmt.Errorf("--header %q: want Name=value, such as X-GitHub-Event=push", h)
+		}
+		if f.Headers == nil {
+			f.Headers = map[string]string{}
+		}
+		f.Headers[strings.TrimSpace(name)] = value
 	}
 	var err error
 	if f.Since, err = admin.ParseBound(*ff.since); err != nil {
@@ -432,4 +481,13 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// causeList is the known causes, comma-separated.
+func causeList() string {
+	names := make([]string, len(labels.Causes))
+	for i, c := range labels.Causes {
+		names[i] = string(c)
+	}
+	return strings.Join(names, ", ")
 }

@@ -21,8 +21,8 @@ func TestEnvelopesList(t *testing.T) {
 	out, _, err := b.run(t, "envelopes", "list", "--source", "gh", "--limit", "2")
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.Regexp(t, `^ID\s+RECEIVED\s+SOURCE\s+EVENT TYPE\s+STATUS\s+ATTEMPTS\s+DELIVERY ID\s+LAST ERROR / REASON$`, lines[0])
-	require.Regexp(t, `^`+admItoa(ids[4])+`\s+\S+\s+gh\s+push\s+failed\s+1\s+gh-5\s+permanent: seeded$`, lines[1])
+	require.Regexp(t, `^ID\s+RECEIVED\s+SOURCE\s+EVENT TYPE\s+STATUS\s+ATTEMPTS\s+DELIVERY ID\s+CAUSE\s+LAST ERROR / REASON$`, lines[0])
+	require.Regexp(t, `^`+admItoa(ids[4])+`\s+\S+\s+gh\s+push\s+failed\s+1\s+gh-5\s+-\s+permanent: seeded$`, lines[1])
 	require.True(t, strings.HasPrefix(lines[2], admItoa(ids[3])+" "), "newest first")
 	require.Equal(t, "more: add --before-id "+admItoa(ids[3]), lines[len(lines)-1])
 

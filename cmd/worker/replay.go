@@ -15,6 +15,7 @@ import (
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/durations"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/tracing"
 )
 
 const replayUsage = `usage: worker replay --reason TEXT [flags] [ID...]
@@ -34,6 +35,8 @@ examples:
   worker replay --reason "INC-42: handler fixed" 1234 1235
   worker replay --reason "INC-42" --source stripe --status failed --since 24h --dry-run
   worker replay --reason "INC-42" --source stripe --status failed --since 24h --limit 1000
+  worker replay --reason "FX table fixed" --status failed --cause unknown_currency --dry-run
+  worker replay --reason "m_1 re-enabled" --status failed --field data.merchant_id=m_1
 
 flags:
 `
@@ -79,6 +82,11 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 		return usageError{errors.New("replay: cannot tell who you are: pass --actor")}
 	}
 
+	stopTracing, err := tracing.Setup(ctx, "inbox-admin", getenv, adminLogger(stderr))
+	if err != nil {
+		return usageError{err}
+	}
+	defer tracing.Flush(stopTracing, adminLogger(stderr))
 	pool, err := openPool(ctx, getenv)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/retention"
+	"github.com/inboxhq/inbox/internal/tracing"
 	"github.com/inboxhq/inbox/internal/worker"
 )
 
@@ -56,6 +57,11 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return usageError{err}
 	}
+	stopTracing, err := tracing.Setup(ctx, "inbox-worker", getenv, logger)
+	if err != nil {
+		return usageError{err}
+	}
+	defer tracing.Flush(stopTracing, logger)
 	if *maxWorkers < 1 {
 		return usageError{errors.New("--max-workers must be at least 1")}
 	}

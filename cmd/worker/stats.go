@@ -67,15 +67,15 @@ func runStats(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stdout, "\nfailures: none")
 		return nil
 	}
-	fmt.Fprintf(stdout, "\nfailures by reason (top %d):\n", admin.TopFailures)
+	fmt.Fprintf(stdout, "\nfailures by cause (top %d):\n", admin.TopFailures)
 	tw = newTable(stdout)
-	fmt.Fprintln(tw, "COUNT\tREASON")
+	fmt.Fprintln(tw, "COUNT\tCAUSE\tLATEST\tLATEST ERROR")
 	for _, f := range st.Failures {
-		reason := f.Reason
-		if reason == "" {
-			reason = "(none recorded)"
+		cause := f.Cause
+		if cause == "" {
+			cause = "(none recorded)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\n", f.Count, oneLine(reason, 120))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", f.Count, cause, f.LatestID, oneLine(f.LatestError, 100))
 	}
 	return tw.Flush()
 }

@@ -39,7 +39,8 @@ func TestStatsCommand(t *testing.T) {
 	require.Regexp(t, `(?m)^total\s+2\s+0\s+2\s+0\s+4\s+2\s+0$`, out)
 	require.Regexp(t, `(?m)^oldest pending:\s+\S+ \(envelope `+admItoa(ids[0])+`, gh, received `, out)
 	require.Regexp(t, `(?m)^replays, last 24h:\s+1 \(envelopes: 1, runs: 1\)$`, out)
-	require.Regexp(t, `(?m)^2\s+permanent: seeded$`, out)
+	require.Regexp(t, `(?m)^COUNT\s+CAUSE\s+LATEST\s+LATEST ERROR$`, out)
+	require.Regexp(t, `(?m)^2\s+\(none recorded\)\s+`+admItoa(ids[2])+`\s+permanent: seeded$`, out)
 
 	out, _, err = b.run(t, "stats", "--json")
 	require.NoError(t, err)
@@ -48,7 +49,7 @@ func TestStatsCommand(t *testing.T) {
 	require.Len(t, st.Sources, 2)
 	require.Equal(t, int64(2), st.Totals.Duplicates)
 	require.Equal(t, ids[0], st.OldestPending.EnvelopeID)
-	require.Equal(t, []admin.FailureReason{{Reason: "permanent: seeded", Count: 2}}, st.Failures)
+	require.Equal(t, []admin.FailureCause{{Count: 2, LatestID: ids[2], LatestError: "permanent: seeded"}}, st.Failures)
 	require.Equal(t, int64(1), st.Replays.Replays)
 	require.Contains(t, out, `"replays_last_24h"`)
 	require.Contains(t, out, `"age_seconds"`)

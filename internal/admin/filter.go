@@ -1,8 +1,12 @@
 package admin
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +27,21 @@ type Filter struct {
 	Status     envelope.Status
 	EventType  string
 	DeliveryID string
+	// Cause selects envelopes whose last failure had this code
+	// (envelope.last_cause; internal/handlers lists them): failed envelopes,
+	// and pending ones waiting to retry.
+	Cause string
+	// Contains selects envelopes whose parsed body contains each of these
+	// JSON documents (jsonb @>: {"data":{"merchant_id":"m_1"}} matches any
+	// body with that key at that place, whatever else it holds). An
+	// envelope whose body is not JSON, or was purged with its payload,
+	// matches none. ParseField builds one from data.merchant_id=m_1.
+	Contains []json.RawMessage
+	// Headers selects envelopes whose stored headers have these exact
+	// values; names match in any case. Only the headers ingest keeps are
+	// stored (see internal/provider), and signature values are stored as
+	// "[redacted]".
+	Headers map[string]string
 	// Since and Until bound received_at: Since inclusive, Until exclusive.
 	Since Bound
 	Until Bound
@@ -86,7 +105,8 @@ func ParseBound(s string) (Bound, error) {
 // IsEmpty reports whether f selects every envelope.
 func (f Filter) IsEmpty() bool {
 	return len(f.IDs) == 0 && f.Source == "" && f.Status == "" && f.EventType == "" &&
-		f.DeliveryID == "" && f.Since.IsZero() && f.Until.IsZero()
+		f.DeliveryID == "" && f.Cause == "" && len(f.Contains) == 0 && len(f.Headers) == 0 &&
+		f.Since.IsZero() && f.Until.IsZero()
 }
 
 func (f Filter) hasFields() bool {
@@ -110,6 +130,19 @@ func (f Filter) Validate() error {
 	case "", envelope.StatusPending, envelope.StatusDone, envelope.StatusFailed, envelope.StatusIgnored:
 	default:
 		return fmt.Errorf("status %q: want pending, done, failed or ignored", f.Status)
+	}
+	if f.Cause != "" && !causePattern.MatchString(f.Cause) {
+		return fmt.Errorf("cause %q: want a code such as unknown_currency (lowercase letters, digits, _)", f.Cause)
+	}
+	for _, c := range f.Contains {
+		if err := checkContainment(c); err != nil {
+			return err
+		}
+	}
+	for k := range f.Headers {
+		if k == "" || strings.ContainsAny(k, " \t\r\n:") {
+			return fmt.Errorf("header name %q: want a name such as X-GitHub-Event", k)
+		}
 	}
 	if f.Since.Ago < 0 || f.Until.Ago < 0 {
 		return errors.New("a relative time must be positive (how long ago)")
@@ -158,6 +191,27 @@ func (f Filter) appendTo(q *sqlBuilder, now time.Time) {
 	if f.DeliveryID != "" {
 		q.cond("delivery_id = " + q.arg(f.DeliveryID))
 	}
+	if f.Cause != "" {
+		q.cond("last_cause = " + q.arg(f.Cause))
+	}
+	for _, c := range f.Contains {
+		// A literal text argument cast to jsonb: the planner sees the value
+		// (customPlan), and with status = failed uses envelope_failed_payload_idx.
+		q.cond("payload @> " + q.arg(string(c)) + "::jsonb")
+	}
+	names := make([]string, 0, len(f.Headers))
+	for k := range f.Headers {
+		names = append(names, k)
+	}
+	slices.Sort(names) // a stable SQL text
+	for _, k := range names {
+		// Names in any case: ingest stores them canonical (X-Github-Event),
+		// and nothing else promises to. No index serves headers: combine
+		// with a selective filter (source, event type, time) on a large
+		// inbox.
+		q.cond("EXISTS (SELECT 1 FROM jsonb_each_text(headers) h WHERE lower(h.key) = " + q.arg(strings.ToLower(k)) +
+			" AND h.value = " + q.arg(f.Headers[k]) + ")")
+	}
 	if !f.Since.IsZero() {
 		q.cond("received_at >= " + q.arg(f.Since.Time(now)))
 	}
@@ -173,7 +227,13 @@ func (f Filter) record(now time.Time, limit int) map[string]any {
 	if len(f.IDs) > 0 {
 		m["ids"] = f.IDs
 	}
-	for k, v := range map[string]string{"source": f.Source, "status": string(f.Status), "event_type": f.EventType, "delivery_id": f.DeliveryID} {
+	if len(f.Contains) > 0 {
+		m["contains"] = f.Contains
+	}
+	if len(f.Headers) > 0 {
+		m["headers"] = canonicalMap(f.Headers)
+	}
+	for k, v := range map[string]string{"source": f.Source, "status": string(f.Status), "event_type": f.EventType, "delivery_id": f.DeliveryID, "cause": f.Cause} {
 		if v != "" {
 			m[k] = v
 		}
@@ -228,4 +288,72 @@ func (q *sqlBuilder) where() string {
 		return "TRUE"
 	}
 	return strings.Join(q.conds, " AND ")
+}
+
+var causePattern = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+
+// checkContainment accepts a JSON object: what Filter.Contains matches
+// bodies against.
+func checkContainment(c json.RawMessage) error {
+	var v any
+	if err := json.Unmarshal(c, &v); err != nil {
+		return fmt.Errorf("contains %s: not JSON: %v", short(c), err)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return fmt.Errorf("contains %s: want a JSON object, such as {\"data\":{\"merchant_id\":\"m_1\"}}", short(c))
+	}
+	return nil
+}
+
+func short(b []byte) string {
+	const max = 80
+	if len(b) > max {
+		return string(b[:max]) + "..."
+	}
+	return string(b)
+}
+
+// canonicalMap keys h by canonical header name, as ingest stores them.
+func canonicalMap(h map[string]string) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		out[http.CanonicalHeaderKey(k)] = v
+	}
+	return out
+}
+
+// ParseField turns path=value into the containment document Contains
+// takes: data.merchant_id=m_1 is {"data":{"merchant_id":"m_1"}}. The value
+// is a string; path:=value takes it as JSON instead (data.amount:=100,
+// livemode:=false). Path segments are object keys split at dots: for a key
+// with a dot in it, or an array element, write the document itself.
+func ParseField(s string) (json.RawMessage, error) {
+	eq := strings.IndexByte(s, '=')
+	if eq <= 0 {
+		return nil, fmt.Errorf("field %q: want path=value, such as data.merchant_id=m_1", s)
+	}
+	path, value := s[:eq], s[eq+1:]
+	var v any = value
+	if strings.HasSuffix(path, ":") {
+		path = strings.TrimSuffix(path, ":")
+		d := json.NewDecoder(bytes.NewReader([]byte(value)))
+		d.UseNumber()
+		var raw any
+		if err := d.Decode(&raw); err != nil || d.More() {
+			return nil, fmt.Errorf("field %q: the value after := must be JSON (100, false, \"text\", {...})", s)
+		}
+		v = raw
+	}
+	keys := strings.Split(path, ".")
+	for i := len(keys) - 1; i >= 0; i-- {
+		if keys[i] == "" {
+			return nil, fmt.Errorf("field %q: empty key in path %q", s, path)
+		}
+		v = map[string]any{keys[i]: v}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("field %q: %w", s, err)
+	}
+	return b, nil
 }

@@ -25,8 +25,10 @@ type Summary struct {
 	ProcessedAt *time.Time      `json:"processed_at"`
 	Attempts    int             `json:"attempts"`
 	LastError   *string         `json:"last_error"`
-	Duplicates  int             `json:"duplicates"`
-	BodySize    int             `json:"body_size"`
+	// LastCause is LastError's code (labels.Cause), nil when none.
+	LastCause  *string `json:"last_cause"`
+	Duplicates int     `json:"duplicates"`
+	BodySize   int     `json:"body_size"`
 	// Reason is why an ignored envelope was stored but not routed (its
 	// result's "reason": no handler for its event type, or it has none);
 	// nil for other statuses.
@@ -34,7 +36,7 @@ type Summary struct {
 }
 
 const summaryColumns = `id, source, provider, delivery_id, event_type, status, received_at,
-	processed_at, attempts, last_error,
+	processed_at, attempts, last_error, last_cause,
 	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id), body_size,
 	CASE WHEN status = 'ignored' THEN result->>'reason' END`
 
@@ -44,7 +46,7 @@ func collectSummaries(rows pgx.Rows) ([]Summary, error) {
 	for rows.Next() {
 		var s Summary
 		if err := rows.Scan(&s.ID, &s.Source, &s.Provider, &s.DeliveryID, &s.EventType, &s.Status, &s.ReceivedAt,
-			&s.ProcessedAt, &s.Attempts, &s.LastError, &s.Duplicates, &s.BodySize, &s.Reason); err != nil {
+			&s.ProcessedAt, &s.Attempts, &s.LastError, &s.LastCause, &s.Duplicates, &s.BodySize, &s.Reason); err != nil {
 			return nil, err
 		}
 		out = append(out, s)

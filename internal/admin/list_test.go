@@ -165,7 +165,7 @@ func TestStats(t *testing.T) {
 	require.Empty(t, empty.Failures)
 
 	failed := seedFailed(t, b.pool, "gh", 7)
-	_, err = b.pool.Exec(ctx, `UPDATE envelope SET last_error = 'permanent: bad payload' WHERE id = ANY($1)`, failed[3:5])
+	_, err = b.pool.Exec(ctx, `UPDATE envelope SET last_error = 'permanent: bad payload', last_cause = 'invalid_payload' WHERE id = ANY($1)`, failed[3:5])
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, `UPDATE envelope SET status = 'ignored' WHERE id = $1`, failed[6])
 	require.NoError(t, err)
@@ -192,9 +192,9 @@ func TestStats(t *testing.T) {
 	require.NotNil(t, st.OldestPending)
 	require.Equal(t, failed[0], st.OldestPending.EnvelopeID, "seeded envelopes are older than inserted ones")
 	require.Greater(t, st.OldestPending.AgeSeconds, 3.0)
-	require.Equal(t, []FailureReason{
-		{Reason: "permanent: bad payload", Count: 2},
-		{Reason: "attempts exhausted (1 of 1): seeded", Count: 1},
+	require.Equal(t, []FailureCause{
+		{Cause: "invalid_payload", Count: 2, LatestID: failed[4], LatestError: "permanent: bad payload"},
+		{Cause: "", Count: 1, LatestID: failed[5], LatestError: "attempts exhausted (1 of 1): seeded"}, // failed before causes were recorded
 	}, st.Failures)
 	require.Equal(t, ReplayStats{Replays: 2, Envelopes: 2, Runs: 1}, st.Replays)
 }

@@ -12,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/tracing"
 )
 
 // DefaultBatchSize is how many envelopes one replay transaction handles when
@@ -179,6 +181,12 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, jobs JobInserter, req Repla
 	}
 
 	b := batcher{pool: pool, jobs: jobs, filter: f, now: now, req: req, batchID: res.BatchID, filterJSON: filterJSON}
+	if tracing.Enabled() {
+		var span trace.Span
+		ctx, span = startReplaySpan(ctx, res.BatchID, res.Matched)
+		b.span = span
+		defer endReplaySpan(span, &res)
+	}
 	var after int64
 	finish := func(err error) (ReplayResult, error) {
 		res.Duration = time.Since(start)
@@ -244,6 +252,9 @@ type batcher struct {
 	req        ReplayRequest
 	batchID    string
 	filterJSON []byte
+	// span is the replay's span while tracing is on: it links to the
+	// trace of every envelope replayed (their attempts join those traces).
+	span trace.Span
 }
 
 type batchOutcome struct {
@@ -268,7 +279,7 @@ func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchO
 	var q sqlBuilder
 	b.filter.appendTo(&q, b.now)
 	q.cond("id > " + q.arg(after))
-	sel := `SELECT id, status, source FROM envelope WHERE ` + q.where() + ` ORDER BY id LIMIT ` + q.arg(size) + ` FOR UPDATE`
+	sel := `SELECT id, status, source, coalesce(trace_context, '') FROM envelope WHERE ` + q.where() + ` ORDER BY id LIMIT ` + q.arg(size) + ` FOR UPDATE`
 	rows, err := tx.Query(ctx, sel, customPlan(q.args)...)
 	if err != nil {
 		return out, fmt.Errorf("lock envelopes: %w", err)
@@ -276,12 +287,16 @@ func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchO
 	var ids []int64
 	prior := map[int64]string{}
 	sources := map[int64]string{}
+	traces := map[int64]string{}
 	var id int64
-	var status, source string
-	_, err = pgx.ForEachRow(rows, []any{&id, &status, &source}, func() error {
+	var status, source, traceContext string
+	_, err = pgx.ForEachRow(rows, []any{&id, &status, &source, &traceContext}, func() error {
 		ids = append(ids, id)
 		prior[id] = status
 		sources[id] = source
+		if traceContext != "" {
+			traces[id] = traceContext
+		}
 		return nil
 	})
 	if err != nil {
@@ -348,6 +363,9 @@ func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchO
 	}
 	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
 		return out, fmt.Errorf("commit: %w", err)
+	}
+	if b.span != nil {
+		linkReplayed(b.span, replayIDs, traces)
 	}
 	return out, nil
 }

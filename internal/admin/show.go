@@ -50,6 +50,10 @@ type EnvelopeDetail struct {
 	// stored a backfilled one.
 	Origin        string `json:"origin"`
 	BackfillRunID *int64 `json:"backfill_run_id"`
+	// TraceContext is the W3C traceparent of the ingest request that
+	// stored it (its trace id names the trace in the tracing backend);
+	// NULL when ingest ran with tracing off.
+	TraceContext *string `json:"trace_context"`
 }
 
 // Attempt is an envelope_attempt row.
@@ -59,6 +63,7 @@ type Attempt struct {
 	Attempt    int       `json:"attempt"`
 	Outcome    string    `json:"outcome"`
 	Error      *string   `json:"error"`
+	Cause      *string   `json:"cause"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
 	DurationMS float64   `json:"duration_ms"`
@@ -141,10 +146,10 @@ func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (
 		}
 		var err error
 		if d.Attempts, err = collect(ctx, tx, `
-			SELECT id, job_id, attempt, outcome, error, started_at, finished_at, coalesce(duration_ms, 0), worker
+			SELECT id, job_id, attempt, outcome, error, cause, started_at, finished_at, coalesce(duration_ms, 0), worker
 			  FROM envelope_attempt WHERE envelope_id = $1 ORDER BY id`, id,
 			func(r pgx.Rows, a *Attempt) error {
-				return r.Scan(&a.ID, &a.JobID, &a.Attempt, &a.Outcome, &a.Error, &a.StartedAt, &a.FinishedAt, &a.DurationMS, &a.Worker)
+				return r.Scan(&a.ID, &a.JobID, &a.Attempt, &a.Outcome, &a.Error, &a.Cause, &a.StartedAt, &a.FinishedAt, &a.DurationMS, &a.Worker)
 			}); err != nil {
 			return fmt.Errorf("load attempts: %w", err)
 		}
@@ -195,12 +200,12 @@ func loadEnvelope(ctx context.Context, tx pgx.Tx, id int64, opts ShowOptions, e 
 		SELECT `+summaryColumns+`, headers, body_sha256, CASE WHEN $2 THEN NULL ELSE body END,
 		       body_purged_at, signed_at, result,
 		       (SELECT max(d.received_at) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
-		       origin, backfill_run_id
+		       origin, backfill_run_id, trace_context
 		  FROM envelope WHERE id = $1`, id, opts.NoBody).Scan(
 		&e.ID, &e.Source, &e.Provider, &e.DeliveryID, &e.EventType, &e.Status, &e.ReceivedAt,
-		&e.ProcessedAt, &e.Attempts, &e.LastError, &e.Duplicates, &e.BodySize, &e.Reason,
+		&e.ProcessedAt, &e.Attempts, &e.LastError, &e.LastCause, &e.Duplicates, &e.BodySize, &e.Reason,
 		&e.Headers, &sum, &body, &e.BodyPurgedAt, &e.SignedAt, &result, &e.LastDuplicateAt,
-		&e.Origin, &e.BackfillRunID)
+		&e.Origin, &e.BackfillRunID, &e.TraceContext)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &NotFoundError{IDs: []int64{id}}
 	}

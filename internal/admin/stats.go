@@ -12,7 +12,7 @@ import (
 	"github.com/inboxhq/inbox/internal/envelope"
 )
 
-// TopFailures is how many failure reasons Stats returns.
+// TopFailures is how many failure causes Stats returns.
 const TopFailures = 20
 
 // Stats is the inbox at a glance, read in one snapshot.
@@ -24,9 +24,9 @@ type Stats struct {
 	Totals  SourceStats   `json:"totals"`
 	// OldestPending is nil when nothing is pending.
 	OldestPending *OldestPending `json:"oldest_pending"`
-	// Failures groups failed envelopes by last_error, most frequent first;
-	// at most TopFailures.
-	Failures []FailureReason `json:"failures"`
+	// Failures groups failed envelopes by cause (envelope.last_cause), most
+	// frequent first; at most TopFailures.
+	Failures []FailureCause `json:"failures"`
 	// Replays in the 24 hours before GeneratedAt.
 	Replays ReplayStats `json:"replays_last_24h"`
 }
@@ -56,10 +56,16 @@ type OldestPending struct {
 	AgeSeconds float64   `json:"age_seconds"`
 }
 
-// FailureReason is one last_error of failed envelopes and how many share it.
-type FailureReason struct {
-	Reason string `json:"reason"`
-	Count  int64  `json:"count"`
+// FailureCause is one cause of failed envelopes, how many share it, and the
+// newest of them as an example. Cause is "" for envelopes that failed
+// before causes were recorded (migration 00171).
+type FailureCause struct {
+	Cause string `json:"cause"`
+	Count int64  `json:"count"`
+	// LatestID is the newest failed envelope with this cause, and
+	// LatestError its last_error.
+	LatestID    int64  `json:"latest_id"`
+	LatestError string `json:"latest_error"`
 }
 
 // ReplayStats counts envelope_replay rows.
@@ -73,7 +79,7 @@ type ReplayStats struct {
 // scans the envelope table once per group (counts, duplicates); on a large
 // inbox it takes as long as those scans.
 func GetStats(ctx context.Context, pool *pgxpool.Pool) (*Stats, error) {
-	st := &Stats{Sources: []SourceStats{}, Failures: []FailureReason{}}
+	st := &Stats{Sources: []SourceStats{}, Failures: []FailureCause{}}
 	err := readOnly(ctx, pool, func(tx pgx.Tx, now time.Time) error {
 		st.GeneratedAt = now
 		rows, err := tx.Query(ctx, `
@@ -129,14 +135,16 @@ func GetStats(ctx context.Context, pool *pgxpool.Pool) (*Stats, error) {
 		}
 
 		rows, err = tx.Query(ctx, `
-			SELECT coalesce(last_error, ''), count(*)
-			  FROM envelope WHERE status = $1
-			 GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2`, envelope.StatusFailed, TopFailures)
+			SELECT g.cause, g.n, g.latest, coalesce((SELECT last_error FROM envelope WHERE id = g.latest), '')
+			  FROM (SELECT coalesce(last_cause, '') AS cause, count(*) AS n, max(id) AS latest
+			          FROM envelope WHERE status = $1
+			         GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2) g
+			 ORDER BY 2 DESC, 1`, envelope.StatusFailed, TopFailures)
 		if err != nil {
 			return fmt.Errorf("group failures: %w", err)
 		}
-		var f FailureReason
-		_, err = pgx.ForEachRow(rows, []any{&f.Reason, &f.Count}, func() error {
+		var f FailureCause
+		_, err = pgx.ForEachRow(rows, []any{&f.Cause, &f.Count, &f.LatestID, &f.LatestError}, func() error {
 			st.Failures = append(st.Failures, f)
 			return nil
 		})

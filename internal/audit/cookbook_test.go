@@ -224,6 +224,27 @@ var checks = map[string]func(t *testing.T, r result){
 		require.Equal(t, []string{"stripe|evt_5|0|3|snoozed"}, r.rows(t, "source", "delivery_id", "attempts", "attempt_rows", "last_outcome"))
 	},
 	"Pending envelopes with no live job (should return no rows)": empty,
+	"Failed envelopes by cause": func(t *testing.T, r result) {
+		require.Equal(t, []string{
+			`payments|unknown_currency|1|permanent: standard payment.succeeded: unknown currency "XXX"`,
+			"shop|internal|1|attempts exhausted (3 of 3): shopify admin api: 503 Service Unavailable",
+		}, r.rows(t, "source", "cause", "envelopes", "latest_error"))
+	},
+	"Retries and snoozes by cause over the last week": func(t *testing.T, r result) {
+		require.Equal(t, []string{
+			"payments|timeout|retry|4|1",
+			"stripe|payment_not_posted|snoozed|3|1",
+			"payments|internal|retry|2|1",
+			"shop|internal|retry|2|1",
+		}, r.rows(t, "source", "cause", "outcome", "attempts", "envelopes"))
+	},
+	"Envelopes whose body contains a value": func(t *testing.T, r result) {
+		require.Equal(t, []string{"msg_006|failed|unknown_currency", "msg_004|done|NULL", "msg_003|done|NULL", "msg_002|done|NULL", "msg_001|done|NULL"},
+			r.rows(t, "delivery_id", "status", "last_cause"))
+	},
+	"Envelopes with a header value": func(t *testing.T, r result) {
+		require.Equal(t, []string{"wh-3", "wh-2", "wh-1"}, r.rows(t, "delivery_id"))
+	},
 	"Failed envelopes by reason": func(t *testing.T, r result) {
 		require.Equal(t, []string{
 			"payments|permanent|1",

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
@@ -34,12 +35,7 @@ func TestCookbookFindsPendingEnvelopesWithNoLiveJob(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	envelope := func(deliveryID, status string) int64 {
-		var id int64
-		require.NoError(t, pool.QueryRow(ctx, `
-			INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, body_sha256, body_size, processed_at)
-			VALUES ('src', 'github', $1, 'push', $2, '{}', sha256('{}'::bytea), 2, CASE WHEN $2 <> 'pending' THEN now() END)
-			RETURNING id`, deliveryID, status).Scan(&id))
-		return id
+		return envelopetest.Insert(t, pool, envelopetest.Row{Provider: "github", EventType: "push", DeliveryID: deliveryID, Status: status})
 	}
 	job := func(kind string, envelopeID int64, state string) {
 		_, err := pool.Exec(ctx, `

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -100,7 +101,7 @@ func (s *seeder) attempt(id int64, n int, outcome envelope.Outcome, msg string) 
 			return err
 		}
 		ok, err := envelope.RecordAttempt(s.ctx, tx, id, envelope.Attempt{
-			JobID: jobID, Attempt: n, Outcome: outcome, Error: msg, StartedAt: startedAt, Worker: workerName,
+			JobID: jobID, Attempt: n, Outcome: outcome, Error: msg, Cause: seedCause(msg), StartedAt: startedAt, Worker: workerName,
 		})
 		if err == nil && !ok {
 			err = errors.New("attempt not recorded")
@@ -146,7 +147,7 @@ func (s *seeder) finish(id int64, n int, status envelope.Status, p *ledger.Posti
 			}
 		}
 		err = envelope.Finish(s.ctx, tx, id, status, res, envelope.Attempt{
-			JobID: jobID, Attempt: n, Outcome: outcome, Error: msg, StartedAt: startedAt, Worker: workerName,
+			JobID: jobID, Attempt: n, Outcome: outcome, Error: msg, Cause: seedCause(msg), StartedAt: startedAt, Worker: workerName,
 		})
 		if err != nil {
 			return err
@@ -363,4 +364,21 @@ func seed(t *testing.T, pool *pgxpool.Pool) {
 	s.attempt(id, 2, envelope.OutcomeRetry, "shopify admin api: 503 Service Unavailable")
 	s.finish(id, 3, failed, nil, "attempts exhausted (3 of 3): shopify admin api: 503 Service Unavailable")
 	s.shift(id, yesterday+` + interval '17 hours'`)
+}
+
+// seedCause is the cause the worker records for one of the seed's error
+// messages (internal/handlers.CauseOf on the error behind it); "" for none.
+func seedCause(msg string) string {
+	switch {
+	case msg == "":
+		return ""
+	case strings.Contains(msg, "unknown currency"):
+		return "unknown_currency"
+	case strings.Contains(msg, "timeout"):
+		return "timeout"
+	case strings.Contains(msg, "is not posted yet"):
+		return "payment_not_posted"
+	default:
+		return "internal" // a plain error: connection reset, an upstream 503
+	}
 }

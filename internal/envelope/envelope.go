@@ -24,19 +24,19 @@ const (
 
 // Envelope is one stored delivery.
 type Envelope struct {
-	ID          int64             `json:"id"`
-	Source      string            `json:"source"`
-	Provider    string            `json:"provider"`
-	DeliveryID  string            `json:"delivery_id"`
-	EventType   string            `json:"event_type"`
-	Status      Status            `json:"status"`
+	ID         int64  `json:"id"`
+	Source     string `json:"source"`
+	Provider   string `json:"provider"`
+	DeliveryID string `json:"delivery_id"`
+	EventType  string `json:"event_type"`
+	Status     Status `json:"status"`
 	// Body is the raw bytes as received, what the signature was computed
 	// over; nil once retention purged them.
 	Body []byte `json:"-"`
 	// Payload is the stored jsonb copy of a JSON body, as PostgreSQL renders
 	// it (keys reordered, whitespace gone): the worker loads it only once
 	// Body is purged. Read the delivery through BodyOrPayload.
-	Payload json.RawMessage `json:"payload,omitempty"`
+	Payload     json.RawMessage   `json:"payload,omitempty"`
 	Headers     map[string]string `json:"headers"`
 	BodySHA256  []byte            `json:"body_sha256"`
 	SignedAt    *time.Time        `json:"signed_at,omitempty"`
@@ -45,9 +45,11 @@ type Envelope struct {
 	Attempts    int               `json:"attempts"`
 	LastError   *string           `json:"last_error,omitempty"`
 	Result      json.RawMessage   `json:"result,omitempty"`
-	Duplicates  int               `json:"duplicates"`
 	// LastReplayedAt is when an operator last replayed the envelope.
 	LastReplayedAt *time.Time `json:"last_replayed_at,omitempty"`
+	// TraceContext is the W3C traceparent of the ingest request that stored
+	// it, "" when tracing was off (package tracing).
+	TraceContext string `json:"trace_context,omitempty"`
 }
 
 // BodyOrPayload is the delivery's content for a handler: the raw Body, or,

@@ -28,10 +28,13 @@ const (
 
 // Attempt describes one processing attempt for the audit trail.
 type Attempt struct {
-	JobID     int64
-	Attempt   int
-	Outcome   Outcome
-	Error     string
+	JobID   int64
+	Attempt int
+	Outcome Outcome
+	Error   string
+	// Cause is the failure's stable code (labels.Cause), stored
+	// next to Error; empty for done and ignored attempts.
+	Cause     string
 	StartedAt time.Time
 	Worker    string
 }
@@ -39,15 +42,15 @@ type Attempt struct {
 const envelopeColumns = `id, source, provider, delivery_id, event_type, status,
 	body, CASE WHEN body IS NULL THEN convert_to(payload::text, 'UTF8') END, headers, body_sha256, signed_at, received_at,
 	processed_at, attempts, last_error, result,
-	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
-	(SELECT max(r.replayed_at) FROM envelope_replay r WHERE r.envelope_id = envelope.id)`
+	(SELECT max(r.replayed_at) FROM envelope_replay r WHERE r.envelope_id = envelope.id),
+	coalesce(trace_context, '')`
 
 func scanEnvelope(row pgx.Row) (*Envelope, error) {
 	var e Envelope
 	var payload, headers, result []byte
 	err := row.Scan(&e.ID, &e.Source, &e.Provider, &e.DeliveryID, &e.EventType, &e.Status,
 		&e.Body, &payload, &headers, &e.BodySHA256, &e.SignedAt, &e.ReceivedAt,
-		&e.ProcessedAt, &e.Attempts, &e.LastError, &result, &e.Duplicates, &e.LastReplayedAt)
+		&e.ProcessedAt, &e.Attempts, &e.LastError, &result, &e.LastReplayedAt, &e.TraceContext)
 	if err != nil {
 		return nil, err
 	}
@@ -175,14 +178,14 @@ type Record struct {
 // compare-and-set on its envelope being pending: a final Status moves the
 // envelope there with its result and error (last_error cleared by done and
 // ignored; the attempts keep the history) and sets processed_at; pending
-// (a retry or snooze) sets last_error. Every attempt but a snooze counts in
+// (a retry or snooze) sets last_error (and last_cause likewise). Every attempt but a snooze counts in
 // envelope.attempts, and each appends an envelope_attempt row. It returns
 // the ids it recorded: an envelope missing from them was no longer pending,
 // and nothing of it changed.
 func FinishMany(ctx context.Context, tx pgx.Tx, worker string, recs []Record) (map[int64]bool, error) {
 	n := len(recs)
 	ids, jobIDs := make([]int64, n), make([]int64, n)
-	statuses, outcomes, errs := make([]string, n), make([]string, n), make([]*string, n)
+	statuses, outcomes, errs, causes := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
 	results := make([][]byte, n)
 	attempts := make([]int32, n)
 	started := make([]time.Time, n)
@@ -192,6 +195,9 @@ func FinishMany(ctx context.Context, tx pgx.Tx, worker string, recs []Record) (m
 		if r.Attempt.Error != "" {
 			errs[i] = &r.Attempt.Error
 		}
+		if r.Attempt.Cause != "" {
+			causes[i] = &r.Attempt.Cause
+		}
 		if len(r.Result) > 0 && r.Status != StatusPending {
 			results[i] = r.Result
 		}
@@ -199,24 +205,25 @@ func FinishMany(ctx context.Context, tx pgx.Tx, worker string, recs []Record) (m
 	}
 	rows, err := tx.Query(ctx, `
 		WITH input AS (
-			SELECT * FROM unnest($1::bigint[], $2::text[], $3::jsonb[], $4::text[], $5::bigint[], $6::int[], $7::text[], $8::timestamptz[])
-			       AS t(id, status, result, error, job_id, attempt, outcome, started_at)
+			SELECT * FROM unnest($1::bigint[], $2::text[], $3::jsonb[], $4::text[], $5::bigint[], $6::int[], $7::text[], $8::timestamptz[], $10::text[])
+			       AS t(id, status, result, error, job_id, attempt, outcome, started_at, cause)
 		), e AS (
 			UPDATE envelope
 			   SET status = i.status,
 			       result = CASE WHEN i.status = 'pending' THEN envelope.result ELSE i.result END,
 			       last_error = CASE i.status WHEN 'pending' THEN i.error WHEN 'failed' THEN coalesce(i.error, envelope.last_error) END,
+			       last_cause = CASE i.status WHEN 'pending' THEN i.cause WHEN 'failed' THEN coalesce(i.cause, envelope.last_cause) END,
 			       processed_at = CASE WHEN i.status = 'pending' THEN NULL ELSE clock_timestamp() END,
 			       attempts = envelope.attempts + CASE WHEN i.outcome = 'snoozed' THEN 0 ELSE 1 END
 			  FROM input i
 			 WHERE envelope.id = i.id AND envelope.status = 'pending'
 			RETURNING envelope.id
 		)
-		INSERT INTO envelope_attempt (envelope_id, job_id, attempt, outcome, error, started_at, finished_at, worker)
-		SELECT i.id, nullif(i.job_id, 0), i.attempt, i.outcome, i.error, i.started_at, clock_timestamp(), $9
+		INSERT INTO envelope_attempt (envelope_id, job_id, attempt, outcome, error, cause, started_at, finished_at, worker)
+		SELECT i.id, nullif(i.job_id, 0), i.attempt, i.outcome, i.error, i.cause, i.started_at, clock_timestamp(), $9
 		  FROM input i JOIN e ON e.id = i.id
 		RETURNING envelope_id`,
-		ids, statuses, results, errs, jobIDs, attempts, outcomes, started, worker)
+		ids, statuses, results, errs, jobIDs, attempts, outcomes, started, worker, causes)
 	if err != nil {
 		return nil, fmt.Errorf("record %d attempts: %w", n, err)
 	}

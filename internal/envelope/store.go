@@ -74,6 +74,10 @@ type NewDelivery struct {
 	SignedAt   time.Time
 	// MaxAttempts for the processing job; 0 keeps the worker's default.
 	MaxAttempts int
+	// TraceContext is the W3C traceparent of the request that brought the
+	// delivery ("" when tracing is off: stored as NULL); every processing
+	// attempt of the envelope joins that trace.
+	TraceContext string
 	// Origin is where the delivery came from: OriginWebhook (also when
 	// empty) or OriginBackfill, with BackfillRunID the backfill_run that
 	// stored it.
@@ -355,6 +359,7 @@ func insertEnvelopes(ctx context.Context, tx pgx.Tx, items []prepared, idx []int
 		bodies, payloads, headers, sums = make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
 		sizes                           = make([]int32, n)
 		signed                          = make([]*time.Time, n)
+		traces                          = make([]string, n)
 		origins                         = make([]string, n)
 		runs                            = make([]*int64, n)
 	)
@@ -365,21 +370,21 @@ func insertEnvelopes(ctx context.Context, tx pgx.Tx, items []prepared, idx []int
 		if bodies[j] == nil {
 			bodies[j] = []byte{} // an empty body is stored as empty, not as purged
 		}
-		sizes[j], signed[j] = int32(len(it.d.Body)), it.signedAt
+		sizes[j], signed[j], traces[j] = int32(len(it.d.Body)), it.signedAt, it.d.TraceContext
 		origins[j] = string(cmp.Or(it.d.Origin, OriginWebhook))
 		if it.d.BackfillRunID != 0 {
 			runs[j] = &it.d.BackfillRunID
 		}
 	}
 	rows, err := tx.Query(ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id)
-		SELECT source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id
-		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::jsonb[], $7::jsonb[], $8::bytea[], $9::int[], $10::timestamptz[], $11::text[], $12::bigint[])
-		       WITH ORDINALITY AS d(source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, ord)
+		INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, trace_context)
+		SELECT source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, nullif(trace_context, '')
+		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::jsonb[], $7::jsonb[], $8::bytea[], $9::int[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[])
+		       WITH ORDINALITY AS d(source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, trace_context, ord)
 		 ORDER BY ord
 		ON CONFLICT (source, delivery_id) DO NOTHING
 		RETURNING id, source, delivery_id`,
-		sources, providers, ids, types, bodies, payloads, headers, sums, sizes, signed, origins, runs)
+		sources, providers, ids, types, bodies, payloads, headers, sums, sizes, signed, origins, runs, traces)
 	if err != nil {
 		return nil, fmt.Errorf("insert envelopes: %w", err)
 	}

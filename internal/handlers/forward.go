@@ -15,10 +15,16 @@ import (
 	"unicode"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
+	"github.com/inboxhq/inbox/internal/tracing"
 )
 
 // Forwarding sends a verified delivery on to an internal HTTP endpoint. It
@@ -357,8 +363,10 @@ func (f *Forwarder) URL() string { return f.url }
 func (f *Forwarder) Handle(ctx context.Context, _ pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	body := env.BodyOrPayload()
 	if body == nil {
-		return nil, Permanent(fmt.Errorf("forward to %s: envelope %d has neither body nor payload", f.url, env.ID))
+		return nil, Permanent(WithCause(fmt.Errorf("forward to %s: envelope %d has neither body nor payload", f.url, env.ID), labels.CauseInvalidPayload))
 	}
+	ctx, span := f.startSpan(ctx)
+	defer span.End()
 	rctx, cancel := context.WithTimeout(ctx, f.dest.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, f.dest.URL, bytes.NewReader(body))
@@ -382,9 +390,19 @@ func (f *Forwarder) Handle(ctx context.Context, _ pgx.Tx, env *envelope.Envelope
 		return nil, Permanent(fmt.Errorf("forward to %s: sign: %w", f.url, err))
 	}
 
+	if span.IsRecording() {
+		tracing.Propagator.Inject(rctx, propagation.HeaderCarrier(h)) // traceparent: the target's spans join the trace
+	}
 	resp, err := f.client.Do(req)
 	if err != nil {
+		span.SetStatus(codes.Error, "no response")
 		return nil, f.transportError(ctx, rctx, err)
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+		if resp.StatusCode >= 400 {
+			span.SetStatus(codes.Error, resp.Status)
+		}
 	}
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, forwardResponseLimit))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, forwardDrainLimit))
@@ -394,6 +412,20 @@ func (f *Forwarder) Handle(ctx context.Context, _ pgx.Tx, env *envelope.Envelope
 		return nil, err
 	}
 	return marshal(ForwardResult{URL: f.url, Status: resp.StatusCode, Response: string(head)})
+}
+
+// startSpan starts the client span of one forward when ctx's span is
+// recording (tracing on); otherwise it returns ctx and its non-recording
+// span, allocating nothing. The URL is the redacted one (no user info, no
+// query).
+func (f *Forwarder) startSpan(ctx context.Context) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return tracing.Start(ctx, "forward", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("http.request.method", http.MethodPost),
+		attribute.String("url.full", f.url),
+	))
 }
 
 // transportError describes a request that got no response, without the
@@ -406,11 +438,11 @@ func (f *Forwarder) transportError(ctx, rctx context.Context, err error) error {
 	}
 	switch {
 	case ctx.Err() != nil:
-		return fmt.Errorf("forward to %s: attempt ended: %w", f.url, err)
+		return fmt.Errorf("forward to %s: attempt ended: %w", f.url, err) // timeout or canceled, derived
 	case rctx.Err() != nil:
-		return fmt.Errorf("forward to %s: no response within %s: %w", f.url, f.dest.Timeout, err)
+		return WithCause(fmt.Errorf("forward to %s: no response within %s: %w", f.url, f.dest.Timeout, err), labels.CauseTimeout)
 	default:
-		return fmt.Errorf("forward to %s: %w", f.url, err)
+		return WithCause(fmt.Errorf("forward to %s: %w", f.url, err), labels.CauseForwardUnreachable)
 	}
 }
 
@@ -422,18 +454,28 @@ func (f *Forwarder) classify(resp *http.Response, head []byte) error {
 		return nil
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		if after, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			return RetryAfter(fmt.Errorf("forward to %s: status %d, retry after %s", f.url, code, after), after)
+			return RetryAfter(fmt.Errorf("forward to %s: status %d, retry after %s", f.url, code, after), after) // retry_after
 		}
-		return fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head))
+		return WithCause(fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head)), statusCause(code))
 	case code == http.StatusRequestTimeout:
-		return fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head))
+		return WithCause(fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head)), labels.CauseForward4xx)
 	case code >= 300 && code < 400:
-		return Permanent(fmt.Errorf("forward to %s: status %d: redirects are not followed; configure the final URL", f.url, code))
+		return Permanent(WithCause(fmt.Errorf("forward to %s: status %d: redirects are not followed; configure the final URL", f.url, code), labels.CauseForward3xx))
 	case code >= 400 && code < 500:
-		return Permanent(fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head)))
+		return Permanent(WithCause(fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head)), labels.CauseForward4xx))
 	default:
-		return fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head))
+		return WithCause(fmt.Errorf("forward to %s: status %d%s", f.url, code, excerpt(head)), statusCause(code))
 	}
+}
+
+// statusCause is the cause of a response with a status outside 2xx that
+// classify retries: forward_4xx below 500, else forward_5xx (a status
+// above 599 too).
+func statusCause(code int) labels.Cause {
+	if code < 500 {
+		return labels.CauseForward4xx
+	}
+	return labels.CauseForward5xx
 }
 
 // parseRetryAfter reads a Retry-After value: delay seconds or an HTTP date

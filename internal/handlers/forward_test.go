@@ -18,6 +18,7 @@ import (
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
@@ -216,24 +217,25 @@ func TestForwardOutcomes(t *testing.T) {
 		want       class
 		after      [2]time.Duration // bounds of RetryAfterError.After
 		inError    string           // the error text contains it
+		cause      labels.Cause     // handlers.CauseOf(err)
 	}{
-		{name: "200", status: 200, want: classOK},
-		{name: "204", status: 204, want: classOK},
-		{name: "503 Retry-After seconds", status: 503, retryAfter: "7", want: classRetryAfter, after: [2]time.Duration{7 * time.Second, 7 * time.Second}},
-		{name: "429 Retry-After seconds", status: 429, retryAfter: "120", want: classRetryAfter, after: [2]time.Duration{2 * time.Minute, 2 * time.Minute}},
-		{name: "503 Retry-After date", status: 503, retryAfter: retryAfterIn30s, want: classRetryAfter, after: [2]time.Duration{25 * time.Second, 30 * time.Second}},
-		{name: "503 Retry-After date past", status: 503, retryAfter: "Sun, 06 Nov 1994 08:49:37 GMT", want: classRetryAfter},
-		{name: "429 no Retry-After", status: 429, want: classRetry, inError: "status 429"},
-		{name: "503 no Retry-After", status: 503, want: classRetry},
-		{name: "503 bad Retry-After", status: 503, retryAfter: "soon", want: classRetry},
-		{name: "500 Retry-After ignored", status: 500, retryAfter: "7", want: classRetry},
-		{name: "408", status: 408, want: classRetry},
-		{name: "500", status: 500, body: "boom", want: classRetry, inError: "status 500: boom"},
-		{name: "502", status: 502, want: classRetry},
-		{name: "404", status: 404, body: "no such\nhook\x00", want: classPermanent, inError: "status 404: no such hook"},
-		{name: "400 long body", status: 400, body: strings.Repeat("x", 5000), want: classPermanent, inError: "status 400: xxx"},
-		{name: "422", status: 422, want: classPermanent},
-		{name: "307 not followed", status: 307, want: classPermanent, inError: "redirect"},
+		{name: "200", status: 200, want: classOK, cause: ""},
+		{name: "204", status: 204, want: classOK, cause: ""},
+		{name: "503 Retry-After seconds", status: 503, retryAfter: "7", want: classRetryAfter, after: [2]time.Duration{7 * time.Second, 7 * time.Second}, cause: "retry_after"},
+		{name: "429 Retry-After seconds", status: 429, retryAfter: "120", want: classRetryAfter, after: [2]time.Duration{2 * time.Minute, 2 * time.Minute}, cause: "retry_after"},
+		{name: "503 Retry-After date", status: 503, retryAfter: retryAfterIn30s, want: classRetryAfter, after: [2]time.Duration{25 * time.Second, 30 * time.Second}, cause: "retry_after"},
+		{name: "503 Retry-After date past", status: 503, retryAfter: "Sun, 06 Nov 1994 08:49:37 GMT", want: classRetryAfter, cause: "retry_after"},
+		{name: "429 no Retry-After", status: 429, want: classRetry, inError: "status 429", cause: "forward_4xx"},
+		{name: "503 no Retry-After", status: 503, want: classRetry, cause: "forward_5xx"},
+		{name: "503 bad Retry-After", status: 503, retryAfter: "soon", want: classRetry, cause: "forward_5xx"},
+		{name: "500 Retry-After ignored", status: 500, retryAfter: "7", want: classRetry, cause: "forward_5xx"},
+		{name: "408", status: 408, want: classRetry, cause: "forward_4xx"},
+		{name: "500", status: 500, body: "boom", want: classRetry, inError: "status 500: boom", cause: "forward_5xx"},
+		{name: "502", status: 502, want: classRetry, cause: "forward_5xx"},
+		{name: "404", status: 404, body: "no such\nhook\x00", want: classPermanent, inError: "status 404: no such hook", cause: "forward_4xx"},
+		{name: "400 long body", status: 400, body: strings.Repeat("x", 5000), want: classPermanent, inError: "status 400: xxx", cause: "forward_4xx"},
+		{name: "422", status: 422, want: classPermanent, cause: "forward_4xx"},
+		{name: "307 not followed", status: 307, want: classPermanent, inError: "redirect", cause: "forward_3xx"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -258,6 +260,9 @@ func TestForwardOutcomes(t *testing.T) {
 			}
 			if after < tt.after[0] || after > tt.after[1] {
 				t.Errorf("After = %s, want within %s", after, tt.after)
+			}
+			if c := handlers.CauseOf(err); c != tt.cause {
+				t.Errorf("cause of %v is %q, want %q", err, c, tt.cause)
 			}
 			if tt.inError != "" && !strings.Contains(err.Error(), tt.inError) {
 				t.Errorf("error %q does not contain %q", err, tt.inError)
@@ -288,6 +293,9 @@ func TestForwardTimeout(t *testing.T) {
 	if c, _ := classOf(err); c != classRetry {
 		t.Fatalf("error %v is %s, want %s", err, c, classRetry)
 	}
+	if c := handlers.CauseOf(err); c != labels.CauseTimeout {
+		t.Errorf("cause of %v is %q, want timeout", err, c)
+	}
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no response within 100ms") {
 		t.Errorf("error %q: want a deadline naming the timeout", err)
 	}
@@ -307,6 +315,9 @@ func TestForwardConnectionRefused(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cr3t-token") {
 		t.Errorf("error %q shows the URL's query", err)
+	}
+	if c := handlers.CauseOf(err); c != labels.CauseForwardUnreachable {
+		t.Errorf("cause of %v is %q, want forward_unreachable", err, c)
 	}
 }
 

@@ -3,7 +3,6 @@ package handlers_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/pgtest"
@@ -33,41 +33,19 @@ func setup(t *testing.T) *bundle {
 	return &bundle{ctx: context.Background(), pool: pgtest.NewPool(t), reg: handlers.Builtin()}
 }
 
-var deliveries atomic.Int64
+var deliveries atomic.Int64 // for ids a test makes up (Shopify webhook ids)
 
 // envelope stores a pending envelope for body and returns it as the worker
-// loads it (payload as jsonb gives it back).
+// loads it.
 func (b *bundle) envelope(t *testing.T, source, provider, eventType string, body []byte, headers map[string]string) *envelope.Envelope {
 	t.Helper()
-	if headers == nil {
-		headers = map[string]string{}
+	if body == nil {
+		body = []byte{}
 	}
-	hdr, err := json.Marshal(headers)
+	id := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: source, Provider: provider, EventType: eventType, Body: body, Headers: headers})
+	env, err := envelope.Get(b.ctx, b.pool, id)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var payload *string
-	if json.Valid(body) {
-		s := string(body)
-		payload = &s
-	}
-	sum := sha256.Sum256(body)
-	env := &envelope.Envelope{
-		Source: source, Provider: provider, EventType: eventType, Status: envelope.StatusPending,
-		DeliveryID: fmt.Sprintf("dlv_%d", deliveries.Add(1)), Body: body, Headers: headers, BodySHA256: sum[:],
-	}
-	var stored *string
-	err = b.pool.QueryRow(b.ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9)
-		RETURNING id, received_at, payload::text`,
-		source, provider, env.DeliveryID, eventType, body, payload, string(hdr), sum[:], len(body),
-	).Scan(&env.ID, &env.ReceivedAt, &stored)
-	if err != nil {
-		t.Fatalf("insert envelope: %v", err)
-	}
-	if stored != nil {
-		env.Payload = json.RawMessage(*stored)
 	}
 	return env
 }

@@ -41,7 +41,7 @@ func shopifyRefundKey(refundID string) string { return "shopify:refund:" + refun
 func shopifyOrderPaid(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	p, err := shopifyPayment(env)
 	if err != nil {
-		return nil, Permanent(fmt.Errorf("shopify %s: %w", env.EventType, err))
+		return nil, invalidPayload(fmt.Errorf("shopify %s: %w", env.EventType, err))
 	}
 	if p.AmountMinor == 0 {
 		return noop(ledger.KindPayment, p.Merchant, p.Currency, "zero amount")
@@ -121,7 +121,7 @@ func shopifyPayment(env *envelope.Envelope) (ledger.Posting, error) {
 func shopifyRefundCreated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	p, err := shopifyRefund(env)
 	if err != nil {
-		return nil, Permanent(fmt.Errorf("shopify %s: %w", env.EventType, err))
+		return nil, invalidPayload(fmt.Errorf("shopify %s: %w", env.EventType, err))
 	}
 	if p.AmountMinor == 0 {
 		return noop(ledger.KindRefund, p.Merchant, p.Currency, "nothing refunded")
@@ -141,7 +141,7 @@ func shopifyRefundCreated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope
 	}
 	if p.Currency != pay.Currency && pay.Presentment != nil && p.Currency == pay.Presentment.Currency {
 		if err := inPaymentCurrency(&p, pay); err != nil {
-			return nil, Permanent(fmt.Errorf("shopify %s: %w", env.EventType, err))
+			return nil, invalidPayload(fmt.Errorf("shopify %s: %w", env.EventType, err))
 		}
 		if p.AmountMinor == 0 {
 			return noop(ledger.KindRefund, p.Merchant, p.Currency, "refund rounds to zero in the payment's currency")

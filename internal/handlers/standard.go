@@ -26,7 +26,7 @@ type standardPayment struct {
 func standardPaymentSucceeded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	p, err := standardPosting(env, ledger.KindPayment)
 	if err != nil {
-		return nil, Permanent(fmt.Errorf("standard %s: %w", env.EventType, err))
+		return nil, invalidPayload(fmt.Errorf("standard %s: %w", env.EventType, err))
 	}
 	return post(ctx, tx, env, p)
 }
@@ -36,7 +36,7 @@ func standardPaymentSucceeded(ctx context.Context, tx pgx.Tx, env *envelope.Enve
 func standardPaymentRefunded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	p, err := standardPosting(env, ledger.KindRefund)
 	if err != nil {
-		return nil, Permanent(fmt.Errorf("standard %s: %w", env.EventType, err))
+		return nil, invalidPayload(fmt.Errorf("standard %s: %w", env.EventType, err))
 	}
 	return post(ctx, tx, env, p)
 }

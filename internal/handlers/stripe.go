@@ -73,7 +73,7 @@ func stripePaymentKey(paymentIntentID string) string { return "stripe:payment:" 
 func stripePaymentIntentSucceeded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	p, err := stripePayment(ctx, env)
 	if err != nil {
-		return nil, Permanent(fmt.Errorf("stripe %s: %w", env.EventType, err))
+		return nil, invalidPayload(fmt.Errorf("stripe %s: %w", env.EventType, err))
 	}
 	return post(ctx, tx, env, p)
 }
@@ -134,7 +134,7 @@ func stripePayment(ctx context.Context, env *envelope.Envelope) (ledger.Posting,
 func stripeChargeRefunded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	r, err := stripeRefund(ctx, env)
 	if err != nil {
-		return nil, Permanent(fmt.Errorf("stripe %s: %w", env.EventType, err))
+		return nil, invalidPayload(fmt.Errorf("stripe %s: %w", env.EventType, err))
 	}
 	if r.uncaptured {
 		return noop(ledger.KindRefund, r.Merchant, r.Currency, "authorization released, never captured: not a refund")
@@ -275,21 +275,21 @@ func stripeRefundUpdated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope)
 		}
 	}
 	if err != nil {
-		return nil, Permanent(fmt.Errorf("stripe %s: %w", env.EventType, err))
+		return nil, invalidPayload(fmt.Errorf("stripe %s: %w", env.EventType, err))
 	}
 	currency := currencyCode(re.Currency)
 	if re.Status != "failed" {
 		return noop(ledger.KindRefundReversal, ev.merchant(ctx, env), currency, fmt.Sprintf("refund %s is %s: nothing to reverse", re.ID, re.Status))
 	}
 	if re.PaymentIntent == nil || *re.PaymentIntent == "" {
-		return nil, Permanent(fmt.Errorf("stripe %s: %w", env.EventType, missing("data.object.payment_intent")))
+		return nil, invalidPayload(fmt.Errorf("stripe %s: %w", env.EventType, missing("data.object.payment_intent")))
 	}
 	amount, err := jsonInt(re.Amount, "data.object.amount")
 	if err == nil {
 		amount, err = stripeToMinor(amount, currency)
 	}
 	if err != nil {
-		return nil, Permanent(fmt.Errorf("stripe %s: %w", env.EventType, err))
+		return nil, invalidPayload(fmt.Errorf("stripe %s: %w", env.EventType, err))
 	}
 	if res, ok, err := replayed(ctx, tx, env); err != nil || ok {
 		return res, err

@@ -123,6 +123,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, l
 		log.WarnContext(r.Context(), "delivery id reused with a different body: acknowledged as a duplicate, original kept, variant recorded",
 			"envelope_id", conflict.EnvelopeID, "conflict_id", conflict.ConflictID, "status", code, "outcome", outcome)
 		s.observe(r, outcome, "")
+		traceResult(r, code, string(outcome), conflict.EnvelopeID)
 		writeJSON(w, code, acceptedBody{EnvelopeID: conflict.EnvelopeID, Status: msg})
 		return
 	}
@@ -146,6 +147,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, l
 		reason = sigErr.Reason
 	}
 	s.observe(r, outcome, reason)
+	traceResult(r, code, string(outcome), 0)
 	writeJSON(w, code, body)
 }
 

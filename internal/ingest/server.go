@@ -10,11 +10,14 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
+	"github.com/inboxhq/inbox/internal/tracing"
 )
 
 // Options tune the server; zero values take the defaults.
@@ -124,7 +127,13 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		label = labels.UnknownSourceName // never a label value taken from the request
 	}
-	r = r.WithContext(withStart(r.Context(), label, start))
+	ctx := withStart(r.Context(), label, start)
+	if tracing.Enabled() {
+		var span trace.Span
+		ctx, span = startRequestSpan(ctx, r, label)
+		defer span.End()
+	}
+	r = r.WithContext(ctx)
 	if !ok {
 		s.writeError(w, r, errUnknownSource, log)
 		return
@@ -152,6 +161,10 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.storeTimeout)
 	defer cancel()
+	var storeSpan trace.Span
+	if tracing.Enabled() {
+		ctx, storeSpan = tracing.Start(ctx, "envelope.store", trace.WithAttributes(attribute.String("inbox.source", name)))
+	}
 	res, err := s.store.Insert(ctx, envelope.NewDelivery{
 		Source:      name,
 		Provider:    src.cfg.Provider,
@@ -162,7 +175,12 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		Headers:     d.Headers,
 		SignedAt:    d.SignedAt,
 		MaxAttempts: src.cfg.MaxAttempts,
+		// The request's span, not the store's: attempts are its children.
+		TraceContext: tracing.TraceParent(r.Context()),
 	})
+	if storeSpan != nil {
+		endStoreSpan(storeSpan, res, err)
+	}
 	if err != nil {
 		s.writeError(w, r, err, log.With("delivery_id", d.DeliveryID, "event_type", d.EventType, "envelope_id", res.EnvelopeID))
 		return
@@ -178,6 +196,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 			"outcome", outcome, "status", code, "duration_ms", float64(time.Since(start).Microseconds())/1000)
 	}
 	s.observe(r, outcome, "")
+	traceResult(r, code, string(outcome), res.EnvelopeID)
 	writeJSON(w, code, acceptedBody{EnvelopeID: res.EnvelopeID, Status: string(outcome)})
 }
 

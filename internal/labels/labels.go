@@ -5,6 +5,8 @@
 // the unknown source's name, dashboards and alert rules (deploy/) query
 // them: one definition, so none of them can drift.
 //
+// Causes (cause.go) are the failure causes the worker records and counts.
+//
 // It imports nothing.
 package labels
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Deferred collects the payments that Post is asked for in one transaction
@@ -31,12 +32,18 @@ type Deferred struct {
 	tx       pgx.Tx
 	reserved []int64
 	pending  []deferredPosting
+	// tp is the tracer provider of the first posting deferred under a
+	// recording span (nil while tracing is off): Flush's span comes from it.
+	tp trace.TracerProvider
 }
 
 type deferredPosting struct {
 	id, envelopeID    int64
 	p                 Posting
 	debitID, creditID int64
+	// span is the span of the Post that deferred it (invalid when tracing
+	// is off): the flush links to it.
+	span trace.SpanContext
 }
 
 // ErrDeferredConflict is Flush's answer when a deferred posting conflicted
@@ -81,7 +88,12 @@ func (d *Deferred) add(ctx context.Context, envelopeID int64, p Posting, debitID
 	}
 	id := d.reserved[0]
 	d.reserved = d.reserved[1:]
-	d.pending = append(d.pending, deferredPosting{id: id, envelopeID: envelopeID, p: p, debitID: debitID, creditID: creditID})
+	span := trace.SpanFromContext(ctx)
+	if d.tp == nil && span.IsRecording() {
+		d.tp = span.TracerProvider()
+	}
+	d.pending = append(d.pending, deferredPosting{id: id, envelopeID: envelopeID, p: p, debitID: debitID, creditID: creditID,
+		span: span.SpanContext()})
 	return id, nil
 }
 
@@ -99,6 +111,11 @@ func (d *Deferred) Flush(ctx context.Context) error {
 	n := len(d.pending)
 	if n == 0 {
 		return nil
+	}
+	if d.tp != nil {
+		var span trace.Span
+		ctx, span = startFlushSpan(ctx, d.tp, d.pending)
+		defer span.End()
 	}
 	ids, envs, debits, credits, amounts := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	keys, merchants, currencies, descs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)

@@ -13,6 +13,6 @@
 // the job's completion). It is idempotent twice over: once per envelope and
 // once per business idempotency key.
 //
-// The package imports pgx and the standard library only, and nothing of this
-// module.
+// The package imports pgx, OpenTelemetry's API (its spans, when tracing is
+// on: tracing.go) and the standard library only, and nothing of this module.
 package ledger

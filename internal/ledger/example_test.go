@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
@@ -29,14 +30,12 @@ func ExamplePost() {
 	}
 	defer conn.Close(ctx)
 	// Two stored envelopes, as ingest leaves them (the handlers post for them).
-	var payEnv, refundEnv int64
-	err = conn.QueryRow(ctx, `
-		WITH e AS (
-			INSERT INTO envelope (source, provider, delivery_id, event_type, body, body_sha256, body_size)
-			VALUES ('payments', 'standard', 'msg_1', 'payment.succeeded', '{}', sha256('{}'), 2),
-			       ('payments', 'standard', 'msg_2', 'payment.refunded', '{}', sha256('{}'), 2)
-			RETURNING id)
-		SELECT min(id), max(id) FROM e`).Scan(&payEnv, &refundEnv)
+	payEnv, err := envelopetest.Create(ctx, conn, envelopetest.Row{EventType: "payment.succeeded"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	refundEnv, err := envelopetest.Create(ctx, conn, envelopetest.Row{EventType: "payment.refunded"})
 	if err != nil {
 		fmt.Println(err)
 		return

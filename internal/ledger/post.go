@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Kind is what a ledger transaction records.
@@ -140,6 +141,13 @@ func (s PaymentState) RefundableMinor() int64 { return s.AmountMinor - s.Refunde
 // ErrPaymentNotPosted (wrapped) are about the posting; any other error comes
 // from the database.
 func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, error) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return post(ctx, tx, envelopeID, p)
+	}
+	return tracedPost(ctx, tx, envelopeID, p)
+}
+
+func post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, error) {
 	if err := p.normalize(); err != nil {
 		return Result{}, err
 	}

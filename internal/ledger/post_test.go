@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
@@ -26,20 +27,10 @@ func setup(t *testing.T) *bundle {
 	return &bundle{ctx: context.Background(), pool: pgtest.NewPool(t)}
 }
 
-var deliveries atomic.Int64
-
 // envelope inserts a minimal envelope row and returns its id.
 func (b *bundle) envelope(t *testing.T) int64 {
 	t.Helper()
-	var id int64
-	err := b.pool.QueryRow(b.ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, body, body_sha256, body_size)
-		VALUES ('src', 'standard', $1, 'payment.succeeded', '{}', sha256('{}'::bytea), 2)
-		RETURNING id`, fmt.Sprintf("d%d", deliveries.Add(1))).Scan(&id)
-	if err != nil {
-		t.Fatalf("insert envelope: %v", err)
-	}
-	return id
+	return envelopetest.Insert(t, b.pool, envelopetest.Row{})
 }
 
 // post runs Post in its own transaction, committed when Post succeeds.

@@ -115,8 +115,11 @@ func (m *Ingest) Observe(source string, outcome labels.IngestOutcome, signatureR
 
 // Worker holds the worker's metrics.
 type Worker struct {
-	Attempts          *prometheus.CounterVec
-	Snoozes           *prometheus.CounterVec
+	Attempts *prometheus.CounterVec
+	Snoozes  *prometheus.CounterVec
+	// Failures counts attempts that did not succeed by source, cause
+	// (FailureCauses) and outcome (FailureOutcomes).
+	Failures          *prometheus.CounterVec
 	ProcessingLatency *prometheus.HistogramVec
 	LedgerPostings    *prometheus.CounterVec
 	// Heartbeat is when the running worker last reached its database
@@ -151,6 +154,10 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 			Name: "inbox_worker_snoozes_total",
 			Help: "Attempts that snoozed (not ready, downstream Retry-After, throttled), by source and cause.",
 		}, []string{"source", "cause"}),
+		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inbox_worker_failures_total",
+			Help: "Attempts that failed, will be retried or snoozed, by source, cause (a stable code, as in envelope_attempt.cause) and outcome (failed, retry, snoozed).",
+		}, []string{"source", "cause", "outcome"}),
 		ProcessingLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inbox_processing_latency_seconds",
 			Help:    "Time to a final status, by source, status and kind: first (from receipt) or replay (from the operator's replay).",
@@ -165,7 +172,7 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 			Help: "When this running worker last reached its database (Unix time); alert when it stops advancing or is absent.",
 		}),
 	}
-	reg.MustRegister(m.Attempts, m.Snoozes, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat)
+	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat)
 	if pool != nil {
 		m.river = &riverCollector{pool: pool, logger: logger}
 		m.envelopes = &envelopeCollector{pool: pool, logger: logger}
@@ -228,6 +235,10 @@ func (m *Worker) RunHeartbeat(ctx context.Context, interval time.Duration, alive
 var (
 	WorkerOutcomes = []string{"done", "ignored", "failed", "retry", "snoozed"}
 	SnoozeCauses   = []string{"not_ready", "retry_after", "throttled"}
+	// FailureCauses are the cause label values of inbox_worker_failures_total
+	// (labels.Causes); FailureOutcomes its outcomes.
+	FailureCauses   = labels.Causes
+	FailureOutcomes = []string{"failed", "retry", "snoozed"}
 	// FinalStatuses are the status label values of
 	// inbox_processing_latency_seconds; LedgerKinds and LedgerResults those
 	// of inbox_ledger_postings_total.
@@ -252,6 +263,11 @@ func (m *Worker) Init(sources []string) {
 		}
 		for _, c := range SnoozeCauses {
 			m.Snoozes.WithLabelValues(s, c)
+		}
+		for _, c := range FailureCauses {
+			for _, o := range FailureOutcomes {
+				m.Failures.WithLabelValues(s, string(c), o)
+			}
 		}
 		for _, st := range FinalStatuses {
 			m.ProcessingLatency.WithLabelValues(s, st, KindFirst)

@@ -90,6 +90,11 @@ func TestMetricsWorkerInitEveryOutcome(t *testing.T) {
 	for _, c := range metrics.SnoozeCauses {
 		require.NotNil(t, find(mfs["inbox_worker_snoozes_total"], "source", "payments", "cause", c), c)
 	}
+	for _, c := range metrics.FailureCauses {
+		for _, o := range metrics.FailureOutcomes {
+			require.NotNil(t, find(mfs["inbox_worker_failures_total"], "source", "payments", "cause", string(c), "outcome", o), string(c)+" "+o)
+		}
+	}
 	for _, st := range metrics.FinalStatuses {
 		for _, k := range []string{metrics.KindFirst, metrics.KindReplay} {
 			require.NotNil(t, find(mfs["inbox_processing_latency_seconds"], "source", "payments", "status", st, "kind", k), st+" "+k)

@@ -70,3 +70,45 @@ func TestMetricsReplayedEnvelopeIsTimedAsAReplay(t *testing.T) {
 	_, sum = hist(metrics.KindReplay)
 	require.Less(t, sum, 60.0, "timed from the replay, not from the week-old receipt")
 }
+
+// A failure is counted under its cause and outcome, once per attempt.
+func TestMetricsFailuresCountedByCause(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	m := metrics.NewWorker(reg, nil, logger)
+	m.Init([]string{"src"})
+	ids := []int64{
+		b.insert(t, "standard", "bad-1", "payment.succeeded", webhooktest.StandardPayment("p1", "m", 100, "XYZ"), 0),
+		b.insert(t, "standard", "bad-2", "payment.succeeded", webhooktest.StandardPayment("p2", "m", 100, "XYZ"), 0),
+	}
+	b.runConfig(t, worker.Config{Metrics: m})
+	for _, id := range ids {
+		require.Equal(t, envelope.StatusFailed, b.waitFinal(t, id).Status)
+	}
+	value := func(cause, outcome string) float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != "inbox_worker_failures_total" {
+				continue
+			}
+			for _, s := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range s.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["source"] == "src" && labels["cause"] == cause && labels["outcome"] == outcome {
+					return s.GetCounter().GetValue()
+				}
+			}
+		}
+		t.Fatalf("no series for %s %s", cause, outcome)
+		return 0
+	}
+	// The worker counts after its commit.
+	require.Eventually(t, func() bool { return value("unknown_currency", "failed") == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Zero(t, value("internal", "failed"))
+	require.Zero(t, value("unknown_currency", "retry"))
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/labels"
 )
 
 // action is what one failed attempt turns into.
@@ -17,6 +18,11 @@ type action struct {
 	// final is true when the envelope leaves pending (status failed).
 	final  bool
 	reason string
+	// cause is the failure's code, recorded next to reason (set by decide,
+	// from failureCause): what went wrong; an exhausted or given-up
+	// envelope keeps its last error's cause, outcome and reason say how it
+	// ended.
+	cause labels.Cause
 	// riverErr is what Work returns to River.
 	riverErr error
 }
@@ -77,4 +83,19 @@ func outcome(err error, attempt, maxAttempts int, age time.Duration, p Policy) a
 		return action{outcome: envelope.OutcomeFailed, final: true, reason: reason, riverErr: err}
 	}
 	return action{outcome: envelope.OutcomeRetry, reason: err.Error(), riverErr: err}
+}
+
+// failureCause is the cause recorded for a failed attempt's err:
+// handlers.CauseOf, and throttled for a throttle slot refused. A code not in
+// labels.Causes (a handler's own) is recorded as internal: the set stays
+// closed, for the metric's cardinality and the column's CHECK, which would
+// otherwise fail the batch's statement.
+func failureCause(err error) labels.Cause {
+	if errors.As(err, new(*throttledError)) {
+		return labels.CauseThrottled
+	}
+	if c := handlers.CauseOf(err); labels.KnownCause(c) {
+		return c
+	}
+	return labels.CauseInternal
 }

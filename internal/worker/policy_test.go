@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
 )
@@ -65,6 +66,7 @@ func TestThrottlePerMerchantAcrossWorkers(t *testing.T) {
 	require.True(t, quietDone.Before(thirdWindow), "the quiet merchant waited for the busy one")
 	// Every throttled wait is on the audit trail.
 	require.Positive(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed' AND error LIKE 'throttled: src/m_busy is over 3/s%'`, burst))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed' AND cause IS DISTINCT FROM 'throttled'`, burst), "a throttled wait's cause is throttled")
 	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, quiet))
 	require.Equal(t, 9, b.count(t, "SELECT count(*) FROM ledger_transaction WHERE merchant = 'm_busy'"))
 }
@@ -77,16 +79,13 @@ func TestReconcileFailsEnvelopeWhoseJobWasCancelled(t *testing.T) {
 	_, err := b.pool.Exec(ctx, `UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE (args->>'envelope_id')::bigint = $1`, cancelled)
 	require.NoError(t, err)
 	// An envelope with no job at all (should never happen).
-	var orphan int64
-	require.NoError(t, b.pool.QueryRow(ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, body, body_sha256, body_size)
-		VALUES ('src', 'github', 'gh-orphan', 'push', '{}', sha256('{}'::bytea), 2) RETURNING id`).Scan(&orphan))
+	orphan := envelopetest.Insert(t, b.pool, envelopetest.Row{Provider: "github", DeliveryID: "gh-orphan", EventType: "push"})
 	healthy := b.insert(t, "github", "gh-healthy", "push", webhooktest.GitHubPush("refs/heads/main"), 0)
 
 	failed, enqueued, err := worker.Reconcile(ctx, b.worker, 0)
 	require.NoError(t, err)
 	require.Equal(t, [2]int{1, 1}, [2]int{failed, enqueued})
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'failed' AND last_error LIKE '%cancelled%without a recorded outcome%'`, cancelled))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'failed' AND last_error LIKE '%cancelled%without a recorded outcome%' AND last_cause = 'orphaned'`, cancelled))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1 AND state = 'available'`, orphan))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, healthy))
 	// Safe to run again: nothing left to do.

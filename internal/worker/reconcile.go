@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/labels"
 )
 
 // ReconcileArgs is the periodic job that checks the inbox's invariant that
@@ -105,7 +106,7 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) (fa
 				reason := "processing job ended " + *o.lastJob + " without a recorded outcome; replay to process it again"
 				res, _ := json.Marshal(map[string]string{"reason": reason})
 				if err := envelope.Finish(ctx, tx, o.id, envelope.StatusFailed, res, envelope.Attempt{
-					Outcome: envelope.OutcomeFailed, Error: reason, StartedAt: o.now, Worker: "reconcile",
+					Outcome: envelope.OutcomeFailed, Error: reason, Cause: string(labels.CauseOrphaned), StartedAt: o.now, Worker: "reconcile",
 				}); err != nil {
 					return err
 				}

@@ -18,12 +18,15 @@ import (
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/groupcommit"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/metrics"
+	"github.com/inboxhq/inbox/internal/tracing"
 )
 
 // Policy bounds waiting and retrying.
@@ -192,6 +195,8 @@ type attempt struct {
 	// err, when set, is this job's failure of its own (not found, lost
 	// race, busy): nothing of it was written.
 	err error
+	// span is the attempt's span while tracing is on (nil when off).
+	span trace.Span
 }
 
 // processBatch processes jobs in one transaction and returns each one's
@@ -362,6 +367,7 @@ func (w *ProcessWorker) processTx(ctx context.Context, jobs []*river.Job[envelop
 		}
 		return completeJobs(ctx, tx, atts)
 	})
+	endAttemptSpans(atts, err)
 	return atts, err
 }
 
@@ -416,6 +422,9 @@ func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoin
 	env := a.env
 	rec := envelope.Record{EnvelopeID: env.ID, Attempt: envelope.Attempt{
 		JobID: a.job.ID, Attempt: a.job.Attempt, StartedAt: a.startedAt, Worker: w.Name}}
+	if tracing.Enabled() {
+		ctx, a.span = startAttemptSpan(ctx, a, savepoints)
+	}
 	if env.Status != envelope.StatusPending {
 		// Already final (processed by an earlier attempt that committed,
 		// or a replay's job raced): only the job needs completing.
@@ -446,7 +455,7 @@ func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoin
 	a.act = w.decide(a)
 	a.verdict = a.act.riverErr
 	a.outcomeLog = string(a.act.outcome)
-	rec.Attempt.Outcome, rec.Attempt.Error = a.act.outcome, a.act.reason
+	rec.Attempt.Outcome, rec.Attempt.Error, rec.Attempt.Cause = a.act.outcome, a.act.reason, string(a.act.cause)
 	rec.Status = envelope.StatusPending
 	if a.act.final {
 		rec.Status = envelope.StatusFailed
@@ -468,7 +477,7 @@ func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h han
 			// batch a second run).
 			ctx = ledger.WithDeferred(ctx, postings)
 		}
-		if a.result, a.handlerErr = runHandler(ctx, h, tx, a.env); a.handlerErr != nil {
+		if a.result, a.handlerErr = runTracedHandler(ctx, h, tx, a.env); a.handlerErr != nil {
 			return fmt.Errorf("envelope %d: %w (%v)", a.env.ID, errIsolate, a.handlerErr)
 		}
 		return nil
@@ -477,7 +486,7 @@ func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h han
 	if err != nil {
 		return fmt.Errorf("savepoint for envelope %d: %w", a.env.ID, err)
 	}
-	if a.result, a.handlerErr = runHandler(ctx, h, sp, a.env); a.handlerErr == nil {
+	if a.result, a.handlerErr = runTracedHandler(ctx, h, sp, a.env); a.handlerErr == nil {
 		if err := sp.Commit(ctx); err != nil {
 			return fmt.Errorf("release savepoint of envelope %d: %w", a.env.ID, err)
 		}
@@ -498,6 +507,7 @@ func (w *ProcessWorker) decide(a *attempt) action {
 		maxAttempts = sp.MaxAttempts
 	}
 	act := outcome(a.handlerErr, job.Attempt, maxAttempts, a.startedAt.Sub(a.env.WaitingSince()), w.policyFor(a.env))
+	act.cause = failureCause(a.handlerErr)
 	if act.final && job.Attempt < job.MaxAttempts {
 		// Final before River's own limit: make sure River stops too.
 		act.riverErr = river.JobCancel(errors.New(act.reason))
@@ -530,7 +540,7 @@ func (w *ProcessWorker) observe(ctx context.Context, a *attempt) {
 		w.Logger.Log(ctx, lvl, "envelope processed", append(attrs, "outcome", a.outcomeLog)...)
 		return
 	}
-	w.Logger.Log(ctx, lvl, "envelope attempt failed", append(attrs, "outcome", string(a.act.outcome), "error", a.act.reason)...)
+	w.Logger.Log(ctx, lvl, "envelope attempt failed", append(attrs, "outcome", string(a.act.outcome), "cause", string(a.act.cause), "error", a.act.reason)...)
 }
 
 // fence locks the jobs' rows and checks that each attempt still owns its
@@ -584,7 +594,7 @@ func fence(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 func runHandler(ctx context.Context, h handlers.Handler, tx pgx.Tx, env *envelope.Envelope) (res json.RawMessage, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panic: %v", r)
+			err = handlers.WithCause(fmt.Errorf("handler panic: %v", r), labels.CausePanic)
 		}
 	}()
 	return h.Handle(ctx, tx, env)
@@ -656,6 +666,7 @@ func (w *ProcessWorker) observeFailure(env *envelope.Envelope, act action, at ti
 		return
 	}
 	w.Metrics.Attempts.WithLabelValues(env.Source, string(act.outcome)).Inc()
+	w.Metrics.Failures.WithLabelValues(env.Source, string(act.cause), string(act.outcome)).Inc()
 	switch {
 	case act.final:
 		w.Metrics.ObserveProcessing(env.Source, string(envelope.StatusFailed), env.ReceivedAt, env.LastReplayedAt, at)

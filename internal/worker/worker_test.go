@@ -143,6 +143,24 @@ func (b *bundle) outcomes(t *testing.T, id int64) []string {
 	return out
 }
 
+// causes returns the envelope's attempts' causes in order, "" for none.
+func (b *bundle) causes(t *testing.T, id int64) []string {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), `SELECT coalesce(cause, '') FROM envelope_attempt WHERE envelope_id = $1 ORDER BY id`, id)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return out
+}
+
+// lastCause returns envelope.last_cause, "" for NULL.
+func (b *bundle) lastCause(t *testing.T, id int64) string {
+	t.Helper()
+	var c string
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT coalesce(last_cause, '') FROM envelope WHERE id = $1`, id).Scan(&c))
+	return c
+}
+
 func (b *bundle) count(t *testing.T, q string, args ...any) int {
 	t.Helper()
 	var n int
@@ -193,6 +211,8 @@ func TestPermanentErrorFailsAndCancels(t *testing.T) {
 	require.NotNil(t, e.LastError)
 	require.Contains(t, *e.LastError, "permanent")
 	require.Equal(t, []string{"failed"}, b.outcomes(t, id))
+	require.Equal(t, []string{"unknown_currency"}, b.causes(t, id))
+	require.Equal(t, "unknown_currency", b.lastCause(t, id))
 	state, attempt := b.jobState(t, id)
 	require.Equal(t, "cancelled", state)
 	require.Equal(t, 1, attempt)
@@ -244,6 +264,7 @@ func TestAttemptsExhaustedFails(t *testing.T) {
 	require.Equal(t, envelope.StatusFailed, e.Status)
 	require.Contains(t, *e.LastError, "attempts exhausted (3 of 3)")
 	require.Equal(t, []string{"retry", "retry", "failed"}, b.outcomes(t, id))
+	require.Equal(t, []string{"internal", "internal", "internal"}, b.causes(t, id), "the cause is what went wrong; outcome failed says it was the last")
 	state, _ := b.jobState(t, id)
 	require.Equal(t, "discarded", state)
 	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_transaction"))
@@ -287,6 +308,10 @@ func TestSnoozeBoundedByAgeFails(t *testing.T) {
 	require.Greater(t, len(outs), 1)
 	require.Equal(t, "failed", outs[len(outs)-1])
 	require.Equal(t, "snoozed", outs[0])
+	for _, c := range b.causes(t, id) {
+		require.Equal(t, "payment_not_posted", c, "snoozes and the final give-up keep the cause")
+	}
+	require.Equal(t, "payment_not_posted", b.lastCause(t, id))
 	state, _ := b.jobState(t, id)
 	require.Equal(t, "cancelled", state)
 }
@@ -318,6 +343,8 @@ func TestHandlerPanicIsRetried(t *testing.T) {
 	id := b.insert(t, "github", "gh-1", "push", webhooktest.GitHubPush("refs/heads/main"), 0)
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
 	require.Equal(t, []string{"retry", "done"}, b.outcomes(t, id))
+	require.Equal(t, []string{"panic", ""}, b.causes(t, id))
+	require.Equal(t, "", b.lastCause(t, id), "done clears last_cause")
 }
 
 // A worker that lost its job (paused past the rescue horizon, the job
@@ -380,6 +407,7 @@ sources:
 	require.Equal(t, envelope.StatusDone, e.Status)
 	require.Equal(t, 1, e.Attempts, "a snooze uses no attempt")
 	require.Equal(t, []string{"snoozed", "done"}, b.outcomes(t, id))
+	require.Equal(t, []string{"retry_after", ""}, b.causes(t, id))
 	// The snooze lasted what Retry-After said (1 s), not the default (10 s).
 	var gap float64
 	require.NoError(t, b.pool.QueryRow(context.Background(), `
@@ -419,6 +447,7 @@ sources:
 	require.Equal(t, envelope.StatusFailed, e.Status)
 	require.Contains(t, *e.LastError, "404")
 	require.Equal(t, []string{"failed"}, b.outcomes(t, id))
+	require.Equal(t, []string{"forward_4xx"}, b.causes(t, id))
 	state, _ := b.jobState(t, id)
 	require.Equal(t, "cancelled", state)
 }

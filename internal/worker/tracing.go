@@ -1,0 +1,78 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/tracing"
+)
+
+// startAttemptSpan starts the span of one envelope's run in a batch
+// transaction. Its parent is the envelope's stored trace context (the
+// ingest request, a remote parent), so every attempt, replays included,
+// joins the request's trace; an envelope stored with tracing off starts a
+// trace of its own. The span ends with the transaction (endAttemptSpans):
+// a run that is rolled back (a batch run again with savepoints, one by
+// one) ends "rolled back", and the next run has a span of its own.
+func startAttemptSpan(ctx context.Context, a *attempt, savepoints bool) (context.Context, trace.Span) {
+	env := a.env
+	ctx = tracing.WithRemoteParent(ctx, env.TraceContext)
+	return tracing.Start(ctx, "envelope.process",
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.Int64("inbox.envelope_id", env.ID),
+			attribute.String("inbox.source", env.Source),
+			attribute.String("inbox.provider", env.Provider),
+			attribute.String("inbox.event_type", env.EventType),
+			attribute.Int64("inbox.job_id", a.job.ID),
+			attribute.Int("inbox.attempt", a.job.Attempt),
+			attribute.Bool("inbox.replayed", env.LastReplayedAt != nil),
+			attribute.Bool("inbox.savepoints", savepoints),
+		))
+}
+
+// endAttemptSpans ends the spans of a transaction's attempts with their
+// outcome, or as rolled back when the transaction failed (err).
+func endAttemptSpans(atts []*attempt, err error) {
+	for _, a := range atts {
+		if a.span == nil {
+			continue
+		}
+		committed := err == nil && a.err == nil
+		a.span.SetAttributes(attribute.Bool("inbox.committed", committed))
+		if a.outcomeLog != "" {
+			a.span.SetAttributes(attribute.String("inbox.outcome", a.outcomeLog))
+		}
+		switch {
+		case !committed:
+			a.span.SetStatus(codes.Error, "rolled back")
+		case a.act.final && a.handlerErr != nil:
+			a.span.SetStatus(codes.Error, string(a.act.outcome))
+		}
+		a.span.End()
+		a.span = nil
+	}
+}
+
+// runTracedHandler is runHandler under a "handler" span (when tracing is
+// on). The span records whether the handler failed, not its error's text:
+// a handler's error may quote the payload.
+func runTracedHandler(ctx context.Context, h handlers.Handler, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return runHandler(ctx, h, tx, env)
+	}
+	ctx, span := tracing.Start(ctx, "handler", trace.WithAttributes(attribute.String("inbox.event_type", env.EventType)))
+	defer span.End()
+	res, err := runHandler(ctx, h, tx, env)
+	if err != nil {
+		span.SetStatus(codes.Error, "handler error")
+	}
+	return res, err
+}
