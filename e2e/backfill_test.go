@@ -66,7 +66,7 @@ sources:
 	env := append(slices.Clip(s.env), "INBOX_CONFIG="+cfg, "E2E_STRIPE_API_KEY="+key,
 		"DATABASE_URL="+pgtest.RoleURL(t, dbURL, pgtest.RoleAdmin))
 	since := time.Unix(1699990000, 0).UTC().Format(time.RFC3339)
-	p, _ := start(t, "worker", env, "backfill", "--source", "stripe", "--since", since, "--actor", "e2e")
+	p, _ := start(t, "worker", env, "backfill", "--source", "stripe", "--since", since, "--actor", "e2e", "--force") // its recorded events are from 2023: past the delete horizon
 	select {
 	case <-p.done:
 	case <-time.After(60 * time.Second):
@@ -75,7 +75,9 @@ sources:
 	require.NoError(t, p.err, p.out.String())
 	text := p.out.String() // its summary (stdout) and log (stderr)
 	require.Regexp(t, `listed\s+3`, text)
-	require.Regexp(t, `missing\s+2 \(never delivered\)`, text)
+	require.Regexp(t, `missing\s+2 \(no envelope\)`, text)
+	require.Regexp(t, `never delivered\s+2 \(older than the provider's retry window\)`, text)
+	require.Contains(t, text, "warning: --since is older than the purge's delete horizon")
 	require.Regexp(t, `stored\s+2`, text)
 	require.NotContains(t, text, key)
 
