@@ -136,7 +136,7 @@ func TestBackfillCommandDryRunThenRun(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT id FROM envelope WHERE delivery_id = 'evt_cmd2'`).Scan(&envID))
 	show, _, err := b.run(t, "envelopes", "show", fmt.Sprint(envID))
 	require.NoError(t, err)
-	require.Regexp(t, fmt.Sprintf(`origin\s+backfill \(backfill_run %d: the provider never delivered it\)`, runID), show)
+	require.Regexp(t, fmt.Sprintf(`origin\s+backfill \(backfill_run %d: listed from the provider's log, no webhook of it had arrived\)`, runID), show)
 	rows, err := b.pool.Query(ctx, `SELECT format('%s %s %s %s/%s/%s', actor, dry_run, status, listed, found, stored) FROM backfill_run ORDER BY id`)
 	require.NoError(t, err)
 	var got []string

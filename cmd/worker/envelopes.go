@@ -165,7 +165,7 @@ func writeDetail(w io.Writer, d *admin.Detail, noBody bool) error {
 	fmt.Fprintf(tw, "event type\t%s\n", e.EventType)
 	fmt.Fprintf(tw, "status\t%s\n", e.Status)
 	if e.BackfillRunID != nil {
-		fmt.Fprintf(tw, "origin\t%s (backfill_run %d: the provider never delivered it)\n", e.Origin, *e.BackfillRunID)
+		fmt.Fprintf(tw, "origin\t%s (backfill_run %d: listed from the provider's log, no webhook of it had arrived)\n", e.Origin, *e.BackfillRunID)
 	} else {
 		fmt.Fprintf(tw, "origin\t%s\n", e.Origin)
 	}
