@@ -93,21 +93,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	m.RegisterInflightBodyBytes(reg, srv.InflightBodyBytes)
 
+	// Say at once when the database does not answer: ingest keeps serving
+	// (each delivery gets 503 with Retry-After, and /readyz fails, until it
+	// does), but an operator should not learn it from the first provider
+	// retry. A database that answers but holds no inbox schema is a wrong
+	// DATABASE_URL or a missing migration: refuse to start rather than
+	// answer every delivery 500.
+	pingCtx, cancelPing := context.WithTimeout(ctx, 3*time.Second)
+	var hasSchema bool
+	if err := pool.QueryRow(pingCtx, `SELECT to_regclass('envelope') IS NOT NULL`).Scan(&hasSchema); err != nil {
+		logger.Warn("database unreachable at start: deliveries get 503 and /readyz fails until it answers",
+			"database", pg.Redact(getenv("DATABASE_URL")), "error", err) // pgconn names host, user and database, never the password
+	} else if !hasSchema {
+		cancelPing()
+		return pg.NoSchema(getenv("DATABASE_URL"), `relation "envelope" does not exist`)
+	}
+	cancelPing()
 	httpSrv, bound, errc, err := cli.ListenLimited(*addr, *maxConnsOpen, srv, 20*time.Second)
 	if err != nil {
 		return err
 	}
 	logger.Info("ingest listening", "addr", bound, "sources", cfg.Names(), "database", pg.Redact(getenv("DATABASE_URL")))
-	// Say at once when the database does not answer: ingest keeps serving
-	// (each delivery gets 503 with Retry-After, and /readyz fails, until it
-	// does), but an operator should not learn it from the first provider
-	// retry.
-	pingCtx, cancelPing := context.WithTimeout(ctx, 3*time.Second)
-	if err := pool.Ping(pingCtx); err != nil {
-		logger.Warn("database unreachable at start: deliveries get 503 and /readyz fails until it answers",
-			"database", pg.Redact(getenv("DATABASE_URL")), "error", err) // pgconn names host, user and database, never the password
-	}
-	cancelPing()
 	var adminErr <-chan error
 	if *adminAddr != "" {
 		adminSrv, adminBound, aerr, err := cli.Listen(*adminAddr, metrics.AdminMux(reg, pool.Ping), 30*time.Second)

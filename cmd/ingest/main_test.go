@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
@@ -132,4 +133,20 @@ func TestListenerDefaults(t *testing.T) {
 	require.Contains(t, out.String(), `-admin-addr string`)
 	require.Contains(t, out.String(), `(default "127.0.0.1:9091")`)
 	require.Contains(t, out.String(), `(default ":8080")`)
+}
+
+// A database that answers without the inbox's tables (the wrong
+// DATABASE_URL, or never migrated): ingest refuses to start and says what to
+// do, rather than answer every delivery 500.
+func TestRefusesADatabaseWithoutTheSchema(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sources.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("sources:\n  github:\n    provider: github\n    secrets: [\"gh-main-test-secret-long-enough\"]\n"), 0o600))
+	env := map[string]string{"INBOX_CONFIG": cfg, "INGEST_ADDR": "127.0.0.1:0", "INGEST_ADMIN_ADDR": "", "DATABASE_URL": pgtest.EmptyURL(t)}
+	var stdout, stderr syncBuffer
+	err := run(context.Background(), nil, func(k string) string { return env[k] }, &stdout, &stderr)
+	require.ErrorIs(t, err, pg.ErrNoSchema)
+	require.ErrorContains(t, err, "worker migrate")
+	require.NotContains(t, stderr.String(), "ingest listening", "it never listened")
 }

@@ -17,6 +17,7 @@ import (
 	"io"
 
 	"github.com/inboxhq/inbox/internal/cli"
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 func main() { cli.Main("worker", run, exitCode) }
@@ -70,6 +71,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
+	err := runCommand(ctx, cmd, args, getenv, stdout, stderr)
+	return pg.ExplainSchema(err, getenv("DATABASE_URL"))
+}
+
+func runCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "run":
 		return runWorker(ctx, args, getenv, stdout, stderr)

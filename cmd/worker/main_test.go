@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/pg"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 func runCmd(args ...string) (stdout, stderr string, err error) {
@@ -40,4 +43,24 @@ func TestCommandLine(t *testing.T) {
 	require.EqualError(t, err, "flag provided but not defined: -nope (see 'worker run -h')")
 	require.Equal(t, 2, exitCode(err))
 	require.Empty(t, out+errOut, "the error is printed once, by cli.Main")
+}
+
+// Pointed at a database without the inbox's tables, every command says so
+// and what to do, instead of "relation does not exist".
+func TestWrongDatabaseSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	url := pgtest.EmptyURL(t)
+	env := func(k string) string {
+		if k == "DATABASE_URL" {
+			return url
+		}
+		return ""
+	}
+	for _, args := range [][]string{{"stats"}, {"envelopes", "list"}} {
+		var o, e bytes.Buffer
+		err := run(context.Background(), args, env, &o, &e)
+		require.ErrorIs(t, err, pg.ErrNoSchema, "%v", args)
+		require.ErrorContains(t, err, "worker migrate")
+		require.Equal(t, 1, exitCode(err))
+	}
 }

@@ -240,6 +240,32 @@ func NewDatabase() (url string, drop func() error, err error) {
 	return WithDatabase(ServerURL(), name), drop, nil
 }
 
+// EmptyURL creates a database with no schema at all (a wrong DATABASE_URL,
+// or one never migrated) for t, drops it when t ends, and returns its URL.
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := fmt.Sprintf("inbox_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, dbCounter.Add(1))
+	admin, err := pgx.Connect(ctx, ServerURL())
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if admin, err := pgx.Connect(ctx, ServerURL()); err == nil {
+			defer admin.Close(ctx)
+			_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		}
+	})
+	return WithDatabase(ServerURL(), name)
+}
+
 // NewPool creates a fresh migrated database for t and returns a pool on it,
 // closed when t ends.
 func NewPool(t testing.TB) *pgxpool.Pool {
