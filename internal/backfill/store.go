@@ -31,7 +31,7 @@ type runRow struct {
 	Cursor                string
 	Status                string
 	// Accounts are the Stripe accounts the run lists, in order ("": the
-	// key's own); nil for GitHub runs and rows older than 00163.
+	// key's own); nil for GitHub runs and rows older than 00174.
 	Accounts []string
 	// Writer is this process's token: every write is conditional on it.
 	Writer string

@@ -539,7 +539,7 @@ func TestStripeRunClaimedFromUnderItStops(t *testing.T) {
 }
 
 // What a run stored is found by a partial index on envelope.backfill_run_id
-// (00164), valid, covering only backfilled envelopes.
+// (00175), valid, covering only backfilled envelopes.
 func TestEnvelopeBackfillRunIDIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "", "")

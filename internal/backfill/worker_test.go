@@ -125,7 +125,7 @@ sources:
 	require.Equal(t, []string{"a"}, backfill.ReconciledSources(cfg))
 	require.Len(t, backfill.PeriodicJobs(cfg), 1)
 	require.Equal(t, 90*time.Hour, backfill.Window(cfg.Sources["a"]))
-	// The reconcile's timeout is the source's (default 10m), not the
+	// The reconcile's timeout is the source's (default 50s), not the
 	// processing job timeout.
 	w := &backfill.ReconcileWorker{Config: cfg, JobTimeout: time.Minute}
 	require.Equal(t, config.DefaultReconcileTimeout, w.Timeout(&river.Job[backfill.ReconcileArgs]{Args: backfill.ReconcileArgs{Source: "a"}}))

@@ -175,8 +175,14 @@ func (b Backfill) LogValue() slog.Value {
 	)
 }
 
-// DefaultReconcileTimeout is a reconcile attempt's default Timeout.
-const DefaultReconcileTimeout = 10 * time.Minute
+// DefaultReconcileTimeout is a reconcile attempt's default Timeout: under
+// the worker's default --job-timeout (1m), so that enabling a reconcile does
+// not delay the rescue of every processing job after a crash (River rescues
+// all job kinds after one delay, which must exceed the longest timeout). An
+// attempt cut short is retried from its cursor, up to 10 attempts; raise it
+// for an account whose window holds more events than that lists (and
+// --rescue-after follows it).
+const DefaultReconcileTimeout = 50 * time.Second
 
 // Backoff is a source's retry schedule.
 type Backoff struct {
