@@ -211,11 +211,11 @@ sources:
   stripe:
     provider: stripe
     secrets: ["whsec_cmd_backfill_0123456789"]
-    backfill: {api_key: sk_test_x, every: 1h}
+    backfill: {api_key: sk_test_x, every: 1h, timeout: 10m}
 `), 0o600))
 	getenv := func(k string) string { return map[string]string{"INBOX_CONFIG": path}[k] }
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), []string{"run", "--rescue-after", "5m"}, getenv, &stdout, &stderr)
-	require.ErrorContains(t, err, "--rescue-after 5m0s must exceed the longest backfill timeout 10m0s")
+	require.ErrorContains(t, err, "--rescue-after 5m must exceed the longest backfill timeout 10m")
 	require.Equal(t, 2, exitCode(err))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/inboxhq/inbox/internal/backfill"
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/durations"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/metrics"
@@ -137,7 +138,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 				// one still going.
 				*rescueAfter = max(*jobTimeout, longest) + time.Minute
 			case *rescueAfter <= longest:
-				return usageError{fmt.Errorf("--rescue-after %s must exceed the longest backfill timeout %s (a reconcile still running would be rescued and run twice)", *rescueAfter, longest)}
+				return usageError{fmt.Errorf("--rescue-after %s must exceed the longest backfill timeout %s (a reconcile still running would be rescued and run twice)", durations.Format(*rescueAfter), durations.Format(longest))}
 			}
 		}
 		if longest := forwardBudget(cfg); longest >= *jobTimeout {
