@@ -1,5 +1,6 @@
--- pgbench script: the worker's own SQL for Standard Webhooks payments, 50 envelopes per
--- transaction, as one statement: claim pending envelopes (SKIP LOCKED) and lock their jobs
+-- pgbench script: the worker's own SQL for Standard Webhooks payments, :batch envelopes per
+-- transaction (pgbench -D batch=N: the worker's --batch-size; run with as many clients as its
+-- --batch-concurrency), as one statement: claim pending envelopes (SKIP LOCKED) and lock their jobs
 -- (the fence), post each payment (ledger transaction and two entries, with the deferred
 -- balance triggers), mark the envelopes done, append the attempt rows, complete the jobs.
 -- No handler code, no savepoints, no round trip per envelope: the ceiling that batched
@@ -14,7 +15,7 @@ WITH claimed AS (
     SELECT e.id, e.payload->'data' AS d
       FROM envelope e
      WHERE e.status = 'pending'
-     LIMIT 50
+     LIMIT :batch
        FOR NO KEY UPDATE SKIP LOCKED
 ), jobs AS (
     SELECT j.id

@@ -58,6 +58,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return usageError{err}
 	}
+	worker.TuneGC(getenv)
 	stopTracing, err := tracing.Setup(ctx, "inbox-worker", getenv, logger)
 	if err != nil {
 		return usageError{err}

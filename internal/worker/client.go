@@ -53,13 +53,13 @@ type Config struct {
 }
 
 // DefaultMaxWorkers is River's MaxWorkers when Config sets none: enough
-// waiting jobs to fill DefaultBatching's batches (2 x 50) twice over, so one
+// waiting jobs to fill DefaultBatching's batches (3 x 60) twice over, so one
 // set of batches forms while the other commits.
-const DefaultMaxWorkers = 200
+const DefaultMaxWorkers = 360
 
 // DefaultFetchCooldown is River's FetchCooldown when Config sets none.
 // River fetches at most once per cooldown, so it caps a worker at about
-// MaxWorkers jobs per cooldown (200 / 20 ms = 10,000 jobs/s).
+// MaxWorkers jobs per cooldown (360 / 20 ms = 18,000 jobs/s).
 const DefaultFetchCooldown = 20 * time.Millisecond
 
 // PoolSize is how many connections a worker's pool needs: one per batch

@@ -57,12 +57,12 @@ var DefaultPolicy = Policy{
 // defaults, chosen by measurement (docs/benchmarks.md).
 type Batching struct {
 	// MaxBatch is the most envelopes one transaction processes (default
-	// 50, at most 60: each envelope's handler runs under a savepoint, and
+	// and most 60: each envelope's handler runs under a savepoint, and
 	// PostgreSQL keeps 64 subtransactions per transaction in shared memory
 	// before snapshots of every session slow down).
 	MaxBatch int
 	// MaxConcurrent is how many batch transactions run at once, each on its
-	// own pool connection (default 2).
+	// own pool connection (default 3).
 	MaxConcurrent int
 	// MaxUnbatched is how many envelopes of sources with forwarding (whose
 	// handlers make outbound HTTP calls, so each gets a transaction of its
@@ -74,7 +74,7 @@ type Batching struct {
 const MaxBatchLimit = 60
 
 // DefaultBatching is the batching of a worker configured with nothing.
-var DefaultBatching = Batching{MaxBatch: 50, MaxConcurrent: 2, MaxUnbatched: 10}
+var DefaultBatching = Batching{MaxBatch: 60, MaxConcurrent: 3, MaxUnbatched: 10}
 
 func (b Batching) withDefaults() Batching {
 	if b.MaxBatch <= 0 {
