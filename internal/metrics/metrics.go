@@ -1,7 +1,9 @@
 // Package metrics defines the Prometheus metrics of ingest and worker. Label
 // values come only from configuration and fixed sets (sources, outcomes,
 // statuses), never from a request, so an attacker cannot grow them. Of this
-// module it imports only internal/version (for inbox_build_info).
+// module it imports internal/version (for inbox_build_info) and the packages
+// that define the label values it pre-creates: labels, envelope (outcomes and
+// statuses) and ledger (posting kinds).
 package metrics
 
 import (
@@ -16,7 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/labels"
+	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/version"
 )
 
@@ -233,17 +237,20 @@ func (m *Worker) RunHeartbeat(ctx context.Context, interval time.Duration, alive
 // WorkerOutcomes and SnoozeCauses are the label values Init creates zero
 // series for; they are every value the worker records.
 var (
-	WorkerOutcomes = []string{"done", "ignored", "failed", "retry", "snoozed"}
-	SnoozeCauses   = []string{"not_ready", "retry_after", "throttled"}
+	WorkerOutcomes = []envelope.Outcome{envelope.OutcomeDone, envelope.OutcomeIgnored, envelope.OutcomeFailed, envelope.OutcomeRetry, envelope.OutcomeSnoozed}
+	// SnoozeCauses are what made an attempt wait: the three kinds of snooze
+	// (a dependency not there yet, the destination's Retry-After, the
+	// source's throttle), coarser than its failure cause.
+	SnoozeCauses = []labels.Cause{labels.CauseNotReady, labels.CauseRetryAfter, labels.CauseThrottled}
 	// FailureCauses are the cause label values of inbox_worker_failures_total
 	// (labels.Causes); FailureOutcomes its outcomes.
 	FailureCauses   = labels.Causes
-	FailureOutcomes = []string{"failed", "retry", "snoozed"}
+	FailureOutcomes = []envelope.Outcome{envelope.OutcomeFailed, envelope.OutcomeRetry, envelope.OutcomeSnoozed}
 	// FinalStatuses are the status label values of
 	// inbox_processing_latency_seconds; LedgerKinds and LedgerResults those
 	// of inbox_ledger_postings_total.
-	FinalStatuses = []string{"done", "ignored", "failed"}
-	LedgerKinds   = []string{"payment", "refund", "refund_reversal"}
+	FinalStatuses = []envelope.Status{envelope.StatusDone, envelope.StatusIgnored, envelope.StatusFailed}
+	LedgerKinds   = []ledger.Kind{ledger.KindPayment, ledger.KindRefund, ledger.KindRefundReversal}
 	LedgerResults = []string{"posted", "skipped"}
 )
 
@@ -259,24 +266,24 @@ func (m *Worker) Init(sources []string) {
 	}
 	for _, s := range sources {
 		for _, o := range WorkerOutcomes {
-			m.Attempts.WithLabelValues(s, o)
+			m.Attempts.WithLabelValues(s, string(o))
 		}
 		for _, c := range SnoozeCauses {
-			m.Snoozes.WithLabelValues(s, c)
+			m.Snoozes.WithLabelValues(s, string(c))
 		}
 		for _, c := range FailureCauses {
 			for _, o := range FailureOutcomes {
-				m.Failures.WithLabelValues(s, string(c), o)
+				m.Failures.WithLabelValues(s, string(c), string(o))
 			}
 		}
 		for _, st := range FinalStatuses {
-			m.ProcessingLatency.WithLabelValues(s, st, KindFirst)
-			m.ProcessingLatency.WithLabelValues(s, st, KindReplay)
+			m.ProcessingLatency.WithLabelValues(s, string(st), KindFirst)
+			m.ProcessingLatency.WithLabelValues(s, string(st), KindReplay)
 		}
 	}
 	for _, k := range LedgerKinds {
 		for _, r := range LedgerResults {
-			m.LedgerPostings.WithLabelValues(k, r)
+			m.LedgerPostings.WithLabelValues(string(k), r)
 		}
 	}
 }

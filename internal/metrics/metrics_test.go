@@ -85,24 +85,24 @@ func TestMetricsWorkerInitEveryOutcome(t *testing.T) {
 	m.Init([]string{"payments"})
 	mfs := gather(t, reg)
 	for _, o := range metrics.WorkerOutcomes {
-		require.NotNil(t, find(mfs["inbox_worker_attempts_total"], "source", "payments", "outcome", o), o)
+		require.NotNil(t, find(mfs["inbox_worker_attempts_total"], "source", "payments", "outcome", string(o)), o)
 	}
 	for _, c := range metrics.SnoozeCauses {
-		require.NotNil(t, find(mfs["inbox_worker_snoozes_total"], "source", "payments", "cause", c), c)
+		require.NotNil(t, find(mfs["inbox_worker_snoozes_total"], "source", "payments", "cause", string(c)), c)
 	}
 	for _, c := range metrics.FailureCauses {
 		for _, o := range metrics.FailureOutcomes {
-			require.NotNil(t, find(mfs["inbox_worker_failures_total"], "source", "payments", "cause", string(c), "outcome", o), string(c)+" "+o)
+			require.NotNil(t, find(mfs["inbox_worker_failures_total"], "source", "payments", "cause", string(c), "outcome", string(o)), c, o)
 		}
 	}
 	for _, st := range metrics.FinalStatuses {
 		for _, k := range []string{metrics.KindFirst, metrics.KindReplay} {
-			require.NotNil(t, find(mfs["inbox_processing_latency_seconds"], "source", "payments", "status", st, "kind", k), st+" "+k)
+			require.NotNil(t, find(mfs["inbox_processing_latency_seconds"], "source", "payments", "status", string(st), "kind", k), st, k)
 		}
 	}
 	for _, k := range metrics.LedgerKinds {
 		for _, r := range metrics.LedgerResults {
-			require.NotNil(t, find(mfs["inbox_ledger_postings_total"], "kind", k, "result", r), k+" "+r)
+			require.NotNil(t, find(mfs["inbox_ledger_postings_total"], "kind", string(k), "result", r), k, r)
 		}
 	}
 	require.Contains(t, mfs, "inbox_worker_heartbeat_timestamp_seconds")

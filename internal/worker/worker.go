@@ -634,12 +634,6 @@ func (w *ProcessWorker) throttle(ctx context.Context, a *attempt) error {
 	return nil
 }
 
-func (w *ProcessWorker) countSnooze(source, cause string) {
-	if w.Metrics != nil {
-		w.Metrics.Snoozes.WithLabelValues(source, cause).Inc()
-	}
-}
-
 // observeFinal records a committed attempt in the metrics.
 func (w *ProcessWorker) observeFinal(env *envelope.Envelope, outcome string, at time.Time, result json.RawMessage) {
 	if w.Metrics == nil || env.Status != envelope.StatusPending {
@@ -671,15 +665,15 @@ func (w *ProcessWorker) observeFailure(env *envelope.Envelope, act action, at ti
 	case act.final:
 		w.Metrics.ObserveProcessing(env.Source, string(envelope.StatusFailed), env.ReceivedAt, env.LastReplayedAt, at)
 	case act.outcome == envelope.OutcomeSnoozed:
-		cause := "not_ready"
+		cause := labels.CauseNotReady
 		var ra *handlers.RetryAfterError
 		var th *throttledError
 		switch {
 		case errors.As(err, &ra):
-			cause = "retry_after"
+			cause = labels.CauseRetryAfter
 		case errors.As(err, &th):
-			cause = "throttled"
+			cause = labels.CauseThrottled
 		}
-		w.countSnooze(env.Source, cause)
+		w.Metrics.Snoozes.WithLabelValues(env.Source, string(cause)).Inc()
 	}
 }
