@@ -31,28 +31,10 @@ const kubeVersion = "1.30"
 // kustomizations are the directories rendered and validated.
 var kustomizations = []string{"k8s/base", "k8s/overlays/example"}
 
-// tool finds name on PATH or in GOBIN or GOPATH/bin (where scripts/ensure-tools'
-// go install puts it). Missing, the test skips, or fails under CI.
+// tool finds name, or skips (fails under CI) with how to install it.
 func tool(t *testing.T, name string) string {
 	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		if gobin, gopath, ok := strings.Cut(string(out), "\n"); ok {
-			for _, dir := range []string{strings.TrimSpace(gobin), filepath.Join(strings.TrimSpace(gopath), "bin")} {
-				p := filepath.Join(dir, name)
-				if _, err := os.Stat(p); dir != "" && err == nil {
-					return p
-				}
-			}
-		}
-	}
-	if pgtest.InCI() {
-		t.Fatalf("%s not found (CI=true): scripts/ensure-tools installs it (.ci/run runs it)", name)
-	}
-	t.Skipf("%s not found: run scripts/ensure-tools (make tools) to check the Kubernetes manifests", name)
-	return ""
+	return pgtest.Tool(t, name, "run scripts/ensure-tools (make tools) to check the Kubernetes manifests")
 }
 
 // render runs kustomize build on dir (relative to deploy/).

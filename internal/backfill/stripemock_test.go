@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,33 +13,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/backfill"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // stripeMockURL starts Stripe's official API mock server
 // (github.com/stripe/stripe-mock) on a free loopback port for the test and
-// returns its URL. It looks for STRIPE_MOCK, then stripe-mock on PATH, then
-// in GOPATH/bin. Absent, the test is skipped, except under CI=true, where
-// scripts/ensure-tools (make tools, .ci/run) installs it and its absence
-// fails the test.
+// returns its URL: the binary STRIPE_MOCK names, else pgtest.Tool's
+// stripe-mock (skipped when absent, a failure under CI).
 func stripeMockURL(t *testing.T) string {
 	t.Helper()
 	bin := os.Getenv("STRIPE_MOCK")
 	if bin == "" {
-		bin, _ = exec.LookPath("stripe-mock")
-	}
-	if bin == "" {
-		if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-			if p := filepath.Join(strings.TrimSpace(string(out)), "bin", "stripe-mock"); fileExists(p) {
-				bin = p
-			}
-		}
-	}
-	if bin == "" {
-		msg := "stripe-mock not found (STRIPE_MOCK, PATH, GOPATH/bin): make tools (scripts/ensure-tools) installs it"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		bin = pgtest.Tool(t, "stripe-mock", "make tools (scripts/ensure-tools) installs it, or set STRIPE_MOCK")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
@@ -69,11 +53,6 @@ func stripeMockURL(t *testing.T) string {
 		t.Fatal("stripe-mock did not say where it listens")
 		return ""
 	}
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 // The client against Stripe's official mock, which validates every request

@@ -30,24 +30,10 @@ import (
 
 const deployDir = "../../deploy"
 
-// promtool finds promtool on PATH or in GOPATH/bin (where scripts/ensure-tools'
-// go install fallback puts it). Missing, the test skips, or fails under CI.
+// promtool finds promtool, or skips (fails under CI) with how to install it.
 func promtool(t *testing.T) string {
 	t.Helper()
-	if p, err := exec.LookPath("promtool"); err == nil {
-		return p
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "promtool")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if pgtest.InCI() {
-		t.Fatal("promtool not found (CI=true): scripts/ensure-tools installs it (.ci/run runs it)")
-	}
-	t.Skip("promtool not found: run scripts/ensure-tools (as root: apt-get install prometheus) to check the alert rules")
-	return ""
+	return pgtest.Tool(t, "promtool", "run scripts/ensure-tools (as root: apt-get install prometheus) to check the alert rules")
 }
 
 func globDeploy(t *testing.T, pattern string) []string {
