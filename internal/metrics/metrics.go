@@ -10,7 +10,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -178,8 +177,8 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 	}
 	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat)
 	if pool != nil {
-		m.river = &riverCollector{pool: pool, logger: logger}
-		m.envelopes = &envelopeCollector{pool: pool, logger: logger}
+		m.river = newRiverCollector(pool, logger)
+		m.envelopes = newEnvelopeCollector(pool, logger)
 		reg.MustRegister(m.envelopes, m.river)
 	}
 	return m
@@ -288,18 +287,21 @@ func (m *Worker) Init(sources []string) {
 	}
 }
 
-// envelopeCollector reads envelope counts from the database, caching them
-// for 30 s so frequent scrapes do not load it.
+// envelopeCollector reads envelope counts and the oldest pending age from
+// the database (statsCache: at most every 30 s, bounded at 3 s;
+// inbox_envelope_stats_up says when it failed).
 type envelopeCollector struct {
-	pool   *pgxpool.Pool
-	logger *slog.Logger
-
-	mu      sync.Mutex
-	at      time.Time
+	statsCache
+	pool    *pgxpool.Pool
 	counts  []statusCount
 	oldest  float64
-	scrapes error
 	sources []string // configured: exported at 0 before their first envelope
+}
+
+func newEnvelopeCollector(pool *pgxpool.Pool, logger *slog.Logger) *envelopeCollector {
+	c := &envelopeCollector{pool: pool}
+	c.statsCache = statsCache{up: upDesc, what: "envelope statistics", logger: logger, read: c.read}
+	return c
 }
 
 type statusCount struct {
@@ -320,57 +322,43 @@ func (c *envelopeCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *envelopeCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.at) > 30*time.Second {
-		c.refresh()
-	}
-	up := 1.0
-	if c.scrapes != nil {
-		up = 0
-	}
-	ch <- prometheus.MustNewConstMetric(upDesc, prometheus.GaugeValue, up)
-	for _, sc := range c.counts {
-		ch <- prometheus.MustNewConstMetric(envelopesDesc, prometheus.GaugeValue, sc.n, sc.source, sc.status)
-	}
-	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, c.oldest)
+	c.collect(ch, func() {
+		for _, sc := range c.counts {
+			ch <- prometheus.MustNewConstMetric(envelopesDesc, prometheus.GaugeValue, sc.n, sc.source, sc.status)
+		}
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, c.oldest)
+	})
 }
 
-func (c *envelopeCollector) refresh() {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	c.scrapes = nil
+func (c *envelopeCollector) read(ctx context.Context) error {
 	rows, err := c.pool.Query(ctx, `SELECT source, status, count(*) FROM envelope GROUP BY 1, 2`)
-	if err == nil {
-		var counts []statusCount
-		for rows.Next() {
-			var sc statusCount
-			if err = rows.Scan(&sc.source, &sc.status, &sc.n); err != nil {
-				break
-			}
-			counts = append(counts, sc)
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-		if err == nil {
-			c.counts = withZeros(counts, c.sources)
-		}
-	}
-	if err == nil {
-		err = c.pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8 FROM envelope WHERE status = 'pending'`).Scan(&c.oldest)
-	}
 	if err != nil {
-		c.scrapes = err
-		c.logger.Warn("read envelope statistics", "error", err)
+		return err
 	}
-	c.at = time.Now()
+	var counts []statusCount
+	for rows.Next() {
+		var sc statusCount
+		if err := rows.Scan(&sc.source, &sc.status, &sc.n); err != nil {
+			rows.Close()
+			return err
+		}
+		counts = append(counts, sc)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var oldest float64
+	if err := c.pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8 FROM envelope WHERE status = 'pending'`).Scan(&oldest); err != nil {
+		return err
+	}
+	c.counts, c.oldest = withZeros(counts, c.sources), oldest
+	return nil
 }
 
 // statuses are the envelope statuses, each exported per source even at 0,
 // so a status that empties does not vanish from dashboards and alerts.
-var statuses = []string{"pending", "done", "failed", "ignored"}
+var statuses = []envelope.Status{envelope.StatusPending, envelope.StatusDone, envelope.StatusFailed, envelope.StatusIgnored}
 
 func withZeros(counts []statusCount, configured []string) []statusCount {
 	seen := map[string]map[string]bool{}
@@ -390,8 +378,8 @@ func withZeros(counts []statusCount, configured []string) []statusCount {
 	}
 	for _, src := range sources {
 		for _, st := range statuses {
-			if !seen[src][st] {
-				counts = append(counts, statusCount{source: src, status: st})
+			if !seen[src][string(st)] {
+				counts = append(counts, statusCount{source: src, status: string(st)})
 			}
 		}
 	}

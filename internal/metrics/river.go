@@ -3,8 +3,6 @@ package metrics
 import (
 	"context"
 	"log/slog"
-	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,19 +23,20 @@ var (
 	riverUpDesc = prometheus.NewDesc("inbox_river_stats_up", "1 if the last read of River job statistics succeeded.", nil, nil)
 )
 
-// riverCollector reads River job counts from river_job, caching them for
-// 30 s like envelopeCollector; one read is bounded at 3 s, and
-// inbox_river_stats_up says when it failed (the last counts are kept).
+// riverCollector reads River job counts from river_job (statsCache: at most
+// every 30 s, bounded at 3 s; inbox_river_stats_up says when it failed).
 type riverCollector struct {
+	statsCache
 	pool   *pgxpool.Pool
-	logger *slog.Logger
-
-	mu     sync.Mutex
-	at     time.Time
 	counts []riverCount
 	oldest float64
-	err    error
 	known  []queueKind // every (queue, kind) seen since start, in order
+}
+
+func newRiverCollector(pool *pgxpool.Pool, logger *slog.Logger) *riverCollector {
+	c := &riverCollector{pool: pool}
+	c.statsCache = statsCache{up: riverUpDesc, what: "River job statistics", logger: logger, read: c.read}
+	return c
 }
 
 type queueKind struct{ queue, kind string }
@@ -54,30 +53,12 @@ func (c *riverCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *riverCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.at) > 30*time.Second {
-		c.refresh()
-	}
-	up := 1.0
-	if c.err != nil {
-		up = 0
-	}
-	ch <- prometheus.MustNewConstMetric(riverUpDesc, prometheus.GaugeValue, up)
-	for _, rc := range c.counts {
-		ch <- prometheus.MustNewConstMetric(riverJobsDesc, prometheus.GaugeValue, rc.n, rc.queue, rc.kind, rc.state)
-	}
-	ch <- prometheus.MustNewConstMetric(riverOldestDesc, prometheus.GaugeValue, c.oldest)
-}
-
-func (c *riverCollector) refresh() {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	c.err = c.read(ctx)
-	if c.err != nil {
-		c.logger.Warn("read River job statistics", "error", c.err)
-	}
-	c.at = time.Now()
+	c.collect(ch, func() {
+		for _, rc := range c.counts {
+			ch <- prometheus.MustNewConstMetric(riverJobsDesc, prometheus.GaugeValue, rc.n, rc.queue, rc.kind, rc.state)
+		}
+		ch <- prometheus.MustNewConstMetric(riverOldestDesc, prometheus.GaugeValue, c.oldest)
+	})
 }
 
 func (c *riverCollector) read(ctx context.Context) error {
