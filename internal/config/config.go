@@ -28,7 +28,7 @@ const DefaultMaxBodyBytes int64 = 1 << 20
 
 // ReservedSourceName is the one valid-looking source name a source may not
 // have: it is the metrics source label of requests to unconfigured sources
-// (metrics.UnknownSource), which a real source would be counted with.
+// (labels.UnknownSourceName), which a real source would be counted with.
 const ReservedSourceName = labels.UnknownSourceName
 
 // Config is the parsed sources file.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/inboxhq/inbox/internal/config"
-	"github.com/inboxhq/inbox/internal/metrics"
+	"github.com/inboxhq/inbox/internal/labels"
 )
 
 // The brief's Standard Webhooks known-answer secret.
@@ -205,8 +205,8 @@ sources:
 	if msg := err.Error(); !strings.Contains(msg, `source "unknown"`) || !strings.Contains(msg, "reserved") || !strings.Contains(msg, "metrics") {
 		t.Errorf("error %q: want the source, that the name is reserved, and why", msg)
 	}
-	if config.ReservedSourceName != metrics.UnknownSource {
-		t.Errorf("ReservedSourceName = %q, metrics.UnknownSource = %q", config.ReservedSourceName, metrics.UnknownSource)
+	if config.ReservedSourceName != labels.UnknownSourceName {
+		t.Errorf("ReservedSourceName = %q, labels.UnknownSourceName = %q", config.ReservedSourceName, labels.UnknownSourceName)
 	}
 
 	// Names that merely contain it are fine.

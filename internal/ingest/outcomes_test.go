@@ -14,12 +14,11 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/labels"
-	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
 // The outcomes classify can give are the ones metrics pre-initialises
-// (metrics.IngestOutcomes, plus unknown_source for metrics.UnknownSource),
+// (labels.IngestOutcomes, plus unknown_source for labels.UnknownSourceName),
 // so an alert on any outcome sees 0 before the first one.
 func TestMetricsOutcomesAreInitialised(t *testing.T) {
 	t.Parallel()
@@ -38,6 +37,6 @@ func TestMetricsOutcomesAreInitialised(t *testing.T) {
 	for o := range seen {
 		got = append(got, o)
 	}
-	require.ElementsMatch(t, metrics.IngestOutcomes, got)
-	require.False(t, slices.Contains(metrics.IngestOutcomes, "unknown_source"), "only source=unknown has unknown_source")
+	require.ElementsMatch(t, labels.IngestOutcomes, got)
+	require.False(t, slices.Contains(labels.IngestOutcomes, "unknown_source"), "only source=unknown has unknown_source")
 }

@@ -31,7 +31,7 @@ type Options struct {
 	// Now is the clock for signature timestamps. Default time.Now.
 	Now func() time.Time
 	// Observe, when set, is called once per webhook request with the source
-	// (metrics.UnknownSource-style "unknown" for a source not configured),
+	// (labels.UnknownSourceName for a source not configured),
 	// the outcome (accepted, duplicate, bad_signature, ...), the signature
 	// failure's reason when there is one, and the time taken.
 	Observe func(source string, outcome labels.IngestOutcome, reason string, elapsed time.Duration)

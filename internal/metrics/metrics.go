@@ -23,10 +23,6 @@ import (
 	"github.com/inboxhq/inbox/internal/version"
 )
 
-// UnknownSource is the source label of requests to a source that is not
-// configured (labels.UnknownSourceName).
-const UnknownSource = labels.UnknownSourceName
-
 // Ingest holds ingest's metrics.
 type Ingest struct {
 	Requests          *prometheus.CounterVec
@@ -65,11 +61,6 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 	return m
 }
 
-// IngestOutcomes are the outcome label values of inbox_ingest_requests_total
-// that a configured source can have: every outcome ingest records except
-// unknown_source, which only UnknownSource has.
-var IngestOutcomes = labels.IngestOutcomes
-
 // SignatureNoMatch is the provider verifiers' reason for a well-formed
 // signature that no configured secret produced (a wrong or rotated secret),
 // the one reason Init creates a zero series of; other reasons appear when
@@ -77,7 +68,7 @@ var IngestOutcomes = labels.IngestOutcomes
 const SignatureNoMatch = "no signature matches"
 
 // Init creates the zero series of each configured source (every outcome) and
-// of UnknownSource's unknown_source, so dashboards and alerts (503s,
+// of the unknown source's unknown_source, so dashboards and alerts (503s,
 // signature failures, conflicts) see 0 rather than nothing before the first
 // event. The duration histogram gets the accepted series only.
 func (m *Ingest) Init(sources []string) {
@@ -85,12 +76,12 @@ func (m *Ingest) Init(sources []string) {
 		m.Duplicates.WithLabelValues(s)
 		m.Conflicts.WithLabelValues(s)
 		m.SignatureFailures.WithLabelValues(s, SignatureNoMatch)
-		for _, o := range IngestOutcomes {
+		for _, o := range labels.IngestOutcomes {
 			m.Requests.WithLabelValues(s, string(o))
 		}
 		m.Duration.WithLabelValues(s, string(labels.Accepted))
 	}
-	m.Requests.WithLabelValues(UnknownSource, string(labels.UnknownSource))
+	m.Requests.WithLabelValues(labels.UnknownSourceName, string(labels.UnknownSource))
 }
 
 // RegisterInflightBodyBytes exports inbox_ingest_inflight_body_bytes, read

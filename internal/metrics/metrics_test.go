@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/version"
@@ -59,7 +60,7 @@ func TestMetricsIngestInitEveryOutcome(t *testing.T) {
 	m.Init([]string{"stripe", "github"})
 	mfs := gather(t, reg)
 	for _, src := range []string{"stripe", "github"} {
-		for _, o := range metrics.IngestOutcomes {
+		for _, o := range labels.IngestOutcomes {
 			s := find(mfs["inbox_ingest_requests_total"], "source", src, "outcome", string(o))
 			require.NotNil(t, s, "%s %s", src, o)
 			require.Zero(t, s.GetCounter().GetValue())
@@ -69,9 +70,9 @@ func TestMetricsIngestInitEveryOutcome(t *testing.T) {
 		require.NotNil(t, find(mfs["inbox_ingest_duplicates_total"], "source", src))
 		require.NotNil(t, find(mfs["inbox_ingest_request_duration_seconds"], "source", src, "outcome", "accepted"))
 	}
-	require.NotNil(t, find(mfs["inbox_ingest_requests_total"], "source", metrics.UnknownSource, "outcome", "unknown_source"))
+	require.NotNil(t, find(mfs["inbox_ingest_requests_total"], "source", labels.UnknownSourceName, "outcome", "unknown_source"))
 	// 2 sources x every outcome, plus unknown_source.
-	require.Len(t, mfs["inbox_ingest_requests_total"].GetMetric(), 2*len(metrics.IngestOutcomes)+1)
+	require.Len(t, mfs["inbox_ingest_requests_total"].GetMetric(), 2*len(labels.IngestOutcomes)+1)
 
 	m.Observe("stripe", "unavailable", "", time.Millisecond)
 	mfs = gather(t, reg)
