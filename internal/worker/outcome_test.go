@@ -28,7 +28,7 @@ const (
 // Every branch of decide for a failed attempt, with River's limit the only
 // one (the source sets none): the one place that maps a failed attempt to
 // River's action and the envelope's state.
-func TestDecideMapsEveryErrorToItsAction(t *testing.T) {
+func TestOutcomeMapsEveryErrorToItsAction(t *testing.T) {
 	t.Parallel()
 	p := Policy{SnoozeDefault: 10 * time.Second, MaxSnooze: 15 * time.Minute, MaxAge: 24 * time.Hour}
 	hiccup := errors.New("downstream hiccup")
