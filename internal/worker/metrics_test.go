@@ -112,3 +112,49 @@ func TestMetricsFailuresCountedByCause(t *testing.T) {
 	require.Zero(t, value("internal", "failed"))
 	require.Zero(t, value("unknown_currency", "retry"))
 }
+
+// A ledger posting is counted by kind and result, from what the handler
+// reports of its run: the payment posted once, and skipped when the same
+// payment arrives under a second delivery id.
+func TestMetricsLedgerPostingsCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	m := metrics.NewWorker(reg, nil, logger)
+	m.Init([]string{"src"})
+	body := webhooktest.StandardPayment("pay_lp", "m_lp", 300, "EUR")
+	ids := []int64{
+		b.insert(t, "standard", "lp-1", "payment.succeeded", body, 0),
+		b.insert(t, "standard", "lp-2", "payment.succeeded", body, 0),
+	}
+	b.runConfig(t, worker.Config{Metrics: m})
+	for _, id := range ids {
+		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
+	}
+	value := func(kind, result string) float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != "inbox_ledger_postings_total" {
+				continue
+			}
+			for _, s := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range s.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["kind"] == kind && labels["result"] == result {
+					return s.GetCounter().GetValue()
+				}
+			}
+		}
+		t.Fatalf("no series for %s %s", kind, result)
+		return 0
+	}
+	// The worker counts after its commit.
+	require.Eventually(t, func() bool { return value("payment", "posted")+value("payment", "skipped") == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1.0, value("payment", "posted"))
+	require.Equal(t, 1.0, value("payment", "skipped"))
+	require.Zero(t, value("refund", "posted"))
+}
