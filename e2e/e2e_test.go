@@ -81,6 +81,13 @@ func migrate(t testing.TB, env []string) {
 
 func startStack(t testing.TB, dbURL string, workerArgs ...string) *stack {
 	t.Helper()
+	return startStackEnv(t, dbURL, nil, workerArgs...)
+}
+
+// startStackEnv is startStack with extra variables in the worker's
+// environment.
+func startStackEnv(t testing.TB, dbURL string, workerExtra []string, workerArgs ...string) *stack {
+	t.Helper()
 	env := baseEnv(dbURL, writeConfig(t))
 	migrate(t, env)
 	// Twice: migrate is safe to run again.
@@ -92,6 +99,7 @@ func startStack(t testing.TB, dbURL string, workerArgs ...string) *stack {
 	// the owner's.
 	ingestEnv := append(slices.Clip(env), "DATABASE_URL="+pgtest.RoleURL(t, dbURL, pgtest.RoleIngest))
 	workerEnv := append(slices.Clip(env), "DATABASE_URL="+pgtest.RoleURL(t, dbURL, pgtest.RoleWorker))
+	workerEnv = append(workerEnv, workerExtra...)
 	s.ingest, lines = start(t, "ingest", ingestEnv, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
 	s.ingestURL = waitListen(t, lines, "ingest listening", 30*time.Second)
 	s.ingestAdmin = waitListen(t, lines, "admin listening", 30*time.Second)

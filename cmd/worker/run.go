@@ -5,16 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"time"
 
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
+	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/backfill"
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/console"
 	"github.com/inboxhq/inbox/internal/durations"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
@@ -47,6 +51,8 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	purgeBodyAfter := fs.Duration("purge-body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter, "drop bodies of done/ignored envelopes processed longer ago than this")
 	purgeDeleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "delete done/ignored envelope rows (tombstones) processed longer ago than this (at least --purge-body-after)")
 	purgeBatch := fs.Int("purge-batch-size", "WORKER_PURGE_BATCH_SIZE", retention.DefaultBatchSize, "envelopes per purge transaction")
+	consoleOn := fs.Bool("console", false, "serve the operator console at /console/ on the admin listener, behind the same basic auth as River UI (the signed-in user is the replay actor) (env WORKER_CONSOLE=true)")
+	consoleDB := fs.String("console-database-url", "CONSOLE_DATABASE_URL", "", "the console's database, a role that may replay (inbox_admin); default DATABASE_URL (read-only when that role may not replay)")
 	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (user and password: RIVER_BASIC_AUTH_USER/RIVER_BASIC_AUTH_PASS, or RIVERUI_USER/RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -88,6 +94,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if getenv("WORKER_RIVERUI") == "true" {
 		*riverUI = true
 	}
+	if getenv("WORKER_CONSOLE") == "true" {
+		*consoleOn = true
+	}
 	uiUser, err := uiCredential(getenv, "RIVER_BASIC_AUTH_USER", "RIVERUI_USER")
 	if err != nil {
 		return usageError{err}
@@ -99,10 +108,11 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if uiUser == "" {
 		uiUser = "admin"
 	}
-	if *riverUI && (uiPassword == "" || *adminAddr == "") {
-		return usageError{errors.New("--riverui needs RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set (River UI can cancel and delete jobs) and an --admin-addr")}
+	guarded := *riverUI || *consoleOn
+	if guarded && (uiPassword == "" || *adminAddr == "") {
+		return usageError{errors.New("--riverui and --console need RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set (River UI can cancel and delete jobs, the console replays) and an --admin-addr")}
 	}
-	if *riverUI {
+	if guarded {
 		if err := checkUIPassword(uiPassword); err != nil {
 			return usageError{err}
 		}
@@ -219,8 +229,11 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	var adminErr <-chan error
 	if *adminAddr != "" {
 		mux := metrics.AdminMux(reg, pool.Ping)
+		// River UI and the console sit behind one guard, so a login
+		// throttled on one is throttled on the other.
+		ui := http.NewServeMux()
 		if *riverUI {
-			ui, err := riverui.NewHandler(&riverui.HandlerOpts{
+			h, err := riverui.NewHandler(&riverui.HandlerOpts{
 				Endpoints: riverui.NewEndpoints(client, nil),
 				Logger:    logger,
 				Prefix:    "/riverui",
@@ -228,10 +241,31 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			if err != nil {
 				return fmt.Errorf("river ui: %w", err)
 			}
-			if err := ui.Start(ctx); err != nil {
+			if err := h.Start(ctx); err != nil {
 				return fmt.Errorf("river ui: %w", err)
 			}
-			mux.Handle("/riverui/", guardUI(uiUser, uiPassword, ui, logger))
+			ui.Handle("/riverui/", h)
+		}
+		if *consoleOn {
+			riverPath := ""
+			if *riverUI {
+				riverPath = "/riverui"
+			}
+			con, closeConsole, err := newConsole(ctx, *consoleDB, getenv, client, riverPath, logger)
+			if err != nil {
+				return err
+			}
+			defer closeConsole()
+			ui.Handle(console.Prefix+"/", con)
+		}
+		if guarded {
+			g := guardUI(uiUser, uiPassword, ui, logger)
+			if *riverUI {
+				mux.Handle("/riverui/", g)
+			}
+			if *consoleOn {
+				mux.Handle(console.Prefix+"/", g)
+			}
 		}
 		adminSrv, bound, aerr, err := cli.Listen(*adminAddr, mux, 60*time.Second)
 		if err != nil {
@@ -239,9 +273,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		defer adminSrv.Close()
 		adminErr = aerr
-		logger.Info("admin listening", "addr", bound, "riverui", *riverUI)
-		if *riverUI && !loopback(bound) {
-			logger.Warn("River UI is served over plain HTTP beyond loopback: its password crosses the network in clear; reach it through TLS or an SSH tunnel (docs/operations.md)", "addr", bound)
+		logger.Info("admin listening", "addr", bound, "riverui", *riverUI, "console", *consoleOn)
+		if guarded && !loopback(bound) {
+			logger.Warn("River UI and the console are served over plain HTTP beyond loopback: their password crosses the network in clear; reach it through TLS or an SSH tunnel (docs/operations.md)", "addr", bound)
 		}
 	}
 	select {
@@ -294,4 +328,41 @@ func reconcileWithinRetention(cfg *config.Config, deleteAfter time.Duration) err
 		}
 	}
 	return nil
+}
+
+// newConsole opens the console's own small pool (its queries and replays
+// never take a batch's connection) on dbURL, or on DATABASE_URL, and
+// returns the console, read-only when that role may not replay.
+func newConsole(ctx context.Context, dbURL string, getenv func(string) string, jobs admin.JobInserter, riverPath string, logger *slog.Logger) (*console.Console, func(), error) {
+	if dbURL == "" {
+		dbURL = getenv("DATABASE_URL")
+	}
+	pool, err := pg.Open(ctx, dbURL, pg.Options{MaxConns: 4, ApplicationName: "inbox-console"})
+	if err != nil {
+		return nil, nil, fmt.Errorf("console: %w", err)
+	}
+	opts := console.Options{
+		Pool:    pool,
+		Jobs:    jobs,
+		Actor:   func(r *http.Request) string { u, _, _ := r.BasicAuth(); return u },
+		RiverUI: riverPath,
+		Logger:  logger,
+		Context: ctx,
+	}
+	can, err := admin.CanReplay(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("console: %w", err)
+	}
+	if !can {
+		opts.ReadOnly = true
+		opts.ReadOnlyReason = "this database role may not record replays; give the console an inbox_admin login with --console-database-url (CONSOLE_DATABASE_URL)"
+		logger.Warn("console is read-only: its database role may not replay", "database", pg.Redact(dbURL))
+	}
+	con, err := console.New(opts)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return con, pool.Close, nil
 }

@@ -1,0 +1,268 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxhq/inbox/internal/admin"
+	"github.com/inboxhq/inbox/internal/envelope"
+)
+
+// Prefix is the path the console is served under.
+const Prefix = "/console"
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// Options configure New.
+type Options struct {
+	Pool *pgxpool.Pool
+	// Jobs inserts replay jobs: the worker's River client.
+	Jobs admin.JobInserter
+	// Actor returns the signed-in operator of an authenticated request; it
+	// is stored as the actor of the replays they start. Required.
+	Actor func(*http.Request) string
+	// RiverUI is the path River UI is served under ("/riverui"), or "" when
+	// it is not: job ids then link nowhere.
+	RiverUI string
+	Logger  *slog.Logger
+	// Context bounds replays started from the console: when it ends (the
+	// worker stops), a running replay stops after its batch in flight rolls
+	// back, as the CLI's does on ^C.
+	Context context.Context
+	// ReadOnly turns replay off: the pages say why (ReadOnlyReason) and
+	// the replay form is not offered; a POST is refused with 403.
+	ReadOnly       bool
+	ReadOnlyReason string
+}
+
+// Console serves the pages. Create it with New.
+type Console struct {
+	opts  Options
+	key   []byte // CSRF tokens' HMAC key, random per process
+	pages map[string]*template.Template
+	runs  *runs
+	mux   *http.ServeMux
+}
+
+// New returns the console. Mount it at Prefix+"/" behind authentication.
+func New(opts Options) (*Console, error) {
+	if opts.Pool == nil || opts.Jobs == nil || opts.Actor == nil {
+		return nil, errors.New("console: Pool, Jobs and Actor are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Context == nil {
+		opts.Context = context.Background()
+	}
+	c := &Console{opts: opts, key: make([]byte, 32), pages: map[string]*template.Template{}, runs: newRuns(maxRuns)}
+	if _, err := rand.Read(c.key); err != nil {
+		return nil, err
+	}
+	for _, p := range []string{"envelopes", "envelope", "failures", "replay", "replays", "run", "error"} {
+		t, err := template.New("layout.html").Funcs(funcs(opts.RiverUI)).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: template %s: %w", p, err)
+		}
+		c.pages[p] = t
+	}
+	static, err := fs.Sub(assets, "static")
+	if err != nil {
+		return nil, err
+	}
+	m := http.NewServeMux()
+	m.Handle("GET "+Prefix+"/static/", http.StripPrefix(Prefix+"/static/", http.FileServerFS(static)))
+	m.HandleFunc("GET "+Prefix+"/{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, Prefix+"/envelopes", http.StatusFound)
+	})
+	m.HandleFunc("GET "+Prefix+"/envelopes", c.list)
+	m.HandleFunc("GET "+Prefix+"/envelopes/{id}", c.envelope)
+	m.HandleFunc("GET "+Prefix+"/failures", c.failures)
+	m.HandleFunc("GET "+Prefix+"/replay", c.preview)
+	m.HandleFunc("POST "+Prefix+"/replay", c.replay)
+	m.HandleFunc("GET "+Prefix+"/replays", c.replays)
+	m.HandleFunc("GET "+Prefix+"/replays/{run}", c.run)
+	m.HandleFunc("GET "+Prefix+"/jobs/{id}", c.job)
+	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusNotFound, errors.New("no such page"))
+	})
+	c.mux = m
+	return c, nil
+}
+
+// ServeHTTP sets the security headers every response carries and serves r.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	c.mux.ServeHTTP(w, r)
+}
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Nav      string
+	Actor    string
+	RiverUI  string
+	ReadOnly string // why replay is off, "" when it is on
+	Data     any
+}
+
+// render executes page name with data; a template error is logged and
+// answered 500 (the page so far is discarded: it is rendered to a buffer).
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
+	var b bytes.Buffer
+	p := page{Title: title, Nav: name, Actor: c.opts.Actor(r), RiverUI: c.opts.RiverUI, Data: data}
+	if c.opts.ReadOnly {
+		p.ReadOnly = c.opts.ReadOnlyReason
+	}
+	if err := c.pages[name].Execute(&b, p); err != nil {
+		c.opts.Logger.Error("console: render", "page", name, "error", err)
+		http.Error(w, "console: the page could not be rendered (logged)", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(b.Bytes())
+}
+
+// fail answers status with err's message on the error page. A 5xx message
+// is the operation's, never a credential: the database URL is not in any
+// error the admin library returns.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	if status >= 500 {
+		c.opts.Logger.Error("console: request failed", "path", r.URL.Path, "error", err)
+	}
+	c.render(w, r, status, "error", http.StatusText(status), map[string]any{"Status": status, "Message": err.Error()})
+}
+
+// statusOf maps an admin error, after the input was validated, to its HTTP
+// status: unknown ids 404, purged bodies 409, an ended request 503, else
+// 500.
+func statusOf(err error) int {
+	var notFound *admin.NotFoundError
+	var purged *admin.PurgedError
+	switch {
+	case errors.As(err, &notFound), errors.Is(err, envelope.ErrNotFound):
+		return http.StatusNotFound
+	case errors.As(err, &purged):
+		return http.StatusConflict
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// csrfToken is the token of actor's forms: an HMAC of the actor under the
+// process's key, so it is valid only for that operator and this process.
+func (c *Console) csrfToken(actor string) string {
+	m := hmac.New(sha256.New, c.key)
+	m.Write([]byte("console-csrf\x00" + actor))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// checkCSRF reports whether r's form carries the token of its actor.
+func (c *Console) checkCSRF(r *http.Request) bool {
+	got := r.PostFormValue("csrf")
+	want := c.csrfToken(c.opts.Actor(r))
+	return got != "" && hmac.Equal([]byte(got), []byte(want))
+}
+
+// filterInput reads admin.FilterInput from query parameters: the CLI's flag
+// names, without dashes, and id for ids (each repeatable where the flag is).
+func filterInput(q url.Values) (admin.FilterInput, error) {
+	in := admin.FilterInput{
+		Source:     q.Get("source"),
+		Status:     q.Get("status"),
+		EventType:  q.Get("event_type"),
+		DeliveryID: q.Get("delivery_id"),
+		Cause:      q.Get("cause"),
+		Since:      q.Get("since"),
+		Until:      q.Get("until"),
+		Contains:   lines(q["contains"]),
+		Fields:     lines(q["field"]),
+		Headers:    lines(q["header"]),
+	}
+	for _, s := range lines(q["id"]) {
+		for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+			id, err := strconv.ParseInt(f, 10, 64)
+			if err != nil || id <= 0 {
+				return in, &admin.InputError{Field: "id", Err: fmt.Errorf("%q is not an envelope id", f)}
+			}
+			in.IDs = append(in.IDs, id)
+		}
+	}
+	return in, nil
+}
+
+// lines splits each value on newlines (a textarea gives one per line) and
+// drops empty ones.
+func lines(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		for _, l := range strings.Split(v, "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}
+
+// filterQuery keeps only the filter's parameters of q, in a canonical order:
+// the query string that selects the same envelopes on another page.
+func filterQuery(q url.Values) url.Values {
+	out := url.Values{}
+	for _, k := range filterKeys {
+		for _, v := range lines(q[k]) {
+			out.Add(k, v)
+		}
+	}
+	return out
+}
+
+var filterKeys = []string{"id", "source", "status", "event_type", "delivery_id", "cause", "since", "until", "field", "contains", "header"}
+
+// cliArgs renders a filter query as the CLI flags that select the same
+// envelopes.
+func cliArgs(q url.Values) string {
+	var b strings.Builder
+	for _, k := range filterKeys {
+		for _, v := range q[k] {
+			if k == "id" {
+				b.WriteString(" " + v)
+				continue
+			}
+			b.WriteString(" --" + strings.ReplaceAll(k, "_", "-") + " " + shellQuote(v))
+		}
+	}
+	return b.String()
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/@=,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,131 @@
+package console
+
+import (
+	"fmt"
+	"html/template"
+	"net/url"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/inboxhq/inbox/internal/durations"
+	"github.com/inboxhq/inbox/internal/envelope"
+)
+
+// bar is one bucket of a cause's attempts chart.
+type bar struct {
+	X, Y, H int
+	Count   int64
+	Label   string
+}
+
+// Chart geometry (SVG user units).
+const (
+	chartHeight = 28
+	barWidth    = 6
+)
+
+func funcs(riverUI string) template.FuncMap {
+	return template.FuncMap{
+		"ts": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02 15:04:05Z")
+		},
+		"tsp": func(t *time.Time) string {
+			if t == nil {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02 15:04:05Z")
+		},
+		"ago": func(t time.Time) string {
+			d := time.Since(t)
+			if d < time.Second {
+				return "just now"
+			}
+			return durations.Format(d.Round(time.Second)) + " ago"
+		},
+		"str": func(s *string) string {
+			if s == nil {
+				return ""
+			}
+			return *s
+		},
+		"i64": func(p *int64) int64 {
+			if p == nil {
+				return 0
+			}
+			return *p
+		},
+		"ms": func(ms float64) string {
+			switch {
+			case ms < 1:
+				return fmt.Sprintf("%.2f ms", ms)
+			case ms < 1000:
+				return fmt.Sprintf("%.0f ms", ms)
+			default:
+				return fmt.Sprintf("%.1f s", ms/1000)
+			}
+		},
+		"dur": func(d time.Duration) string { return durations.Format(d) },
+		"short": func(s string) string {
+			const n = 140
+			if utf8.RuneCountInString(s) <= n {
+				return s
+			}
+			r := []rune(s)
+			return string(r[:n]) + "…"
+		},
+		// riverJob is River UI's page of a job, "" when River UI is not served.
+		"riverJob": func(id int64) string {
+			if riverUI == "" {
+				return ""
+			}
+			return riverUI + "/jobs/" + strconv.FormatInt(id, 10)
+		},
+		// set returns query q (encoded) with each key set to its value.
+		"set": func(q string, kv ...string) string {
+			v, _ := url.ParseQuery(q)
+			for i := 0; i+1 < len(kv); i += 2 {
+				v.Set(kv[i], kv[i+1])
+			}
+			return v.Encode()
+		},
+		"has": func(v url.Values, key, value string) bool {
+			for _, x := range v[key] {
+				if x == value {
+					return true
+				}
+			}
+			return false
+		},
+		"joined": func(v url.Values, key string) string {
+			s := ""
+			for i, x := range v[key] {
+				if i > 0 {
+					s += "\n"
+				}
+				s += x
+			}
+			return s
+		},
+		"bars": func(c envelope.CauseCount, top int64) []bar {
+			out := make([]bar, len(c.Attempts))
+			for i, n := range c.Attempts {
+				h := 0
+				if top > 0 && n > 0 {
+					h = max(1, int(n*chartHeight/top))
+				}
+				out[i] = bar{X: i * barWidth, Y: chartHeight - h, H: h, Count: n}
+			}
+			return out
+		},
+		"chartWidth": func(c envelope.CauseCount) int { return len(c.Attempts) * barWidth },
+		"bucketStart": func(since time.Time, bucket time.Duration, i int) string {
+			return since.Add(time.Duration(i) * bucket).UTC().Format("Jan 2 15:04")
+		},
+		"statusClass": func(s envelope.Status) string { return "st-" + string(s) },
+		"add":         func(a, b int) int { return a + b },
+	}
+}

@@ -1,0 +1,481 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inboxhq/inbox/internal/admin"
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/labels"
+)
+
+// pageSize is the list's page size, and maxPageSize the most a limit
+// parameter asks for.
+const (
+	pageSize    = 50
+	maxPageSize = 500
+)
+
+// form is the filter form's state: the values as typed, and the choices.
+type form struct {
+	Q        url.Values
+	Statuses []envelope.Status
+	Causes   []labels.Cause
+}
+
+func newForm(q url.Values) form {
+	return form{
+		Q:        q,
+		Statuses: []envelope.Status{envelope.StatusPending, envelope.StatusDone, envelope.StatusFailed, envelope.StatusIgnored},
+		Causes:   labels.Causes,
+	}
+}
+
+type listData struct {
+	Form      form
+	Error     string
+	Envelopes []admin.Summary
+	Query     string // the filter's query string
+	NextQuery string // the next page's, "" on the last
+	Paged     bool   // this is not the first page
+	CLI       string
+}
+
+func (c *Console) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	fq := filterQuery(q)
+	d := listData{Form: newForm(q), Query: fq.Encode(), CLI: "worker envelopes list" + cliArgs(fq)}
+	in, err := filterInput(q)
+	var f admin.Filter
+	if err == nil {
+		f, err = in.Parse()
+	}
+	limit, before, perr := paging(q)
+	if err == nil {
+		err = perr
+	}
+	if err != nil {
+		d.Error = err.Error()
+		c.render(w, r, http.StatusBadRequest, "envelopes", "Envelopes", d)
+		return
+	}
+	res, err := admin.List(r.Context(), c.opts.Pool, admin.ListRequest{Filter: f, Limit: limit, BeforeID: before})
+	if err != nil {
+		c.fail(w, r, statusOf(err), err)
+		return
+	}
+	d.Envelopes, d.Paged = res.Envelopes, before > 0
+	if res.NextBeforeID != nil {
+		next := filterQuery(q)
+		next.Set("before", strconv.FormatInt(*res.NextBeforeID, 10))
+		if limit != pageSize {
+			next.Set("limit", strconv.Itoa(limit))
+		}
+		d.NextQuery = next.Encode()
+	}
+	c.render(w, r, http.StatusOK, "envelopes", "Envelopes", d)
+}
+
+// paging reads the list's limit and before cursor.
+func paging(q url.Values) (limit int, before int64, err error) {
+	limit = pageSize
+	if s := q.Get("limit"); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > maxPageSize {
+			return 0, 0, &admin.InputError{Field: "limit", Err: fmt.Errorf("%q: want 1 to %d", s, maxPageSize)}
+		}
+	}
+	if s := q.Get("before"); s != "" {
+		if before, err = strconv.ParseInt(s, 10, 64); err != nil || before < 1 {
+			return 0, 0, &admin.InputError{Field: "before", Err: fmt.Errorf("%q is not an envelope id", s)}
+		}
+	}
+	return limit, before, nil
+}
+
+// maxDuplicateTimes is how many duplicates' arrival times the envelope page
+// lists.
+const maxDuplicateTimes = 50
+
+type envelopeData struct {
+	D          *admin.Detail
+	Headers    []header
+	Body       string // pretty JSON, or as stored
+	BodyView   string // "pretty", "raw" or "base64"
+	Pretty     bool   // the body is JSON (a pretty view exists)
+	Result     string
+	Duplicates []time.Time
+	Conflicts  []conflictView
+	CSRF       string
+	CLI        string
+}
+
+type header struct{ Name, Value string }
+
+type conflictView struct {
+	admin.Conflict
+	Headers []header
+	Diff    []diffLine
+	// Note says why there is no diff (a body dropped by retention, too
+	// large to compare).
+	Note string
+}
+
+func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q is not an envelope id", r.PathValue("id")))
+		return
+	}
+	det, err := admin.Show(r.Context(), c.opts.Pool, id, admin.ShowOptions{})
+	if err != nil {
+		c.fail(w, r, statusOf(err), err)
+		return
+	}
+	d := envelopeData{D: det, Headers: displayHeaders(det.Envelope.Headers), CSRF: c.csrfToken(c.opts.Actor(r)),
+		CLI: fmt.Sprintf("worker envelopes show %d", id)}
+	stored := storedBody(&det.Envelope)
+	view := r.URL.Query().Get("body")
+	switch {
+	case det.Envelope.Body == nil:
+	case det.Envelope.BodyEncoding == admin.BodyBase64:
+		d.Body, d.BodyView = *det.Envelope.Body, "base64"
+	default:
+		pretty, ok := prettyJSON(stored)
+		d.Pretty = ok
+		if ok && view != "raw" {
+			d.Body, d.BodyView = pretty, "pretty"
+		} else {
+			d.Body, d.BodyView = *det.Envelope.Body, "raw"
+		}
+	}
+	if len(det.Envelope.Result) > 0 {
+		d.Result, _ = prettyJSON(det.Envelope.Result)
+	}
+	if d.Duplicates, err = envelope.DuplicateTimes(r.Context(), c.opts.Pool, id, maxDuplicateTimes); err != nil {
+		c.fail(w, r, statusOf(err), err)
+		return
+	}
+	for _, cf := range det.Conflicts {
+		v := conflictView{Conflict: cf, Headers: displayHeaders(cf.Headers)}
+		body, err := envelope.ConflictBody(r.Context(), c.opts.Pool, id, cf.ID)
+		if err != nil {
+			c.fail(w, r, statusOf(err), err)
+			return
+		}
+		switch {
+		case body == nil:
+			v.Note = "the conflicting body was dropped by retention"
+		case stored == nil:
+			v.Note = "the stored body was dropped by retention"
+		default:
+			a, b := comparable(stored), comparable(body)
+			if v.Diff = diffLines(a, b); v.Diff == nil {
+				v.Note = fmt.Sprintf("too large to compare here (more than %d differing lines): see the SQL below", maxDiffLines)
+			}
+		}
+		d.Conflicts = append(d.Conflicts, v)
+	}
+	c.render(w, r, http.StatusOK, "envelope", fmt.Sprintf("Envelope %d", id), d)
+}
+
+// storedBody is the envelope's raw body bytes, nil when purged.
+func storedBody(e *admin.EnvelopeDetail) []byte {
+	if e.Body == nil {
+		return nil
+	}
+	if e.BodyEncoding == admin.BodyBase64 {
+		b, err := base64.StdEncoding.DecodeString(*e.Body)
+		if err != nil {
+			return nil
+		}
+		return b
+	}
+	return []byte(*e.Body)
+}
+
+// prettyJSON indents b when it is JSON.
+func prettyJSON(b []byte) (string, bool) {
+	var out bytes.Buffer
+	if !json.Valid(b) || json.Indent(&out, b, "", "  ") != nil {
+		return string(b), false
+	}
+	return out.String(), true
+}
+
+// comparable is a body's lines for a diff: pretty JSON when it is JSON, so
+// a diff shows fields rather than one long line.
+func comparable(b []byte) []string {
+	s, _ := prettyJSON(b)
+	return strings.Split(s, "\n")
+}
+
+// credentialNames are parts of header names whose values are redacted on
+// display, in case a header was stored that ingest did not know to redact.
+var credentialNames = []string{"signature", "authorization", "secret", "token", "cookie", "hmac", "password", "api-key"}
+
+// displayHeaders sorts headers by name and redacts credentials' values.
+func displayHeaders(h map[string]string) []header {
+	out := make([]header, 0, len(h))
+	for k, v := range h {
+		lk := strings.ToLower(k)
+		for _, c := range credentialNames {
+			if strings.Contains(lk, c) {
+				v = "[redacted]"
+				break
+			}
+		}
+		out = append(out, header{k, v})
+	}
+	sortHeaders(out)
+	return out
+}
+
+func sortHeaders(h []header) {
+	for i := 1; i < len(h); i++ {
+		for j := i; j > 0 && strings.ToLower(h[j].Name) < strings.ToLower(h[j-1].Name); j-- {
+			h[j], h[j-1] = h[j-1], h[j]
+		}
+	}
+}
+
+// Windows of the failures page.
+var windows = []struct {
+	Name   string
+	Span   time.Duration
+	Bucket time.Duration
+}{
+	{"1h", time.Hour, 5 * time.Minute},
+	{"24h", 24 * time.Hour, time.Hour},
+	{"7d", 7 * 24 * time.Hour, 6 * time.Hour},
+}
+
+type failuresData struct {
+	Window  string
+	Windows []string
+	Source  string
+	Bucket  time.Duration
+	Since   time.Time
+	Causes  []envelope.CauseCount
+	Max     int64 // the largest bucket, for the bars' scale
+	Failed  int64
+	CLI     string
+}
+
+func (c *Console) failures(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	name := q.Get("window")
+	if name == "" {
+		name = "24h"
+	}
+	buckets := 0
+	d := failuresData{Window: name, Source: strings.TrimSpace(q.Get("source")), CLI: "worker stats"}
+	for _, win := range windows {
+		d.Windows = append(d.Windows, win.Name)
+		if win.Name == name {
+			d.Bucket, buckets = win.Bucket, int(win.Span/win.Bucket)
+			// Bucket edges on whole buckets, so a reload does not shift them.
+			d.Since = time.Now().Add(-win.Span).Truncate(win.Bucket).Add(win.Bucket)
+		}
+	}
+	if d.Bucket == 0 {
+		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("window %q: want one of %s", name, strings.Join(d.Windows, ", ")))
+		return
+	}
+	causes, err := envelope.Failures(r.Context(), c.opts.Pool, envelope.FailureWindow{Since: d.Since, Bucket: d.Bucket, Buckets: buckets, Source: d.Source})
+	if err != nil {
+		c.fail(w, r, statusOf(err), err)
+		return
+	}
+	d.Causes = causes
+	for _, cc := range causes {
+		d.Failed += cc.Failed
+		for _, v := range cc.Attempts {
+			d.Max = max(d.Max, v)
+		}
+	}
+	c.render(w, r, http.StatusOK, "failures", "Failures", d)
+}
+
+type previewData struct {
+	Form      form
+	Query     string
+	Hidden    []header // the filter as hidden inputs
+	DryRun    *admin.DryRunResult
+	Error     string
+	Reason    string
+	Limit     string
+	CSRF      string
+	CLI       string
+	SingleID  int64 // the one envelope asked for by id, 0 otherwise
+	RiverUI   string
+	Purged    bool
+	NotFound  bool
+	Unbounded bool // the filter has no time bound: say so
+}
+
+// preview is the dry run of a replay, with the form that starts it.
+func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
+	c.showPreview(w, r, r.URL.Query(), "", "", http.StatusOK)
+}
+
+func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Values, reason, formErr string, status int) {
+	fq := filterQuery(q)
+	d := previewData{Form: newForm(fq), Query: fq.Encode(), Reason: reason, Limit: q.Get("limit"), Error: formErr,
+		CSRF: c.csrfToken(c.opts.Actor(r)), CLI: "worker replay --dry-run" + cliArgs(fq)}
+	for _, k := range filterKeys {
+		for _, v := range fq[k] {
+			d.Hidden = append(d.Hidden, header{k, v})
+		}
+	}
+	f, limit, err := replayInput(q)
+	if err != nil {
+		d.Error = err.Error()
+		c.render(w, r, http.StatusBadRequest, "replay", "Replay", d)
+		return
+	}
+	if len(f.IDs) == 1 {
+		d.SingleID = f.IDs[0]
+	}
+	d.Unbounded = len(f.IDs) == 0 && f.Since.IsZero() && f.Until.IsZero()
+	res, err := admin.DryRun(r.Context(), c.opts.Pool, f, limit)
+	if err != nil {
+		st := statusOf(err)
+		if st >= 500 {
+			c.fail(w, r, st, err)
+			return
+		}
+		d.Error = err.Error()
+		c.render(w, r, st, "replay", "Replay", d)
+		return
+	}
+	d.DryRun = &res
+	c.render(w, r, status, "replay", "Replay", d)
+}
+
+// replayInput parses a replay's filter and limit; an empty filter is
+// refused as the CLI refuses it (replaying everything is not allowed).
+func replayInput(q url.Values) (admin.Filter, int, error) {
+	in, err := filterInput(q)
+	if err != nil {
+		return admin.Filter{}, 0, err
+	}
+	f, err := in.Parse()
+	if err != nil {
+		return f, 0, err
+	}
+	if f.IsEmpty() {
+		return f, 0, errors.New("select envelopes by id or with at least one filter (replaying everything is not allowed)")
+	}
+	limit := 0
+	if s := strings.TrimSpace(q.Get("limit")); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil || limit < 0 {
+			return f, 0, &admin.InputError{Field: "limit", Err: fmt.Errorf("%q: want a whole number, 0 for no cap", s)}
+		}
+	}
+	return f, limit, nil
+}
+
+// replay starts a replay: the CSRF token first, then the reason and the
+// filter; the run continues in the background and the answer redirects to
+// its progress page.
+func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, http.StatusBadRequest, errors.New("the form could not be read"))
+		return
+	}
+	if c.opts.ReadOnly {
+		c.fail(w, r, http.StatusForbidden, errors.New("replay is off in this console: "+c.opts.ReadOnlyReason))
+		return
+	}
+	if !c.checkCSRF(r) {
+		c.opts.Logger.Warn("console: replay refused: missing or wrong form token", "remote", r.RemoteAddr)
+		c.fail(w, r, http.StatusForbidden, errors.New("the form's token is missing or not yours (it changes when the worker restarts): reload the page and submit again"))
+		return
+	}
+	q := r.PostForm
+	reason := strings.TrimSpace(q.Get("reason"))
+	f, limit, err := replayInput(q)
+	if err != nil {
+		c.showPreview(w, r, q, reason, err.Error(), http.StatusBadRequest)
+		return
+	}
+	actor := "console:" + c.opts.Actor(r)
+	req := admin.ReplayRequest{Filter: f, Actor: actor, Reason: reason, Limit: limit}
+	if err := req.Validate(); err != nil {
+		c.showPreview(w, r, q, reason, err.Error(), http.StatusBadRequest)
+		return
+	}
+	run, err := c.runs.start(c.opts.Context, actor, reason, filterQuery(q), func(ctx context.Context, progress func(admin.Progress)) (admin.ReplayResult, error) {
+		req.ProgressFunc = progress
+		return admin.Replay(ctx, c.opts.Pool, c.opts.Jobs, req)
+	})
+	if err != nil {
+		c.showPreview(w, r, q, reason, err.Error(), http.StatusTooManyRequests)
+		return
+	}
+	c.opts.Logger.Info("console: replay started", "run", run.ID, "actor", actor, "filter", boundLog(filterQuery(q).Encode()))
+	http.Redirect(w, r, Prefix+"/replays/"+run.ID, http.StatusSeeOther)
+}
+
+// boundLog bounds a string for a log line.
+func boundLog(s string) string {
+	if len(s) > 200 {
+		return strings.ToValidUTF8(s[:200], "") + "..."
+	}
+	return s
+}
+
+type replaysData struct {
+	Runs     []runView
+	Recorded []envelope.ReplayRun
+}
+
+// maxRecordedRuns is how many envelope_replay runs the replays page lists.
+const maxRecordedRuns = 50
+
+func (c *Console) replays(w http.ResponseWriter, r *http.Request) {
+	recorded, err := envelope.RecentReplayRuns(r.Context(), c.opts.Pool, maxRecordedRuns)
+	if err != nil {
+		c.fail(w, r, statusOf(err), err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "replays", "Replays", replaysData{Runs: c.runs.list(), Recorded: recorded})
+}
+
+func (c *Console) run(w http.ResponseWriter, r *http.Request) {
+	v, ok := c.runs.get(r.PathValue("run"))
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, errors.New("no such replay run in this worker (runs are kept in memory until it restarts; every replayed envelope is recorded in envelope_replay: see Replays)"))
+		return
+	}
+	c.render(w, r, http.StatusOK, "run", "Replay run", v)
+}
+
+// job redirects to the envelope River job id processes.
+func (c *Console) job(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q is not a job id", r.PathValue("id")))
+		return
+	}
+	env, err := envelope.OfJob(r.Context(), c.opts.Pool, id)
+	if err != nil {
+		if errors.Is(err, envelope.ErrNotFound) {
+			c.fail(w, r, http.StatusNotFound, fmt.Errorf("job %d is not an envelope's processing job (or River deleted it)", id))
+			return
+		}
+		c.fail(w, r, statusOf(err), err)
+		return
+	}
+	http.Redirect(w, r, fmt.Sprintf("%s/envelopes/%d", Prefix, env), http.StatusFound)
+}

@@ -1,0 +1,149 @@
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/inboxhq/inbox/internal/admin"
+)
+
+// maxRuns is how many replay runs the console remembers (the oldest
+// finished one is forgotten first), and maxRunning how many run at once.
+const (
+	maxRuns    = 50
+	maxRunning = 2
+)
+
+// runs are the replays this process started from the console, with their
+// progress. They live in memory only: what a run did is recorded in
+// envelope_replay, batch by batch, as it commits.
+type runs struct {
+	mu      sync.Mutex
+	max     int
+	order   []*run // oldest first
+	byID    map[string]*run
+	running int
+}
+
+type run struct {
+	ID, Actor, Reason string
+	Filter            url.Values
+	Started           time.Time
+
+	mu       sync.Mutex
+	progress admin.Progress
+	result   *admin.ReplayResult
+	err      error
+	finished time.Time
+}
+
+// runView is a run's state at one moment, for a template.
+type runView struct {
+	ID, Actor, Reason string
+	Query             string
+	CLI               string
+	Started           time.Time
+	Finished          time.Time
+	Done              bool
+	Progress          admin.Progress
+	Result            *admin.ReplayResult
+	Error             string
+	Percent           int
+}
+
+func newRuns(n int) *runs { return &runs{max: n, byID: map[string]*run{}} }
+
+// errBusy is start's error when maxRunning replays already run.
+var errBusy = errors.New("two replays are already running from this console: wait for one to finish (see Replays)")
+
+// start runs fn in the background under ctx and returns its run at once.
+func (rs *runs) start(ctx context.Context, actor, reason string, filter url.Values,
+	fn func(context.Context, func(admin.Progress)) (admin.ReplayResult, error)) (*run, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	r := &run{ID: hex.EncodeToString(b[:]), Actor: actor, Reason: reason, Filter: filter, Started: time.Now()}
+	rs.mu.Lock()
+	if rs.running >= maxRunning {
+		rs.mu.Unlock()
+		return nil, errBusy
+	}
+	rs.running++
+	rs.add(r)
+	rs.mu.Unlock()
+	go func() {
+		res, err := fn(ctx, func(p admin.Progress) {
+			r.mu.Lock()
+			r.progress = p
+			r.mu.Unlock()
+		})
+		r.mu.Lock()
+		r.result, r.err, r.finished = &res, err, time.Now()
+		r.mu.Unlock()
+		rs.mu.Lock()
+		rs.running--
+		rs.mu.Unlock()
+	}()
+	return r, nil
+}
+
+// add remembers r, forgetting the oldest finished run beyond max. Called
+// with rs.mu held.
+func (rs *runs) add(r *run) {
+	rs.order = append(rs.order, r)
+	rs.byID[r.ID] = r
+	for len(rs.order) > rs.max {
+		i := 0
+		for ; i < len(rs.order)-1; i++ {
+			if rs.order[i].view().Done {
+				break
+			}
+		}
+		delete(rs.byID, rs.order[i].ID)
+		rs.order = append(rs.order[:i], rs.order[i+1:]...)
+	}
+}
+
+func (rs *runs) get(id string) (runView, bool) {
+	rs.mu.Lock()
+	r, ok := rs.byID[id]
+	rs.mu.Unlock()
+	if !ok {
+		return runView{}, false
+	}
+	return r.view(), true
+}
+
+// list returns the runs, newest first.
+func (rs *runs) list() []runView {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	out := make([]runView, 0, len(rs.order))
+	for i := len(rs.order) - 1; i >= 0; i-- {
+		out = append(out, rs.order[i].view())
+	}
+	return out
+}
+
+func (r *run) view() runView {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := runView{ID: r.ID, Actor: r.Actor, Reason: r.Reason, Query: r.Filter.Encode(), CLI: "worker replay" + cliArgs(r.Filter) + " --reason " + shellQuote(r.Reason),
+		Started: r.Started, Finished: r.finished, Done: !r.finished.IsZero(), Progress: r.progress, Result: r.result}
+	if r.err != nil {
+		v.Error = r.err.Error()
+	}
+	if v.Progress.Total > 0 {
+		v.Percent = min(100, v.Progress.Scanned*100/v.Progress.Total)
+	}
+	if v.Done && v.Error == "" {
+		v.Percent = 100
+	}
+	return v
+}

@@ -1,0 +1,200 @@
+package envelope
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The read-only questions an operator asks about envelopes beyond one
+// envelope's record (admin.Show): a conflicting delivery's body, when the
+// duplicates came, which causes fail and since when, which replay runs ran,
+// and which envelope a River job processes. The console asks them; each is
+// one statement.
+
+// ConflictBody returns the body of envelope_conflict row id, which belongs
+// to envelope envelopeID: nil when retention dropped it. A row of another
+// envelope, or none, is ErrNotFound.
+func ConflictBody(ctx context.Context, q Querier, envelopeID, id int64) ([]byte, error) {
+	var body []byte
+	err := q.QueryRow(ctx, `SELECT body FROM envelope_conflict WHERE id = $1 AND envelope_id = $2`, id, envelopeID).Scan(&body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load conflict %d: %w", id, err)
+	}
+	return body, nil
+}
+
+// DuplicateTimes returns when the newest limit duplicates of envelope id
+// (deliveries of its id with its body) arrived, newest first.
+func DuplicateTimes(ctx context.Context, q Querier, id int64, limit int) ([]time.Time, error) {
+	rows, err := q.Query(ctx, `
+		SELECT received_at FROM envelope_duplicate WHERE envelope_id = $1
+		 ORDER BY received_at DESC, id DESC LIMIT $2`, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("load duplicates: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return nil, fmt.Errorf("load duplicates: %w", err)
+	}
+	return out, nil
+}
+
+// CauseCount is one failure cause: how many envelopes it failed now, the
+// newest of them, and, over a window, how many attempts failed or were
+// retried with it in each bucket.
+type CauseCount struct {
+	// Cause is "" for envelopes that failed before causes were recorded
+	// (migration 00171).
+	Cause string
+	// Failed counts envelopes whose status is failed with this last cause.
+	Failed int64
+	// LatestID is the newest of them (0 when none is failed now), and
+	// LatestError its last_error.
+	LatestID    int64
+	LatestError string
+	// Attempts counts, per bucket of the window (oldest first), attempts
+	// that failed or were retried with this cause; Total sums them.
+	Attempts []int64
+	Total    int64
+}
+
+// FailureWindow is what Failures reads: causes over [Since, Since +
+// Buckets×Bucket), optionally for one source.
+type FailureWindow struct {
+	Since   time.Time
+	Bucket  time.Duration
+	Buckets int
+	Source  string // "" for every source
+}
+
+// Failures groups failures by cause: the envelopes failed now, and the
+// failed or retried attempts per bucket of w. Causes are ordered by failed
+// envelopes, then by attempts in the window, then by name. Both statements use partial
+// indexes on the failures only (migrations 00172 and 00176), so they cost
+// what there is to count, not the size of the inbox.
+func Failures(ctx context.Context, q Querier, w FailureWindow) ([]CauseCount, error) {
+	if w.Bucket <= 0 || w.Buckets <= 0 || w.Buckets > 1000 {
+		return nil, fmt.Errorf("failures: want a positive bucket and 1 to 1000 buckets")
+	}
+	byCause := map[string]*CauseCount{}
+	get := func(cause string) *CauseCount {
+		c, ok := byCause[cause]
+		if !ok {
+			c = &CauseCount{Cause: cause, Attempts: make([]int64, w.Buckets)}
+			byCause[cause] = c
+		}
+		return c
+	}
+	rows, err := q.Query(ctx, `
+		SELECT g.cause, g.n, g.latest, coalesce((SELECT last_error FROM envelope WHERE id = g.latest), '')
+		  FROM (SELECT coalesce(last_cause, '') AS cause, count(*) AS n, max(id) AS latest
+		          FROM envelope
+		         WHERE status = $1 AND ($2 = '' OR source = $2)
+		         GROUP BY 1) g
+		 ORDER BY g.n DESC, g.cause`, StatusFailed, w.Source)
+	if err != nil {
+		return nil, fmt.Errorf("count failures by cause: %w", err)
+	}
+	var cause, latestErr string
+	var n, latest int64
+	if _, err := pgx.ForEachRow(rows, []any{&cause, &n, &latest, &latestErr}, func() error {
+		c := get(cause)
+		c.Failed, c.LatestID, c.LatestError = n, latest, latestErr
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count failures by cause: %w", err)
+	}
+	rows, err = q.Query(ctx, `
+		SELECT coalesce(a.cause, ''),
+		       floor(extract(epoch FROM a.finished_at - $1::timestamptz) / $2::float8)::int AS bucket,
+		       count(*)
+		  FROM envelope_attempt a
+		 WHERE a.outcome IN ('failed', 'retry')
+		   AND a.finished_at >= $1::timestamptz
+		   AND a.finished_at < $1::timestamptz + make_interval(secs => $2::float8 * $3)
+		   AND ($4 = '' OR EXISTS (SELECT 1 FROM envelope e WHERE e.id = a.envelope_id AND e.source = $4))
+		 GROUP BY 1, 2`, w.Since, w.Bucket.Seconds(), w.Buckets, w.Source)
+	if err != nil {
+		return nil, fmt.Errorf("count failed attempts by cause: %w", err)
+	}
+	var bucket int
+	if _, err := pgx.ForEachRow(rows, []any{&cause, &bucket, &n}, func() error {
+		if bucket >= 0 && bucket < w.Buckets {
+			c := get(cause)
+			c.Attempts[bucket] += n
+			c.Total += n
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count failed attempts by cause: %w", err)
+	}
+	out := make([]CauseCount, 0, len(byCause))
+	for _, c := range byCause {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b CauseCount) int {
+		return cmp.Or(cmp.Compare(b.Failed, a.Failed), cmp.Compare(b.Total, a.Total), cmp.Compare(a.Cause, b.Cause))
+	})
+	return out, nil
+}
+
+// ReplayRun is one replay run: the envelope_replay rows of one batch id (a
+// row without one, from before batch ids, is a run of its own).
+type ReplayRun struct {
+	BatchID   string // "" for a row without one
+	Actor     string
+	Reason    string
+	Envelopes int64
+	First     time.Time
+	Last      time.Time
+	// FirstEnvelopeID is the lowest envelope id the run replayed.
+	FirstEnvelopeID int64
+}
+
+// RecentReplayRuns returns the newest limit replay runs, newest first.
+func RecentReplayRuns(ctx context.Context, q Querier, limit int) ([]ReplayRun, error) {
+	rows, err := q.Query(ctx, `
+		SELECT coalesce(batch_id::text, ''), min(actor), min(reason), count(*), min(replayed_at), max(replayed_at), min(envelope_id)
+		  FROM envelope_replay
+		 WHERE replayed_at >= (SELECT coalesce(min(t.replayed_at), now())
+		                         FROM (SELECT replayed_at FROM envelope_replay ORDER BY replayed_at DESC LIMIT 10000) t)
+		 GROUP BY coalesce(batch_id::text, id::text), batch_id
+		 ORDER BY max(replayed_at) DESC
+		 LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list replay runs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ReplayRun, error) {
+		var x ReplayRun
+		err := r.Scan(&x.BatchID, &x.Actor, &x.Reason, &x.Envelopes, &x.First, &x.Last, &x.FirstEnvelopeID)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list replay runs: %w", err)
+	}
+	return out, nil
+}
+
+// OfJob returns the envelope River job id processes: ErrNotFound when there
+// is no such job, or it is not a process_envelope job.
+func OfJob(ctx context.Context, q Querier, jobID int64) (int64, error) {
+	var id int64
+	err := q.QueryRow(ctx, `SELECT (args->>'envelope_id')::bigint FROM river_job WHERE id = $1 AND kind = $2`,
+		jobID, ProcessArgs{}.Kind()).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrNotFound
+	}
+	if err != nil {
+		return 0, fmt.Errorf("find job %d: %w", jobID, err)
+	}
+	return id, nil
+}
