@@ -110,8 +110,10 @@ func (b Batching) Connections() int {
 type ProcessWorker struct {
 	river.WorkerDefaults[envelope.ProcessArgs]
 
-	Pool     *pgxpool.Pool
-	Registry *handlers.Registry
+	Pool *pgxpool.Pool
+	// Registry routes each envelope to its handler (handlers.Resolve): a
+	// *handlers.Registry, or a decorator of one (forwarding, accounts).
+	Registry handlers.Router
 	Policy   Policy
 	Batching Batching
 	Logger   *slog.Logger
@@ -165,7 +167,7 @@ var errBusy = errors.New("envelope row held by another transaction")
 func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.ProcessArgs]) error {
 	w.init()
 	lane := w.batched
-	if w.Registry.HasSourceRoutes(job.Args.Source) {
+	if w.Registry.Outbound(job.Args.Source) {
 		lane = w.unbatched
 	}
 	verdict, err := lane.Do(ctx, job)
@@ -433,7 +435,7 @@ func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoin
 	}
 	if a.throttled != nil {
 		a.handlerErr = a.throttled
-	} else if h, ok := w.Registry.LookupEnvelope(env); !ok {
+	} else if h, ok := handlers.Resolve(w.Registry, env); !ok {
 		a.outcomeLog = "ignored"
 		rec.Status, rec.Attempt.Outcome = envelope.StatusIgnored, envelope.OutcomeIgnored
 		event := env.EventType
