@@ -1,15 +1,13 @@
 package main
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/cli"
-	"github.com/inboxhq/inbox/internal/envelope"
-	"github.com/inboxhq/inbox/internal/labels"
 )
 
 // filterFlags are the selection flags replay and envelopes list share.
@@ -40,50 +38,26 @@ func addFilterFlags(fs *cli.Flags) *filterFlags {
 	return ff
 }
 
-// filter returns the Filter of the flags and ids. It parses the flags'
-// strings; checking the Filter is its request's Validate (admin.ListRequest,
-// admin.ReplayRequest). A --cause must be one this build records
-// (labels.Causes), which is stricter than Validate's well-formed code.
+// filter returns the validated Filter of the flags and ids; a wrong flag's
+// error names it (--since: ...), as the console names its parameter.
 func (ff *filterFlags) filter(ids []int64) (admin.Filter, error) {
-	f := admin.Filter{
+	f, err := admin.FilterInput{
 		IDs:        ids,
 		Source:     *ff.source,
-		Status:     envelope.Status(*ff.status),
+		Status:     *ff.status,
 		EventType:  *ff.eventType,
 		DeliveryID: *ff.deliveryID,
 		Cause:      *ff.cause,
+		Since:      *ff.since,
+		Until:      *ff.until,
+		Contains:   ff.contains,
+		Fields:     ff.fields,
+		Headers:    ff.headers,
+	}.Parse()
+	if ie := (*admin.InputError)(nil); errors.As(err, &ie) {
+		return f, fmt.Errorf("--%w", ie)
 	}
-	if f.Cause != "" && !labels.KnownCause(labels.Cause(f.Cause)) {
-		return f, fmt.Errorf("--cause %q: want one of %s", f.Cause, causeList())
-	}
-	for _, c := range ff.contains {
-		f.Contains = append(f.Contains, json.RawMessage(c)) // Validate says if it is not a JSON object
-	}
-	for _, fl := range ff.fields {
-		c, err := admin.ParseField(fl)
-		if err != nil {
-			return f, fmt.Errorf("--field: %w", err)
-		}
-		f.Contains = append(f.Contains, c)
-	}
-	for _, h := range ff.headers {
-		name, value, ok := strings.Cut(h, "=")
-		if !ok || strings.TrimSpace(name) == "" {
-			return f, fmt.Errorf("--header %q: want Name=value, such as X-GitHub-Event=push", h)
-		}
-		if f.Headers == nil {
-			f.Headers = map[string]string{}
-		}
-		f.Headers[strings.TrimSpace(name)] = value
-	}
-	var err error
-	if f.Since, err = admin.ParseBound(*ff.since); err != nil {
-		return f, fmt.Errorf("--since: %w", err)
-	}
-	if f.Until, err = admin.ParseBound(*ff.until); err != nil {
-		return f, fmt.Errorf("--until: %w", err)
-	}
-	return f, nil // the request's Validate checks it, with the rest
+	return f, err
 }
 
 // parseIDs reads envelope ids, positive integers.
@@ -97,13 +71,4 @@ func parseIDs(args []string) ([]int64, error) {
 		ids = append(ids, id)
 	}
 	return ids, nil
-}
-
-// causeList is the known causes, comma-separated.
-func causeList() string {
-	names := make([]string, len(labels.Causes))
-	for i, c := range labels.Causes {
-		names[i] = string(c)
-	}
-	return strings.Join(names, ", ")
 }

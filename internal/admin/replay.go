@@ -328,7 +328,9 @@ func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchO
 			out.skipped = append(out.skipped, id)
 			continue
 		}
-		params = append(params, river.InsertManyParams{Args: envelope.ProcessArgs{EnvelopeID: id, Source: sources[id]}})
+		// River's default limit: the worker bounds the attempts by the
+		// source's max_attempts (envelope.ProcessJob).
+		params = append(params, envelope.ProcessJob(id, sources[id], 0))
 	}
 	var replayIDs, jobIDs []int64
 	var priors []string

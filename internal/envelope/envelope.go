@@ -2,6 +2,16 @@
 // status, and its PostgreSQL store (insert together with the processing job,
 // load, record attempts and outcomes, list, replay).
 //
+// Every processing job is inserted by ProcessJob, whichever path enqueues it
+// (Store.Insert for ingest and backfill, the admin replay, the worker's
+// reconcile). The job's max_attempts is only River's backstop: the source's
+// max_attempts where the path knows it (Store.Insert), River's default (25)
+// where it does not (replay, reconcile). Whether an attempt exhausts the
+// envelope is decided in one place, the worker's decision, from the
+// source's max_attempts in the worker's own configuration and the job's:
+// the lower one applies, so a replayed or reconciled envelope is bounded
+// like a fresh one.
+//
 // It may import provider and ledger; it must not import handlers, worker or
 // ingest.
 package envelope

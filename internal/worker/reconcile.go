@@ -113,7 +113,10 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) (fa
 				failed++
 				continue
 			}
-			if _, err := client.InsertTx(ctx, tx, envelope.ProcessArgs{EnvelopeID: o.id, Source: o.source}, nil); err != nil {
+			// River's default limit: decide bounds the attempts by the
+			// source's max_attempts.
+			job := envelope.ProcessJob(o.id, o.source, 0)
+			if _, err := client.InsertTx(ctx, tx, job.Args, job.InsertOpts); err != nil {
 				return fmt.Errorf("enqueue envelope %d: %w", o.id, err)
 			}
 			enqueued++
