@@ -9,8 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/backfill"
+	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -49,128 +52,119 @@ flags:
 `
 
 func runBackfill(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlags("worker backfill", backfillUsage, getenv, stderr)
-	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file (the one ingest reads)")
-	sourceName := fs.String("source", "", "", "the source to backfill (required)")
-	sinceFlag := fs.String("since", "", "", "window start: a duration meaning that long ago (96h, 7d) or an RFC 3339 time (required unless --resume)")
-	dryRun := fs.Bool("dry-run", false, "list what is missing; store (or redeliver) nothing")
-	actor := fs.String("actor", "", "", "who: stored in backfill_run (default: the OS user)")
-	resume := fs.Int("resume", "", 0, "continue this backfill_run (same window, same Stripe accounts; give --dry-run again for a dry run) from its last recorded page")
-	asJSON := fs.Bool("json", false, "print one JSON document")
-	deleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "the workers' --purge-delete-after: a --since older than that is refused (deleted envelopes look never delivered)")
-	force := fs.Bool("force", false, "run a --since older than --purge-delete-after anyway (events whose envelopes were purged are stored and processed again)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	return adminCommand[backfill.Request, backfill.Result]{
+		name:  "backfill",
+		usage: backfillUsage,
+		flags: func(fs *cli.Flags) func([]string) (backfill.Request, error) {
+			cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file (the one ingest reads)")
+			sourceName := fs.String("source", "", "", "the source to backfill (required)")
+			sinceFlag := fs.String("since", "", "", "window start: a duration meaning that long ago (96h, 7d) or an RFC 3339 time (required unless --resume)")
+			dryRun := fs.Bool("dry-run", false, "list what is missing; store (or redeliver) nothing")
+			actor := fs.String("actor", "", "", "who: stored in backfill_run (default: the OS user)")
+			resume := fs.Int("resume", "", 0, "continue this backfill_run (same window, same Stripe accounts; give --dry-run again for a dry run) from its last recorded page")
+			deleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "the workers' --purge-delete-after: a --since older than that is refused (deleted envelopes look never delivered)")
+			force := fs.Bool("force", false, "run a --since older than --purge-delete-after anyway (events whose envelopes were purged are stored and processed again)")
+			return func([]string) (backfill.Request, error) {
+				return backfillRequest(backfillFlags{cfgPath: *cfgPath, source: *sourceName, since: *sinceFlag, dryRun: *dryRun,
+					actor: *actor, resume: *resume, deleteAfter: *deleteAfter, force: *force}, getenv, stderr)
+			}
+		},
+		exec: func(ctx context.Context, pool *pgxpool.Pool, req backfill.Request) (backfill.Result, error) {
+			client, err := envelope.NewInsertClient(pool, adminLogger(stderr))
+			if err != nil {
+				return backfill.Result{}, err
+			}
+			// No logger: the summary and the error say it all, once.
+			runner := &backfill.Runner{Store: envelope.NewStore(pool, client)}
+			prog := &backfillProgress{w: stderr, every: 2 * time.Second}
+			req.ProgressFunc = prog.update
+			res, err := runner.Run(ctx, req)
+			prog.finish()
+			switch {
+			case err == nil || res.RunID == 0 || res.Status == backfill.StatusDone:
+				return res, err
+			case res.Provider == provider.GitHub:
+				// A GitHub run is not resumed: a new one lists the deliveries
+				// again and redelivers only what still has no envelope.
+				return res, fmt.Errorf("%w (what is reported above was redelivered; run again with: worker backfill --source %s --since %s)", err, res.Source, res.Since.UTC().Format(time.RFC3339))
+			default:
+				dry := ""
+				if res.DryRun {
+					dry = " --dry-run"
+				}
+				return res, fmt.Errorf("%w (what is reported above is stored; continue with: worker backfill --source %s --resume %d%s)", err, res.Source, res.RunID, dry)
+			}
+		},
+		// A run that has its backfill_run row reports it, also when it failed.
+		partial: func(res backfill.Result) bool { return res.RunID != 0 },
+		text:    func(w io.Writer, _ backfill.Request, res backfill.Result) error { return printBackfill(w, res) },
+	}.run(ctx, args, getenv, stdout, stderr)
+}
+
+// backfillFlags are backfill's flags, as given.
+type backfillFlags struct {
+	cfgPath, source, since, actor string
+	dryRun, force                 bool
+	resume                        int
+	deleteAfter                   time.Duration
+}
+
+// backfillRequest turns the flags into the request, checked (the source's
+// own abilities by backfill.Request.Validate). A sources file that does
+// not load is an inputError.
+func backfillRequest(fl backfillFlags, getenv func(string) string, stderr io.Writer) (backfill.Request, error) {
+	var req backfill.Request
+	switch {
+	case fl.source == "":
+		return req, errors.New("--source is required")
+	case fl.cfgPath == "":
+		return req, errors.New("--config (or INBOX_CONFIG) is required: the source's provider and API credentials are there")
+	case (fl.since == "") == (fl.resume == 0):
+		return req, errors.New("give --since (a new run) or --resume ID (an earlier one), not both")
+	case fl.resume < 0:
+		return req, fmt.Errorf("--resume %d: want a backfill_run id", fl.resume)
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("backfill: unexpected argument %q", fs.Arg(0))}
-	}
-	if *sourceName == "" {
-		return usageError{errors.New("backfill: --source is required")}
-	}
-	if *cfgPath == "" {
-		return usageError{errors.New("backfill: --config (or INBOX_CONFIG) is required: the source's provider and API credentials are there")}
-	}
-	if (*sinceFlag == "") == (*resume == 0) {
-		return usageError{errors.New("backfill: give --since (a new run) or --resume ID (an earlier one), not both")}
-	}
-	if *resume < 0 {
-		return usageError{fmt.Errorf("backfill: --resume %d: want a backfill_run id", *resume)}
-	}
-	var since time.Time
-	if *sinceFlag != "" {
-		b, err := admin.ParseBound(*sinceFlag)
+	if fl.since != "" {
+		b, err := admin.ParseBound(fl.since)
 		if err != nil {
-			return usageError{fmt.Errorf("backfill: --since: %w", err)}
+			return req, fmt.Errorf("--since: %w", err)
 		}
-		since = b.At
+		req.Since = b.At
 		if b.Ago > 0 {
-			since = time.Now().Add(-b.Ago)
+			req.Since = time.Now().Add(-b.Ago)
 		}
-		if !since.Before(time.Now()) {
-			return usageError{fmt.Errorf("backfill: --since %s is not in the past", *sinceFlag)}
+		if !req.Since.Before(time.Now()) {
+			return req, fmt.Errorf("--since %s is not in the past", fl.since)
 		}
-		if horizon := time.Now().Add(-*deleteAfter); since.Before(horizon) {
-			if !*force {
-				return usageError{fmt.Errorf("backfill: --since %s is older than the purge's delete horizon (--purge-delete-after %s, %s): envelopes processed before it may be deleted, and their events would look never delivered and be stored and processed again; give a later --since, or --force", *sinceFlag, *deleteAfter, fmtTime(horizon))}
+		if horizon := time.Now().Add(-fl.deleteAfter); req.Since.Before(horizon) {
+			if !fl.force {
+				return req, fmt.Errorf("--since %s is older than the purge's delete horizon (--purge-delete-after %s, %s): envelopes processed before it may be deleted, and their events would look never delivered and be stored and processed again; give a later --since, or --force", fl.since, fl.deleteAfter, fmtTime(horizon))
 			}
 			fmt.Fprintf(stderr, "warning: --since is older than the purge's delete horizon %s (--force): events whose envelopes were purged are stored and processed again\n", fmtTime(horizon))
 		}
 	}
-	who := *actor
-	if who == "" {
-		who = currentActor(getenv)
+	req.DryRun, req.Resume, req.Actor = fl.dryRun, int64(fl.resume), cmp.Or(fl.actor, currentActor(getenv))
+	if strings.TrimSpace(req.Actor) == "" {
+		return req, errors.New("cannot tell who you are: pass --actor")
 	}
-	if strings.TrimSpace(who) == "" {
-		return usageError{errors.New("backfill: cannot tell who you are: pass --actor")}
-	}
-	cfg, err := config.Load(*cfgPath, getenv)
+	cfg, err := config.Load(fl.cfgPath, getenv)
 	if err != nil {
-		return err
+		return req, inputError{err}
 	}
-	src := cfg.Sources[*sourceName]
-	switch {
-	case src == nil:
-		return usageError{fmt.Errorf("backfill: no source %q in %s (sources: %s)", *sourceName, *cfgPath, strings.Join(cfg.Names(), ", "))}
-	case src.Provider == provider.Shopify:
-		return usageError{fmt.Errorf("backfill: source %q is a Shopify source: %w", src.Name, config.ErrNoDeliveryLog)}
-	case !config.BackfillSupported(src.Provider):
-		return usageError{fmt.Errorf("backfill: source %q: provider %s keeps no event log to list; only stripe and github sources can be backfilled", src.Name, src.Provider)}
-	case src.Backfill == nil:
-		return usageError{fmt.Errorf("backfill: source %q has no backfill section in %s: add api_key (stripe) or token, repo and hook_id (github); see docs/operations.md", src.Name, *cfgPath)}
+	if req.Source = cfg.Sources[fl.source]; req.Source == nil {
+		return req, fmt.Errorf("no source %q in %s (sources: %s)", fl.source, fl.cfgPath, strings.Join(cfg.Names(), ", "))
+	}
+	if err := req.Validate(); err != nil {
+		return req, err
 	}
 	switch {
-	case since.IsZero():
-	case src.Provider == provider.Stripe && time.Since(since) > 30*24*time.Hour:
+	case req.Since.IsZero():
+	case req.Source.Provider == provider.Stripe && time.Since(req.Since) > 30*24*time.Hour:
 		fmt.Fprintln(stderr, "note: Stripe keeps events for 30 days: older ones cannot be listed")
-	case src.Provider == provider.GitHub && time.Since(since) > 3*24*time.Hour:
+	case req.Source.Provider == provider.GitHub && time.Since(req.Since) > 3*24*time.Hour:
 		fmt.Fprintln(stderr, "note: GitHub keeps a hook's deliveries for 3 days: older ones cannot be listed or redelivered")
 	}
-
-	pool, err := openPool(ctx, getenv)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	client, err := envelope.NewInsertClient(pool, adminLogger(stderr))
-	if err != nil {
-		return err
-	}
-	// No logger: the summary and the error say it all, once.
-	runner := &backfill.Runner{Store: envelope.NewStore(pool, client)}
-	prog := &backfillProgress{w: stderr, every: 2 * time.Second}
-	res, err := runner.Run(ctx, backfill.Request{
-		Source: src, Since: since, DryRun: *dryRun, Actor: who, Resume: int64(*resume), ProgressFunc: prog.update,
-	})
-	prog.finish()
-	if res.RunID == 0 {
-		if err != nil && errors.Is(err, backfill.ErrUnsupported) {
-			return usageError{err}
-		}
-		return err
-	}
-	if *asJSON {
-		if jerr := writeJSON(stdout, res); jerr != nil && err == nil {
-			err = jerr
-		}
-		return err
-	}
-	if perr := printBackfill(stdout, res); perr != nil && err == nil {
-		err = perr
-	}
-	if err != nil && res.Status != backfill.StatusDone {
-		if res.Provider == provider.GitHub {
-			// A GitHub run is not resumed: a new one lists the deliveries
-			// again and redelivers only what still has no envelope.
-			return fmt.Errorf("%w (what is reported above was redelivered; run again with: worker backfill --source %s --since %s)", err, res.Source, res.Since.UTC().Format(time.RFC3339))
-		}
-		dry := ""
-		if res.DryRun {
-			dry = " --dry-run"
-		}
-		return fmt.Errorf("%w (what is reported above is stored; continue with: worker backfill --source %s --resume %d%s)", err, res.Source, res.RunID, dry)
-	}
-	return err
+	return req, nil
 }
 
 // backfillProgress prints a line per page, at most one per interval.

@@ -77,8 +77,8 @@ func TestBackfillUsageErrorsExitWithStatus2(t *testing.T) {
 		{"since and resume", []string{"--source", "stripe", "--since", "1h", "--resume", "3"}, "not both"},
 		{"bad since", []string{"--source", "stripe", "--since", "yesterday"}, "--since"},
 		{"unknown source", []string{"--source", "nope", "--since", "1h"}, `no source "nope"`},
-		{"shopify", []string{"--source", "shop", "--since", "1h"}, "Shopify source: the provider keeps no log of events or deliveries"},
-		{"not configured", []string{"--source", "nolog", "--since", "1h"}, "has no backfill section"},
+		{"shopify", []string{"--source", "shop", "--since", "1h"}, `cannot backfill source "shop": the provider keeps no log of events or deliveries`},
+		{"not configured", []string{"--source", "nolog", "--since", "1h"}, `no backfill section for source "nolog"`},
 		{"since before the delete horizon", []string{"--source", "stripe", "--since", "100d"}, "older than the purge's delete horizon (--purge-delete-after 2160h0m0s"},
 		{"since before a shorter delete horizon", []string{"--source", "stripe", "--since", "3h", "--purge-delete-after", "2h"}, "older than the purge's delete horizon"},
 	} {

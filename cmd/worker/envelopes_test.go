@@ -52,7 +52,7 @@ func TestEnvelopesList(t *testing.T) {
 		{[]string{"envelopes", "frob"}, `unknown subcommand "frob"`},
 		{[]string{"envelopes", "list", "--bogus"}, "not defined: -bogus"},
 		{[]string{"envelopes", "list", "--limit", "0"}, "--limit 0"},
-		{[]string{"envelopes", "list", "--before-id", "-1"}, "--before-id"},
+		{[]string{"envelopes", "list", "--before-id", "-1"}, "before-id must be positive"},
 		{[]string{"envelopes", "list", "--status", "nope"}, `status "nope"`},
 		{[]string{"envelopes", "list", "--since", "soon"}, "--since"},
 		{[]string{"envelopes", "list", "12"}, "unexpected argument"},

@@ -8,6 +8,11 @@
 //	worker stats                counts, oldest pending, failures, duplicates
 //	worker purge [--dry-run]    retention: drop old bodies, delete old tombstones
 //	worker backfill ...         recover events the provider never delivered
+//
+// Every admin subcommand (all but run) is an adminCommand (command.go): its
+// flags, turned into the library's request and checked by the library's own
+// validation (a usage error, exit status 2), one pool, the library's call,
+// JSON (--json) or text.
 package main
 
 import (

@@ -38,7 +38,7 @@ func TestPurgeRejectsBadFlagsWithExitStatus2(t *testing.T) {
 		{"unknown flag", nil, []string{"--nope"}, "flag provided but not defined"},
 		{"extra argument", nil, []string{"now"}, `unexpected argument "now"`},
 		{"zero body-after", nil, []string{"--body-after", "0s"}, "--body-after must be positive"},
-		{"negative delete-after", nil, []string{"--delete-after", "-1h"}, "--delete-after must be positive"},
+		{"negative delete-after", nil, []string{"--delete-after", "-1h"}, "delete-after -1h must be positive"},
 		{"zero batch size", nil, []string{"--batch-size", "0"}, "--batch-size must be positive"},
 		{"tombstones shorter than bodies", nil, []string{"--body-after", "48h", "--delete-after", "24h"}, "delete-after 1d is shorter than body-after 2d"},
 		{"not a duration", nil, []string{"--body-after", "30 days"}, "invalid value"},

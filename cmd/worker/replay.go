@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/term"
 
 	"github.com/inboxhq/inbox/internal/admin"
@@ -41,135 +40,135 @@ examples:
 flags:
 `
 
+// replayRequest is a replay or, with dryRun, its dry run.
+type replayRequest struct {
+	dryRun bool
+	admin.ReplayRequest
+}
+
+// replayResult is what a replay or its dry run did.
+type replayResult struct {
+	dryRun bool
+	dry    admin.DryRunResult
+	run    admin.ReplayResult
+}
+
 func runReplay(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlags("worker replay", replayUsage, getenv, stderr)
-	ff := addFilterFlags(fs)
-	reason := fs.String("reason", "", "", "why: stored with every replayed envelope (required, except with --dry-run)")
-	actor := fs.String("actor", "", "", "who: stored with every replayed envelope (default: the OS user)")
-	dryRun := fs.Bool("dry-run", false, "print how many envelopes match and the first 10; change nothing")
-	batchSize := fs.Int("batch-size", "", admin.DefaultBatchSize, fmt.Sprintf("envelopes per transaction (1 to %d)", admin.MaxBatchSize))
-	limit := fs.Int("limit", "", 0, "replay at most this many envelopes (0: no cap)")
-	asJSON := fs.Bool("json", false, "print one JSON document")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return usageError{err}
-	}
-	ids, err := parseIDs(pos)
-	if err != nil {
-		return usageError{err}
-	}
-	f, err := ff.filter(ids)
-	if err != nil {
-		return usageError{err}
-	}
-	if f.IsEmpty() {
-		return usageError{errors.New("replay: name envelope ids or select with at least one filter flag (--source, --status, --event-type, --since, --until, --delivery-id)")}
-	}
-	if *batchSize < 1 || *batchSize > admin.MaxBatchSize {
-		return usageError{fmt.Errorf("--batch-size %d: want 1 to %d", *batchSize, admin.MaxBatchSize)}
-	}
-	if *limit < 0 {
-		return usageError{fmt.Errorf("--limit %d: must not be negative", *limit)}
-	}
-	if !*dryRun && strings.TrimSpace(*reason) == "" {
-		return usageError{errors.New("replay: --reason is required (it is stored with every replayed envelope)")}
-	}
-	who := *actor
-	if who == "" {
-		who = currentActor(getenv)
-	}
-	if !*dryRun && strings.TrimSpace(who) == "" {
-		return usageError{errors.New("replay: cannot tell who you are: pass --actor")}
-	}
-
-	stopTracing, err := tracing.Setup(ctx, "inbox-admin", getenv, adminLogger(stderr))
-	if err != nil {
-		return usageError{err}
-	}
-	defer tracing.Flush(stopTracing, adminLogger(stderr))
-	pool, err := openPool(ctx, getenv)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-
-	if *dryRun {
-		res, err := admin.DryRun(ctx, pool, f, *limit)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(stdout, struct {
+	return adminCommand[replayRequest, replayResult]{
+		name:       "replay",
+		usage:      replayUsage,
+		positional: true,
+		flags: func(fs *cli.Flags) func([]string) (replayRequest, error) {
+			ff := addFilterFlags(fs)
+			reason := fs.String("reason", "", "", "why: stored with every replayed envelope (required, except with --dry-run)")
+			actor := fs.String("actor", "", "", "who: stored with every replayed envelope (default: the OS user)")
+			dryRun := fs.Bool("dry-run", false, "print how many envelopes match and the first 10; change nothing")
+			batchSize := fs.Int("batch-size", "", admin.DefaultBatchSize, fmt.Sprintf("envelopes per transaction (1 to %d)", admin.MaxBatchSize))
+			limit := fs.Int("limit", "", 0, "replay at most this many envelopes (0: no cap)")
+			return func(pos []string) (replayRequest, error) {
+				ids, err := parseIDs(pos)
+				if err != nil {
+					return replayRequest{}, err
+				}
+				f, err := ff.filter(ids)
+				if err != nil {
+					return replayRequest{}, err
+				}
+				if *batchSize == 0 { // 0 is the library's default; typed, a mistake
+					return replayRequest{}, fmt.Errorf("--batch-size 0: want 1 to %d", admin.MaxBatchSize)
+				}
+				who := *actor
+				if who == "" {
+					who = currentActor(getenv)
+				}
+				req := replayRequest{dryRun: *dryRun, ReplayRequest: admin.ReplayRequest{
+					Filter: f, Actor: who, Reason: *reason, BatchSize: *batchSize, Limit: *limit}}
+				if req.dryRun {
+					return req, req.ValidateSelection()
+				}
+				return req, req.Validate()
+			}
+		},
+		exec: func(ctx context.Context, pool *pgxpool.Pool, req replayRequest) (replayResult, error) {
+			res := replayResult{dryRun: req.dryRun}
+			stopTracing, err := tracing.Setup(ctx, "inbox-admin", getenv, adminLogger(stderr))
+			if err != nil {
+				return res, usageError{err}
+			}
+			defer tracing.Flush(stopTracing, adminLogger(stderr))
+			if req.dryRun {
+				res.dry, err = admin.DryRun(ctx, pool, req.Filter, req.Limit)
+				return res, err
+			}
+			client, err := envelope.NewInsertClient(pool, adminLogger(stderr))
+			if err != nil {
+				return res, err
+			}
+			// Raw: the bar's carriage return and erase-line must reach the
+			// terminal as controls; the bar holds nothing but numbers and
+			// this program's words.
+			bar := newProgress(cli.Raw(stderr), time.Now())
+			req.ProgressFunc = bar.update
+			res.run, err = admin.Replay(ctx, pool, client, req.ReplayRequest)
+			bar.finish()
+			return res, err
+		},
+		// A run that committed batches, or was interrupted, reports them.
+		partial: func(res replayResult) bool { return !res.dryRun && (res.run.Batches > 0 || res.run.Interrupted) },
+		json: func(_ replayRequest, res replayResult) any {
+			if res.dryRun {
+				return struct {
+					DryRun bool `json:"dry_run"`
+					admin.DryRunResult
+				}{true, res.dry}
+			}
+			return struct {
 				DryRun bool `json:"dry_run"`
-				admin.DryRunResult
-			}{true, res})
-		}
-		tw := newTable(stdout)
-		fmt.Fprintln(tw, "dry run:\tnothing changed")
-		fmt.Fprintf(tw, "matched\t%d\n", res.Matched)
-		fmt.Fprintf(tw, "already queued\t%d (would be skipped)\n", res.AlreadyQueued)
-		fmt.Fprintf(tw, "would replay\t%d\n", res.WouldReplay)
-		if err := tw.Flush(); err != nil {
+				admin.ReplayResult
+			}{false, res.run}
+		},
+		text: writeReplay,
+	}.run(ctx, args, getenv, stdout, stderr)
+}
+
+func writeReplay(w io.Writer, req replayRequest, res replayResult) error {
+	kv := newKeyValues(w)
+	if res.dryRun {
+		d := res.dry
+		kv.add("dry run:", "nothing changed")
+		kv.add("matched", "%d", d.Matched)
+		kv.add("already queued", "%d (would be skipped)", d.AlreadyQueued)
+		kv.add("would replay", "%d", d.WouldReplay)
+		if err := kv.flush(); err != nil {
 			return err
 		}
-		if len(res.Sample) > 0 {
-			fmt.Fprintf(stdout, "\nfirst %d by id:\n", len(res.Sample))
-			return writeSummaries(stdout, res.Sample)
+		if len(d.Sample) > 0 {
+			fmt.Fprintf(w, "\nfirst %d by id:\n", len(d.Sample))
+			return writeSummaries(w, d.Sample)
 		}
 		return nil
 	}
-
-	client, err := envelope.NewInsertClient(pool, adminLogger(stderr))
-	if err != nil {
-		return err
-	}
-	req := admin.ReplayRequest{Filter: f, Actor: who, Reason: *reason, BatchSize: *batchSize, Limit: *limit}
-	// Raw: the bar's carriage return and erase-line must reach the terminal
-	// as controls; the bar holds nothing but numbers and this program's words.
-	bar := newProgress(cli.Raw(stderr), time.Now())
-	req.ProgressFunc = bar.update
-	res, err := admin.Replay(ctx, pool, client, req)
-	bar.finish()
-	if err != nil && res.Batches == 0 && !res.Interrupted {
-		return err // nothing committed: no summary to print
-	}
-	if *asJSON {
-		if jerr := writeJSON(stdout, struct {
-			DryRun bool `json:"dry_run"`
-			admin.ReplayResult
-		}{false, res}); jerr != nil && err == nil {
-			err = jerr
-		}
-		return err
-	}
-	tw := newTable(stdout)
-	fmt.Fprintf(tw, "batch id\t%s\n", res.BatchID)
-	fmt.Fprintf(tw, "matched\t%d\n", res.Matched)
-	fmt.Fprintf(tw, "replayed\t%d\n", res.Replayed)
-	fmt.Fprintf(tw, "skipped\t%d (already queued)\n", res.Skipped)
-	fmt.Fprintf(tw, "batches\t%d\n", res.Batches)
-	fmt.Fprintf(tw, "duration\t%s\n", res.Duration.Round(time.Millisecond))
-	if res.Skipped > 0 {
-		s := make([]string, len(res.SkippedIDs))
-		for i, id := range res.SkippedIDs {
-			s[i] = strconv.FormatInt(id, 10)
-		}
+	r := res.run
+	kv.add("batch id", "%s", r.BatchID)
+	kv.add("matched", "%d", r.Matched)
+	kv.add("replayed", "%d", r.Replayed)
+	kv.add("skipped", "%d (already queued)", r.Skipped)
+	kv.add("batches", "%d", r.Batches)
+	kv.add("duration", "%s", r.Duration.Round(time.Millisecond))
+	if r.Skipped > 0 {
 		more := ""
-		if res.Skipped > len(res.SkippedIDs) {
-			more = fmt.Sprintf(" (and %d more)", res.Skipped-len(res.SkippedIDs))
+		if r.Skipped > len(r.SkippedIDs) {
+			more = fmt.Sprintf(" (and %d more)", r.Skipped-len(r.SkippedIDs))
 		}
-		fmt.Fprintf(tw, "skipped ids\t%s%s\n", strings.Join(s, " "), more)
+		kv.add("skipped ids", "%s%s", admin.JoinIDs(r.SkippedIDs, " "), more)
 	}
-	if res.LimitReached {
-		fmt.Fprintf(tw, "limit\treached (--limit %d): run again to replay more\n", *limit)
+	if r.LimitReached {
+		kv.add("limit", "reached (--limit %d): run again to replay more", req.Limit)
 	}
-	if res.Interrupted {
-		fmt.Fprintf(tw, "interrupted\tyes: %d replayed before it, the batch in flight rolled back\n", res.Replayed)
+	if r.Interrupted {
+		kv.add("interrupted", "yes: %d replayed before it, the batch in flight rolled back", r.Replayed)
 	}
-	if ferr := tw.Flush(); ferr != nil && err == nil {
-		err = ferr
-	}
-	return err
+	return kv.flush()
 }
 
 // progress shows a replay's progress on stderr: on a terminal one line

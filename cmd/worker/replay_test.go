@@ -194,9 +194,9 @@ func TestReplayCommandErrors(t *testing.T) {
 		msg  string
 	}{
 		{"unknown flag", []string{"replay", "--bogus"}, 2, "flag provided but not defined: -bogus"},
-		{"missing reason", []string{"replay", admItoa(ids[0])}, 2, "--reason is required"},
-		{"blank reason", []string{"replay", "--reason", " ", admItoa(ids[0])}, 2, "--reason is required"},
-		{"no selection", []string{"replay", "--reason", "x"}, 2, "at least one filter flag"},
+		{"missing reason", []string{"replay", admItoa(ids[0])}, 2, "a reason is required"},
+		{"blank reason", []string{"replay", "--reason", " ", admItoa(ids[0])}, 2, "a reason is required"},
+		{"no selection", []string{"replay", "--reason", "x"}, 2, "at least one filter"},
 		{"bad status", []string{"replay", "--reason", "x", "--status", "weird"}, 2, `status "weird"`},
 		{"bad since", []string{"replay", "--reason", "x", "--since", "yesterday"}, 2, "--since:"},
 		{"bad until", []string{"replay", "--reason", "x", "--source", "gh", "--until", "-3h"}, 2, "--until:"},
@@ -204,7 +204,7 @@ func TestReplayCommandErrors(t *testing.T) {
 		{"bad id", []string{"replay", "--reason", "x", "abc"}, 2, `"abc" is not an envelope id`},
 		{"ids and filter", []string{"replay", "--reason", "x", "--source", "gh", admItoa(ids[0])}, 2, "not both"},
 		{"bad batch size", []string{"replay", "--reason", "x", "--source", "gh", "--batch-size", "0"}, 2, "--batch-size"},
-		{"bad limit", []string{"replay", "--reason", "x", "--source", "gh", "--limit", "-1"}, 2, "--limit"},
+		{"bad limit", []string{"replay", "--reason", "x", "--source", "gh", "--limit", "-1"}, 2, "limit -1: must not be negative"},
 		{"not an int", []string{"replay", "--reason", "x", "--source", "gh", "--limit", "many"}, 2, "invalid value"},
 		{"unknown id", []string{"replay", "--reason", "x", admItoa(ids[0]), "987654"}, 1, "envelope 987654 not found"},
 		{"unknown id dry run", []string{"replay", "--dry-run", "987654"}, 1, "envelope 987654 not found"},

@@ -21,6 +21,7 @@ import (
 	"github.com/inboxhq/inbox/internal/console"
 	"github.com/inboxhq/inbox/internal/durations"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/pg"
@@ -118,7 +119,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		}
 	}
 	sources := map[string]worker.SourcePolicy{}
-	registry := handlers.Builtin()
+	var registry handlers.Router = handlers.Builtin()
 	backfillCfg := &config.Config{}
 	if *cfgPath != "" {
 		cfg, err := config.Load(*cfgPath, getenv)
@@ -134,10 +135,11 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			}
 			sources[name] = sp
 		}
-		if registry, err = handlers.WithForwarding(registry, cfg, nil); err != nil {
+		forwarding, err := forward.FromConfig(registry, cfg, nil)
+		if err != nil {
 			return err
 		}
-		registry = handlers.WithAccounts(registry, cfg)
+		registry = handlers.WithAccounts(forwarding, cfg)
 		if err := reconcileWithinRetention(cfg, *purgeDeleteAfter); err != nil {
 			return usageError{err}
 		}

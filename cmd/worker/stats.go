@@ -6,7 +6,10 @@ import (
 	"io"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/inboxhq/inbox/internal/admin"
+	"github.com/inboxhq/inbox/internal/cli"
 )
 
 const statsUsage = `usage: worker stats [flags]
@@ -19,28 +22,21 @@ flags:
 `
 
 func runStats(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlags("worker stats", statsUsage, getenv, stderr)
-	asJSON := fs.Bool("json", false, "print one JSON document")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("stats: unexpected argument %q", fs.Arg(0))}
-	}
-	pool, err := openPool(ctx, getenv)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	st, err := admin.GetStats(ctx, pool)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return writeJSON(stdout, st)
-	}
+	return adminCommand[struct{}, *admin.Stats]{
+		name:  "stats",
+		usage: statsUsage,
+		flags: func(*cli.Flags) func([]string) (struct{}, error) {
+			return func([]string) (struct{}, error) { return struct{}{}, nil }
+		},
+		exec: func(ctx context.Context, pool *pgxpool.Pool, _ struct{}) (*admin.Stats, error) {
+			return admin.GetStats(ctx, pool)
+		},
+		text: func(w io.Writer, _ struct{}, st *admin.Stats) error { return writeStats(w, st) },
+	}.run(ctx, args, getenv, stdout, stderr)
+}
 
-	tw := newTable(stdout)
+func writeStats(w io.Writer, st *admin.Stats) error {
+	tw := newTable(w)
 	fmt.Fprintln(tw, "SOURCE\tPENDING\tDONE\tFAILED\tIGNORED\tTOTAL\tDUPLICATES\tCONFLICTS")
 	for _, s := range append(st.Sources, st.Totals) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Source, s.Pending, s.Done, s.Failed, s.Ignored, s.Total, s.Duplicates, s.Conflicts)
@@ -49,26 +45,26 @@ func runStats(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 
-	fmt.Fprintln(stdout)
-	tw = newTable(stdout)
+	fmt.Fprintln(w)
+	kv := newKeyValues(w)
 	if o := st.OldestPending; o != nil {
 		age := time.Duration(o.AgeSeconds * float64(time.Second)).Round(time.Second)
-		fmt.Fprintf(tw, "oldest pending:\t%s (envelope %d, %s, received %s)\n", age, o.EnvelopeID, o.Source, fmtTime(o.ReceivedAt))
+		kv.add("oldest pending:", "%s (envelope %d, %s, received %s)", age, o.EnvelopeID, o.Source, fmtTime(o.ReceivedAt))
 	} else {
-		fmt.Fprintln(tw, "oldest pending:\tnone")
+		kv.add("oldest pending:", "none")
 	}
 	r := st.Replays
-	fmt.Fprintf(tw, "replays, last 24h:\t%d (envelopes: %d, runs: %d)\n", r.Replays, r.Envelopes, r.Runs)
-	if err := tw.Flush(); err != nil {
+	kv.add("replays, last 24h:", "%d (envelopes: %d, runs: %d)", r.Replays, r.Envelopes, r.Runs)
+	if err := kv.flush(); err != nil {
 		return err
 	}
 
 	if len(st.Failures) == 0 {
-		fmt.Fprintln(stdout, "\nfailures: none")
+		fmt.Fprintln(w, "\nfailures: none")
 		return nil
 	}
-	fmt.Fprintf(stdout, "\nfailures by cause (top %d):\n", admin.TopFailures)
-	tw = newTable(stdout)
+	fmt.Fprintf(w, "\nfailures by cause (top %d):\n", admin.TopFailures)
+	tw = newTable(w)
 	fmt.Fprintln(tw, "COUNT\tCAUSE\tLATEST\tLATEST ERROR")
 	for _, f := range st.Failures {
 		cause := f.Cause

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -17,11 +18,7 @@ func (e *NotFoundError) Error() string {
 	if len(e.IDs) == 1 {
 		return fmt.Sprintf("envelope %d not found", e.IDs[0])
 	}
-	s := make([]string, len(e.IDs))
-	for i, id := range e.IDs {
-		s[i] = fmt.Sprint(id)
-	}
-	return "envelopes " + strings.Join(s, ", ") + " not found"
+	return "envelopes " + JoinIDs(e.IDs, ", ") + " not found"
 }
 
 // Is makes errors.Is(err, envelope.ErrNotFound) true.
@@ -34,9 +31,15 @@ type PurgedError struct {
 }
 
 func (e *PurgedError) Error() string {
-	s := make([]string, len(e.IDs))
-	for i, id := range e.IDs {
-		s[i] = fmt.Sprint(id)
+	return "envelope " + JoinIDs(e.IDs, ", ") + ": body dropped by retention, nothing to replay"
+}
+
+// JoinIDs formats envelope ids in decimal, separated by sep: the one
+// spelling of an id list in errors and reports.
+func JoinIDs(ids []int64, sep string) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
 	}
-	return "envelope " + strings.Join(s, ", ") + ": body dropped by retention, nothing to replay"
+	return strings.Join(s, sep)
 }

@@ -70,6 +70,21 @@ type ListRequest struct {
 	BeforeID int64
 }
 
+// Validate checks r before anything is read: its filter, a limit of 0
+// (the default) to MaxListLimit, a cursor that is not negative.
+func (r ListRequest) Validate() error {
+	if err := r.Filter.Validate(); err != nil {
+		return err
+	}
+	if r.Limit < 0 || r.Limit > MaxListLimit {
+		return fmt.Errorf("limit %d: want 1 to %d", r.Limit, MaxListLimit)
+	}
+	if r.BeforeID < 0 {
+		return errors.New("before-id must be positive")
+	}
+	return nil
+}
+
 // ListResult is one page.
 type ListResult struct {
 	Envelopes []Summary `json:"envelopes"`
@@ -82,17 +97,11 @@ type ListResult struct {
 // read-only transaction: it changes nothing. Pages are stable under new
 // arrivals: the cursor is an id, and ids only grow.
 func List(ctx context.Context, pool *pgxpool.Pool, req ListRequest) (ListResult, error) {
-	if err := req.Filter.Validate(); err != nil {
+	if err := req.Validate(); err != nil {
 		return ListResult{}, err
 	}
 	if req.Limit == 0 {
 		req.Limit = DefaultListLimit
-	}
-	if req.Limit < 0 || req.Limit > MaxListLimit {
-		return ListResult{}, fmt.Errorf("limit %d: want 1 to %d", req.Limit, MaxListLimit)
-	}
-	if req.BeforeID < 0 {
-		return ListResult{}, errors.New("before-id must be positive")
 	}
 	var res ListResult
 	err := readOnly(ctx, pool, func(tx pgx.Tx, now time.Time) error {

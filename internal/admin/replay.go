@@ -93,19 +93,30 @@ type ReplayResult struct {
 	DurationMS  float64       `json:"duration_ms"`
 }
 
-// Validate checks r before anything is read or written.
+// Validate checks r before anything is read or written: its selection
+// (ValidateSelection), a reason and an actor.
 func (r ReplayRequest) Validate() error {
-	if err := r.Filter.Validate(); err != nil {
+	if err := r.ValidateSelection(); err != nil {
 		return err
-	}
-	if r.Filter.IsEmpty() {
-		return errors.New("select envelopes by id or with at least one filter (replaying everything is not allowed)")
 	}
 	if strings.TrimSpace(r.Reason) == "" {
 		return errors.New("a reason is required")
 	}
 	if strings.TrimSpace(r.Actor) == "" {
 		return errors.New("an actor is required")
+	}
+	return nil
+}
+
+// ValidateSelection checks what a replay and its dry run (DryRun, which
+// records nothing and needs no reason or actor) share: a valid filter that
+// selects something, a batch size and a limit in range.
+func (r ReplayRequest) ValidateSelection() error {
+	if err := r.Filter.Validate(); err != nil {
+		return err
+	}
+	if r.Filter.IsEmpty() {
+		return errors.New("select envelopes by id or with at least one filter (replaying everything is not allowed)")
 	}
 	if r.BatchSize < 0 || r.BatchSize > MaxBatchSize {
 		return fmt.Errorf("batch size %d: want 1 to %d", r.BatchSize, MaxBatchSize)

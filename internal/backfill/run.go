@@ -67,6 +67,24 @@ type Request struct {
 	ProgressFunc func(Progress)
 }
 
+// Validate checks, before anything is read or written, that req's source
+// can be backfilled: its provider keeps a log to list (an error wrapping
+// ErrUnsupported) and the source has a backfill section (ErrNotConfigured).
+func (req Request) Validate() error {
+	src := req.Source
+	switch {
+	case src == nil:
+		return errors.New("no source")
+	case src.Provider == provider.Shopify:
+		return fmt.Errorf("%w source %q: %w", ErrUnsupported, src.Name, config.ErrNoDeliveryLog)
+	case !config.BackfillSupported(src.Provider):
+		return fmt.Errorf("%w source %q: provider %s keeps no event log to list (only stripe and github sources can be backfilled)", ErrUnsupported, src.Name, src.Provider)
+	case src.Backfill == nil:
+		return fmt.Errorf("%w for source %q in the config: add backfill: {api_key: ...} (stripe) or {token, repo, hook_id} (github); see docs/operations.md", ErrNotConfigured, src.Name)
+	}
+	return nil
+}
+
 // Progress is a run's state after a page.
 type Progress struct {
 	Pages, Listed, Found, Stored int
@@ -152,16 +170,10 @@ type Result struct {
 // resumed (Request.Resume). The returned Result is valid when RunID is set,
 // also with an error.
 func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
+	if err := req.Validate(); err != nil {
+		return Result{}, err
+	}
 	src := req.Source
-	if !config.BackfillSupported(src.Provider) {
-		if src.Provider == provider.Shopify {
-			return Result{}, fmt.Errorf("%w source %q: %w", ErrUnsupported, src.Name, config.ErrNoDeliveryLog)
-		}
-		return Result{}, fmt.Errorf("%w source %q: provider %s keeps no event log to list (only stripe and github sources can be backfilled)", ErrUnsupported, src.Name, src.Provider)
-	}
-	if src.Backfill == nil {
-		return Result{}, fmt.Errorf("%w for source %q in the config: add backfill: {api_key: ...} (stripe) or {token, repo, hook_id} (github); see docs/operations.md", ErrNotConfigured, src.Name)
-	}
 	now := time.Now
 	if r.Now != nil {
 		now = r.Now

@@ -21,24 +21,40 @@ func sourceAccount(ctx context.Context) string {
 	return s
 }
 
-// WithAccounts returns a copy of r (r is left as it is) whose handlers run
-// with each source's configured account_id (config.Source.AccountID): the
-// provider account the source's deliveries belong to, so that sources
-// sharing one account (one Stripe account split over two endpoints) post
-// to one merchant's ledger. A payload's own account (Stripe Connect's
-// "account") still wins.
-func WithAccounts(r *Registry, cfg *config.Config) *Registry {
-	out := r.clone()
-	if cfg == nil {
-		return out
-	}
-	for name, src := range cfg.Sources {
-		if src != nil && src.AccountID != "" {
-			out.accounts[name] = src.AccountID
+// WithAccounts returns a Router that decorates next: the handlers it routes
+// run with each source's configured account_id (config.Source.AccountID),
+// the provider account the source's deliveries belong to, so that sources
+// sharing one account (one Stripe account split over two endpoints) post to
+// one merchant's ledger. A payload's own account (Stripe Connect's
+// "account") still wins. A nil cfg, or one without account ids, gives next's
+// routes unchanged.
+func WithAccounts(next Router, cfg *config.Config) Router {
+	a := accounts{next: next, ids: make(map[string]string)}
+	if cfg != nil {
+		for name, src := range cfg.Sources {
+			if src != nil && src.AccountID != "" {
+				a.ids[name] = src.AccountID
+			}
 		}
 	}
-	return out
+	return a
 }
+
+// accounts is the Router WithAccounts returns; ids is read-only once made.
+type accounts struct {
+	next Router
+	ids  map[string]string
+}
+
+func (a accounts) Route(env *envelope.Envelope) (Handler, bool) {
+	h, ok := a.next.Route(env)
+	if ok && a.ids[env.Source] != "" {
+		h = withAccount{h: h, account: a.ids[env.Source]}
+	}
+	return h, ok
+}
+
+func (a accounts) Outbound(source string) bool { return a.next.Outbound(source) }
 
 // withAccount runs h with the source's account id in its context.
 type withAccount struct {

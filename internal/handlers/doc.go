@@ -8,8 +8,16 @@
 // envelope's result and status and the job's completion commit together or
 // not at all. Handlers never begin, commit or roll back.
 //
-// The package may import config, envelope, ledger, provider, pgx and the
-// standard library; it must not import worker, ingest or cmd.
+// The worker finds an envelope's handler through a Router, with Resolve. The
+// Registry is the plain Router, keyed by (provider, event type) alone; what
+// depends on the envelope's source decorates it: WithAccounts (the source's
+// configured account id) here, per-source forwarding in package forward.
+// cmd/worker assembles the chain from the sources file. Resolve adds what
+// every envelope gets whichever route it took (a Shopify event is processed
+// once).
+//
+// The package may import config, envelope, labels, ledger, provider, pgx and
+// the standard library; it must not import forward, worker, ingest or cmd.
 //
 // # Built-in handlers
 //

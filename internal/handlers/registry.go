@@ -36,22 +36,17 @@ const Wildcard = "*"
 
 type route struct{ provider, eventType string }
 
-// Registry maps (provider, event type) to a Handler. It is safe for
-// concurrent use.
+// Registry maps (provider, event type) to a Handler: a plain map, and the
+// innermost Router (see Router for the decorators that wrap it). It is safe
+// for concurrent use.
 type Registry struct {
 	mu       sync.RWMutex
 	handlers map[route]Handler
-	// sources holds per-source routes (forwarding), in registration order;
-	// see RegisterSource.
-	sources map[string][]sourceRoute
-	// accounts holds each source's configured provider account id; see
-	// WithAccounts.
-	accounts map[string]string
 }
 
 // NewRegistry returns an empty Registry.
 func NewRegistry() *Registry {
-	return &Registry{handlers: make(map[route]Handler), sources: make(map[string][]sourceRoute), accounts: make(map[string]string)}
+	return &Registry{handlers: make(map[route]Handler)}
 }
 
 // Register routes the provider's eventType to h; eventType Wildcard ("*")
@@ -80,6 +75,15 @@ func (r *Registry) Lookup(provider, eventType string) (Handler, bool) {
 	h, ok := r.handlers[route{provider, Wildcard}]
 	return h, ok
 }
+
+// Route implements Router: Lookup(env.Provider, env.EventType).
+func (r *Registry) Route(env *envelope.Envelope) (Handler, bool) {
+	return r.Lookup(env.Provider, env.EventType)
+}
+
+// Outbound implements Router: false, the registry's handlers make no
+// outbound calls of their own.
+func (r *Registry) Outbound(string) bool { return false }
 
 // Builtin returns a new Registry holding the built-in handlers (see the
 // package documentation). Callers may Register more on it.

@@ -12,15 +12,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
-// run handles env through reg's envelope routing and returns the raw result.
-func (b *bundle) run(t *testing.T, reg *handlers.Registry, env *envelope.Envelope) json.RawMessage {
+// run handles env through r as the worker does (handlers.Resolve) and
+// returns the raw result.
+func (b *bundle) run(t *testing.T, r handlers.Router, env *envelope.Envelope) json.RawMessage {
 	t.Helper()
-	h, ok := reg.LookupEnvelope(env)
+	h, ok := handlers.Resolve(r, env)
 	if !ok {
 		t.Fatalf("no handler for %s %s", env.Provider, env.EventType)
 	}
@@ -41,9 +44,9 @@ func (b *bundle) run(t *testing.T, reg *handlers.Registry, env *envelope.Envelop
 func TestShopifyEventUnderTwoWebhookIDsIsProcessedOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	reg := handlers.Builtin()
+	reg := forward.New(handlers.Builtin())
 	var forwarded atomic.Int64
-	reg.RegisterSource("shopify", nil, handlers.Besides, handlers.HandlerFunc(
+	reg.Add("shopify", nil, config.ForwardBesides, handlers.HandlerFunc(
 		func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
 			forwarded.Add(1)
 			return json.RawMessage(`{"forwarded":true}`), nil

@@ -165,11 +165,11 @@ func TestStripeFailedRefundIsReversed(t *testing.T) {
 	equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 700 refunds USD 300 sales USD -1000]")
 }
 
-// handleVia runs env through reg's envelope routing (source account ids
-// included), as the worker does.
-func (b *bundle) handleVia(t *testing.T, reg *handlers.Registry, env *envelope.Envelope) handlers.PostingResult {
+// handleVia runs env through r (source account ids included), as the
+// worker does (handlers.Resolve).
+func (b *bundle) handleVia(t *testing.T, r handlers.Router, env *envelope.Envelope) handlers.PostingResult {
 	t.Helper()
-	h, ok := reg.LookupEnvelope(env)
+	h, ok := handlers.Resolve(r, env)
 	if !ok {
 		t.Fatalf("no handler for %s %s", env.Provider, env.EventType)
 	}

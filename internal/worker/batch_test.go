@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
@@ -232,7 +234,9 @@ func TestThrottleHoldsInBatchedMode(t *testing.T) {
 func TestForwardingSourcesGetATransactionPerEnvelopeWhileOthersBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.registry.RegisterSource("fwd", nil, handlers.Instead, handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+	routes := forward.New(b.registry)
+	b.router = routes
+	routes.Add("fwd", nil, config.ForwardInstead, handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
 		return json.RawMessage(`{"forwarded":true}`), nil
 	}))
 	var fwd, other []int64

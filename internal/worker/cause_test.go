@@ -15,6 +15,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/webhooktest"
@@ -74,7 +75,7 @@ sources:
         mode: instead
 `), nil)
 	require.NoError(t, err)
-	b.registry, err = handlers.WithForwarding(b.registry, cfg, nil)
+	b.router, err = forward.FromConfig(b.registry, cfg, nil)
 	require.NoError(t, err)
 	b.run(t, worker.Policy{})
 

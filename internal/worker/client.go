@@ -68,9 +68,10 @@ const DefaultFetchCooldown = 20 * time.Millisecond
 // the admin listener's readiness check.
 func PoolSize(b Batching) int { return b.Connections() + 8 }
 
-// NewClient returns a River client that processes envelopes with registry.
-// Start it with Start; stop it with Stop (lets running jobs finish).
-func NewClient(pool *pgxpool.Pool, registry *handlers.Registry, cfg Config, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
+// NewClient returns a River client that processes envelopes with the
+// handlers registry routes them to (a *handlers.Registry, or a decorator of
+// one). Start it with Start; stop it with Stop (lets running jobs finish).
+func NewClient(pool *pgxpool.Pool, registry handlers.Router, cfg Config, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = DefaultMaxWorkers
 	}

@@ -110,8 +110,10 @@ func (b Batching) Connections() int {
 type ProcessWorker struct {
 	river.WorkerDefaults[envelope.ProcessArgs]
 
-	Pool     *pgxpool.Pool
-	Registry *handlers.Registry
+	Pool *pgxpool.Pool
+	// Registry routes each envelope to its handler (handlers.Resolve): a
+	// *handlers.Registry, or a decorator of one (forwarding, accounts).
+	Registry handlers.Router
 	Policy   Policy
 	Batching Batching
 	Logger   *slog.Logger
@@ -161,7 +163,7 @@ var errIsolate = errors.New("a handler failed: run the batch again with savepoin
 func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.ProcessArgs]) error {
 	w.init()
 	lane := w.batched
-	if w.Registry.HasSourceRoutes(job.Args.Source) {
+	if w.Registry.Outbound(job.Args.Source) {
 		lane = w.unbatched
 	}
 	verdict, err := lane.Do(ctx, job)
@@ -434,7 +436,7 @@ func (w *ProcessWorker) try(ctx context.Context, tx pgx.Tx, a *attempt, savepoin
 	if a.throttled != nil {
 		return result{kind: foundFailed, err: a.throttled}, nil
 	}
-	h, ok := w.Registry.LookupEnvelope(env)
+	h, ok := handlers.Resolve(w.Registry, env)
 	if !ok {
 		event := env.EventType
 		if event == "" {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
@@ -36,6 +37,9 @@ type bundle struct {
 	pool     *pgxpool.Pool
 	store    *envelope.Store
 	registry *handlers.Registry
+	// router, when set, is what the worker routes with (registry
+	// decorated, for forwarding); else registry.
+	router handlers.Router
 	// worker is logged in as a member of inbox_worker only: workers and
 	// reconcile run with the worker's privileges; pool (the owner's) seeds
 	// and checks.
@@ -76,7 +80,11 @@ func (b *bundle) runConfig(t *testing.T, cfg worker.Config) *river.Client[pgx.Tx
 	if cfg.RetryPolicy == nil {
 		cfg.RetryPolicy = fastRetry{}
 	}
-	client, err := worker.NewClient(b.worker, b.registry, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var router handlers.Router = b.registry
+	if b.router != nil {
+		router = b.router
+	}
+	client, err := worker.NewClient(b.worker, router, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() {
@@ -399,7 +407,7 @@ sources:
         timeout: 2s
 `), nil)
 	require.NoError(t, err)
-	b.registry, err = handlers.WithForwarding(handlers.Builtin(), cfg, nil)
+	b.router, err = forward.FromConfig(handlers.Builtin(), cfg, nil)
 	require.NoError(t, err)
 	b.run(t, worker.Policy{})
 	id := b.insert(t, "github", "gh-fwd", "push", webhooktest.GitHubPush("refs/heads/main"), 0)
@@ -439,7 +447,7 @@ sources:
         secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 `), nil)
 	require.NoError(t, err)
-	b.registry, err = handlers.WithForwarding(handlers.Builtin(), cfg, nil)
+	b.router, err = forward.FromConfig(handlers.Builtin(), cfg, nil)
 	require.NoError(t, err)
 	b.run(t, worker.Policy{})
 	id := b.insert(t, "github", "gh-fwd-404", "push", webhooktest.GitHubPush("refs/heads/main"), 0)

@@ -26,6 +26,7 @@ import (
 	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/ingest"
 	"github.com/inboxhq/inbox/internal/pgtest"
@@ -100,7 +101,7 @@ func setup(t *testing.T) *fixture {
 		return ""
 	})
 	require.NoError(t, err)
-	registry, err := handlers.WithForwarding(handlers.Builtin(), cfg, target.Client())
+	registry, err := forward.FromConfig(handlers.Builtin(), cfg, target.Client())
 	require.NoError(t, err)
 	srv, err := ingest.New(cfg, store, logger, ingest.Options{})
 	require.NoError(t, err)
