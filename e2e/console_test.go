@@ -141,9 +141,19 @@ func TestConsoleInABrowser(t *testing.T) {
 		"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass)),
 	}})
 	require.NoError(t, err)
+	// do runs steps, each bounded; on a failure the test log gets the
+	// page's address and text.
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		require.NoError(t, chromedp.Do(bctx, steps...), what)
+		sctx, scancel := context.WithTimeout(bctx, 30*time.Second)
+		defer scancel()
+		if err := chromedp.Do(sctx, steps...); err != nil {
+			dctx, dcancel := context.WithTimeout(bctx, 5*time.Second)
+			defer dcancel()
+			where, _ := chromedp.Run(dctx, chromedp.Location())
+			page, _ := chromedp.Run(dctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+			t.Fatalf("%s: %v\nat %s:\n%s", what, err, where, page)
+		}
 	}
 	text := func(sel string) string {
 		t.Helper()

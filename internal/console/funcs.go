@@ -85,12 +85,12 @@ func funcs(riverUI string) template.FuncMap {
 			return riverUI + "/jobs/" + strconv.FormatInt(id, 10)
 		},
 		// set returns query q (encoded) with each key set to its value.
-		"set": func(q string, kv ...string) string {
-			v, _ := url.ParseQuery(q)
+		"set": func(q template.URL, kv ...string) template.URL {
+			v, _ := url.ParseQuery(string(q))
 			for i := 0; i+1 < len(kv); i += 2 {
 				v.Set(kv[i], kv[i+1])
 			}
-			return v.Encode()
+			return template.URL(v.Encode())
 		},
 		"has": func(v url.Values, key, value string) bool {
 			for _, x := range v[key] {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -44,16 +45,16 @@ type listData struct {
 	Form      form
 	Error     string
 	Envelopes []admin.Summary
-	Query     string // the filter's query string
-	NextQuery string // the next page's, "" on the last
-	Paged     bool   // this is not the first page
+	Query     template.URL // the filter's query string (encoded: safe in an href)
+	NextQuery template.URL // the next page's, "" on the last
+	Paged     bool         // this is not the first page
 	CLI       string
 }
 
 func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	fq := filterQuery(q)
-	d := listData{Form: newForm(q), Query: fq.Encode(), CLI: "worker envelopes list" + cliArgs(fq)}
+	d := listData{Form: newForm(q), Query: template.URL(fq.Encode()), CLI: "worker envelopes list" + cliArgs(fq)}
 	in, err := filterInput(q)
 	var f admin.Filter
 	if err == nil {
@@ -80,7 +81,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 		if limit != pageSize {
 			next.Set("limit", strconv.Itoa(limit))
 		}
-		d.NextQuery = next.Encode()
+		d.NextQuery = template.URL(next.Encode())
 	}
 	c.render(w, r, http.StatusOK, "envelopes", "Envelopes", d)
 }
@@ -307,7 +308,7 @@ func (c *Console) failures(w http.ResponseWriter, r *http.Request) {
 
 type previewData struct {
 	Form      form
-	Query     string
+	Query     template.URL
 	Hidden    []header // the filter as hidden inputs
 	DryRun    *admin.DryRunResult
 	Error     string
@@ -329,7 +330,7 @@ func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Values, reason, formErr string, status int) {
 	fq := filterQuery(q)
-	d := previewData{Form: newForm(fq), Query: fq.Encode(), Reason: reason, Limit: q.Get("limit"), Error: formErr,
+	d := previewData{Form: newForm(fq), Query: template.URL(fq.Encode()), Reason: reason, Limit: q.Get("limit"), Error: formErr,
 		CSRF: c.csrfToken(c.opts.Actor(r)), CLI: "worker replay --dry-run" + cliArgs(fq)}
 	for _, k := range filterKeys {
 		for _, v := range fq[k] {

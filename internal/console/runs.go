@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"html/template"
 	"net/url"
 	"sync"
 	"time"
@@ -45,7 +46,7 @@ type run struct {
 // runView is a run's state at one moment, for a template.
 type runView struct {
 	ID, Actor, Reason string
-	Query             string
+	Query             template.URL // encoded: safe in an href
 	CLI               string
 	Started           time.Time
 	Finished          time.Time
@@ -134,7 +135,7 @@ func (rs *runs) list() []runView {
 func (r *run) view() runView {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	v := runView{ID: r.ID, Actor: r.Actor, Reason: r.Reason, Query: r.Filter.Encode(), CLI: "worker replay" + cliArgs(r.Filter) + " --reason " + shellQuote(r.Reason),
+	v := runView{ID: r.ID, Actor: r.Actor, Reason: r.Reason, Query: template.URL(r.Filter.Encode()), CLI: "worker replay" + cliArgs(r.Filter) + " --reason " + shellQuote(r.Reason),
 		Started: r.Started, Finished: r.finished, Done: !r.finished.IsZero(), Progress: r.progress, Result: r.result}
 	if r.err != nil {
 		v.Error = r.err.Error()

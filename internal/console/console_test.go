@@ -1,0 +1,294 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/console"
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
+	"github.com/inboxhq/inbox/internal/pgtest"
+)
+
+// bundle is a console over a real database, served by httptest with the
+// signed-in operator "ops" (the worker puts it behind basic auth; here
+// every request is that operator's).
+type bundle struct {
+	pool *pgxpool.Pool
+	srv  *httptest.Server
+}
+
+func setup(t *testing.T, opts ...func(*console.Options)) *bundle {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	logger := slog.New(slog.DiscardHandler)
+	jobs, err := envelope.NewInsertClient(pool, logger)
+	require.NoError(t, err)
+	o := console.Options{Pool: pool, Jobs: jobs, Actor: func(*http.Request) string { return "ops" }, RiverUI: "/riverui", Logger: logger}
+	for _, f := range opts {
+		f(&o)
+	}
+	c, err := console.New(o)
+	require.NoError(t, err)
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	return &bundle{pool: pool, srv: srv}
+}
+
+// noRedirect is a client that returns redirects instead of following them.
+var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+func (b *bundle) get(t *testing.T, path string) (int, string, http.Header) {
+	t.Helper()
+	resp, err := noRedirect.Get(b.srv.URL + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body), resp.Header
+}
+
+func (b *bundle) post(t *testing.T, path string, form url.Values) (int, string, http.Header) {
+	t.Helper()
+	resp, err := noRedirect.PostForm(b.srv.URL+path, form)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body), resp.Header
+}
+
+func (b *bundle) count(t *testing.T, q string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), q, args...).Scan(&n))
+	return n
+}
+
+// seed inserts n failed unknown_currency envelopes of source "stripe" and
+// one done one, and returns the failed ids.
+func seed(t *testing.T, pool *pgxpool.Pool, n int) []int64 {
+	t.Helper()
+	var ids []int64
+	for i := range n {
+		ids = append(ids, envelopetest.Insert(t, pool, envelopetest.Row{
+			Source: "stripe", Provider: "stripe", EventType: "payment_intent.succeeded", Status: "failed",
+			Body:      []byte(fmt.Sprintf(`{"id":"evt_%d","data":{"object":{"currency":"xyz","metadata":{"merchant_id":"m_%d"}}}}`, i, i%2)),
+			Headers:   map[string]string{"Stripe-Signature": "[redacted]", "X-Custom-Token": "leaked-token-value"},
+			Attempts:  1,
+			LastError: fmt.Sprintf(`permanent: unknown currency "XYZ" (evt_%d)`, i), LastCause: "unknown_currency",
+		}))
+	}
+	envelopetest.Insert(t, pool, envelopetest.Row{Source: "github", Provider: "github", EventType: "push", Status: "done"})
+	return ids
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// token reads the form token of a page.
+func token(t *testing.T, page string) string {
+	t.Helper()
+	m := csrfField.FindStringSubmatch(page)
+	require.NotNil(t, m, "the page has a form token")
+	return m[1]
+}
+
+func TestPagesRenderWithSecurityHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 3)
+	for _, path := range []string{
+		"/console/envelopes",
+		"/console/envelopes?status=failed&cause=unknown_currency&source=stripe",
+		"/console/envelopes?field=data.object.metadata.merchant_id%3Dm_1",
+		"/console/envelopes?header=Stripe-Signature%3D%5Bredacted%5D",
+		fmt.Sprintf("/console/envelopes/%d", ids[0]),
+		fmt.Sprintf("/console/envelopes/%d?body=raw", ids[0]),
+		"/console/failures",
+		"/console/failures?window=1h&source=stripe",
+		"/console/failures?window=7d",
+		"/console/replay?status=failed&cause=unknown_currency",
+		fmt.Sprintf("/console/replay?id=%d", ids[1]),
+		"/console/replays",
+	} {
+		code, body, h := b.get(t, path)
+		require.Equal(t, http.StatusOK, code, "%s: %s", path, body)
+		require.Contains(t, h.Get("Content-Security-Policy"), "default-src 'none'", path)
+		require.Contains(t, h.Get("Content-Security-Policy"), "frame-ancestors 'none'", path)
+		require.Equal(t, "no-store", h.Get("Cache-Control"), path)
+		require.Equal(t, "nosniff", h.Get("X-Content-Type-Options"), path)
+		require.Contains(t, body, "signed in as <b>ops</b>", path)
+		require.NotContains(t, body, "leaked-token-value", "%s: a credential-like header is redacted on display", path)
+	}
+	code, body, h := b.get(t, "/console/")
+	require.Equal(t, http.StatusFound, code, body)
+	require.Equal(t, "/console/envelopes", h.Get("Location"))
+	code, _, h = b.get(t, "/console/static/console.css")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, h.Get("Content-Type"), "text/css")
+}
+
+func TestListFiltersAndPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 3)
+	_, body, _ := b.get(t, "/console/envelopes?status=failed")
+	for _, id := range ids {
+		require.Contains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, id))
+	}
+	require.NotContains(t, body, ">push<", "the done GitHub envelope is filtered out")
+	require.Contains(t, body, `href="/console/replay?status=failed"`, "the replay link keeps the filter, unescaped")
+	_, body, _ = b.get(t, "/console/envelopes?field=data.object.metadata.merchant_id%3Dm_1")
+	require.Equal(t, 1, strings.Count(body, `href="/console/envelopes/`), "only evt_1 has merchant m_1")
+	require.Contains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[1]))
+
+	// Pages of 2, newest first, by id cursor.
+	_, body, _ = b.get(t, "/console/envelopes?status=failed&limit=2")
+	require.Contains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[2]))
+	require.Contains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[1]))
+	require.NotContains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[0]))
+	next := regexp.MustCompile(`id="next" href="([^"]+)"`).FindStringSubmatch(body)
+	require.NotNil(t, next, "a next page")
+	code, body, _ := b.get(t, strings.ReplaceAll(next[1], "&amp;", "&"))
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[0]))
+	require.NotContains(t, body, `id="next"`, "the last page")
+}
+
+func TestBadInputIsAClearError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seed(t, b.pool, 1)
+	for _, c := range []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/console/envelopes?status=lost", http.StatusBadRequest, "status"},
+		{"/console/envelopes?cause=nope", http.StatusBadRequest, "cause: &#34;nope&#34;: want one of"},
+		{"/console/envelopes?since=yesterday", http.StatusBadRequest, "since:"},
+		{"/console/envelopes?field=nodot", http.StatusBadRequest, "field:"},
+		{"/console/envelopes?header=novalue", http.StatusBadRequest, "header:"},
+		{"/console/envelopes?contains=%7Bnot+json", http.StatusBadRequest, "not valid JSON"},
+		{"/console/envelopes?before=x", http.StatusBadRequest, "before:"},
+		{"/console/envelopes?limit=100000", http.StatusBadRequest, "limit:"},
+		{"/console/envelopes/abc", http.StatusBadRequest, "not an envelope id"},
+		{"/console/envelopes/999999", http.StatusNotFound, "envelope 999999 not found"},
+		{"/console/failures?window=2y", http.StatusBadRequest, "window"},
+		{"/console/replay", http.StatusBadRequest, "replaying everything is not allowed"},
+		{"/console/replay?id=999999", http.StatusNotFound, "not found"},
+		{"/console/replay?id=-1", http.StatusBadRequest, "not an envelope id"},
+		{"/console/replays/nope", http.StatusNotFound, "no such replay run"},
+		{"/console/jobs/999999", http.StatusNotFound, "not an envelope"},
+		{"/console/nowhere", http.StatusNotFound, "no such page"},
+	} {
+		code, body, _ := b.get(t, c.path)
+		require.Equal(t, c.code, code, "%s: %s", c.path, body)
+		require.Contains(t, body, c.want, c.path)
+	}
+}
+
+// A replay needs the operator's form token, then a reason; without either
+// nothing is written. With both it runs, and the audit rows name the
+// signed-in operator and the reason.
+func TestReplayNeedsTokenAndReason(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 3)
+	_, page, _ := b.get(t, "/console/replay?status=failed&cause=unknown_currency")
+	require.Contains(t, page, `<b id="would-replay">3</b>`)
+	tok := token(t, page)
+
+	form := url.Values{"status": {"failed"}, "cause": {"unknown_currency"}, "reason": {"INC-7"}}
+	code, _, _ := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusForbidden, code, "no token")
+	form.Set("csrf", tok+"x")
+	code, _, _ = b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusForbidden, code, "a wrong token")
+	form.Set("csrf", tok)
+	form.Set("reason", "   ")
+	code, body, _ := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "a reason is required")
+	form.Del("status")
+	form.Del("cause")
+	form.Set("reason", "everything")
+	code, body, _ = b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "replaying everything is not allowed")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`), "nothing was replayed")
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'failed'`), "nothing changed")
+
+	form = url.Values{"status": {"failed"}, "cause": {"unknown_currency"}, "reason": {"INC-7: currency added"}, "limit": {"2"}, "csrf": {tok}}
+	code, _, h := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	run := h.Get("Location")
+	require.True(t, strings.HasPrefix(run, "/console/replays/"), run)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, body, _ = b.get(t, run)
+		if strings.Contains(body, "<b>Done.</b>") {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the run never finished: %s", body)
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Contains(t, body, `<b id="replayed">2</b>`, "the limit holds")
+	require.NotContains(t, body, `http-equiv="refresh"`, "a finished run stops refreshing")
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_replay WHERE actor = 'console:ops' AND reason = 'INC-7: currency added'`))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'pending' AND id = ANY($1)`, ids))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+
+	// The replays page and the envelope page show it.
+	_, body, _ = b.get(t, "/console/replays")
+	require.Contains(t, body, "INC-7: currency added")
+	_, body, _ = b.get(t, fmt.Sprintf("/console/envelopes/%d", ids[0]))
+	require.Contains(t, body, "INC-7: currency added")
+	require.Contains(t, body, "console:ops")
+
+	// The job leads back to its envelope.
+	var job int64
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT id FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, ids[0]).Scan(&job))
+	code, _, h = b.get(t, fmt.Sprintf("/console/jobs/%d", job))
+	require.Equal(t, http.StatusFound, code)
+	require.Equal(t, fmt.Sprintf("/console/envelopes/%d", ids[0]), h.Get("Location"))
+}
+
+func TestReadOnlyConsoleRefusesReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *console.Options) { o.ReadOnly, o.ReadOnlyReason = true, "no privilege" })
+	ids := seed(t, b.pool, 1)
+	_, body, _ := b.get(t, fmt.Sprintf("/console/replay?id=%d", ids[0]))
+	require.Contains(t, body, "Read-only: no privilege")
+	require.NotContains(t, body, `id="replay-form"`, "no form to submit")
+	code, _, _ := b.post(t, "/console/replay", url.Values{"id": {fmt.Sprint(ids[0])}, "reason": {"x"}})
+	require.Equal(t, http.StatusForbidden, code)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`))
+}
+
+func TestFailuresGroupByCause(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seed(t, b.pool, 3)
+	envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "shop", Status: "failed", LastError: "forward: 503", LastCause: "forward_5xx"})
+	_, body, _ := b.get(t, "/console/failures")
+	i, j := strings.Index(body, "<b>unknown_currency</b>"), strings.Index(body, "<b>forward_5xx</b>")
+	require.Positive(t, i)
+	require.Greater(t, j, i, "the most frequent cause first")
+	require.Contains(t, body, "<b>4</b> envelopes are failed now")
+	_, body, _ = b.get(t, "/console/failures?source=shop")
+	require.NotContains(t, body, "<b>unknown_currency</b>", "one source")
+	require.Contains(t, body, "<b>forward_5xx</b>")
+}
