@@ -307,7 +307,7 @@ func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchO
 	}
 	out.scanned, out.lastID = len(ids), ids[len(ids)-1]
 
-	live, err := liveJobs(ctx, tx, ids)
+	live, err := envelope.LiveJobs(ctx, tx, ids)
 	if err != nil {
 		return out, err
 	}
@@ -368,40 +368,6 @@ func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchO
 		linkReplayed(b.span, replayIDs, traces)
 	}
 	return out, nil
-}
-
-// liveJobs returns which of ids have a live process_envelope job.
-//
-// It is one scan of river_job's live rows with a hashed membership test (the
-// ids are sent as a constant: QueryExecModeExec plans each call with its
-// values, so the = ANY is hashed, not a linear search per row). Its cost grows
-// with the number of live jobs, not with the table; with 100,000 jobs waiting
-// it takes tens of milliseconds. An index on river_job's envelope id would
-// make it a lookup; this query uses one as soon as it exists. Joins against
-// River's GIN index on args were rejected: their plans depend on statistics
-// that a table filled seconds ago does not have, and each probe scans GIN's
-// pending list.
-func liveJobs(ctx context.Context, tx pgx.Tx, ids []int64) (map[int64]bool, error) {
-	rows, err := tx.Query(ctx, `
-		SELECT DISTINCT (args->>'envelope_id')::bigint
-		  FROM river_job
-		 WHERE kind = $1
-		   AND state = ANY($2::river_job_state[])
-		   AND (args->>'envelope_id')::bigint = ANY($3::bigint[])`,
-		pgx.QueryExecModeExec, envelope.ProcessArgs{}.Kind(), envelope.LiveJobStates(), ids)
-	if err != nil {
-		return nil, fmt.Errorf("find live jobs: %w", err)
-	}
-	live := map[int64]bool{}
-	var id int64
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		live[id] = true
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("find live jobs: %w", err)
-	}
-	return live, nil
 }
 
 // DryRunResult is what a replay would do now.

@@ -174,16 +174,14 @@ func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (
 			}); err != nil {
 			return fmt.Errorf("load conflicts: %w", err)
 		}
-		// args @> uses River's GIN index on args.
-		if d.Jobs, err = collect(ctx, tx, `
-			SELECT id, state::text, attempt, max_attempts, created_at, scheduled_at, finalized_at
-			  FROM river_job
-			 WHERE kind = $2 AND args @> jsonb_build_object('envelope_id', $1::bigint)
-			 ORDER BY id`, id,
-			func(r pgx.Rows, j *Job) error {
-				return r.Scan(&j.ID, &j.State, &j.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.ScheduledAt, &j.FinalizedAt)
-			}, envelope.ProcessArgs{}.Kind()); err != nil {
+		jobs, err := envelope.Jobs(ctx, tx, []int64{id}, false)
+		if err != nil {
 			return fmt.Errorf("load jobs: %w", err)
+		}
+		d.Jobs = make([]Job, len(jobs))
+		for i, j := range jobs {
+			d.Jobs[i] = Job{ID: j.ID, State: j.State, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+				CreatedAt: j.CreatedAt, ScheduledAt: j.ScheduledAt, FinalizedAt: j.FinalizedAt}
 		}
 		d.Ledger, err = loadLedger(ctx, tx, id)
 		return err
