@@ -12,7 +12,7 @@ import (
 // SourceCounts counts one source's envelopes by status and, when asked,
 // the duplicate and conflicting deliveries it received.
 type SourceCounts struct {
-	Source                               string
+	Source                                string
 	Pending, Done, Failed, Ignored, Total int64
 	// Duplicates counts envelope_duplicate rows (the same id and body
 	// received again) and Conflicts envelope_conflict rows (an id reused
@@ -40,34 +40,27 @@ func Statuses() []Status {
 	return []Status{StatusPending, StatusDone, StatusFailed, StatusIgnored}
 }
 
+// countsByStatus is the CTE e: per source, its envelopes by status.
+const countsByStatus = `e AS (
+			SELECT source,
+			       count(*) FILTER (WHERE status = 'pending') AS pending,
+			       count(*) FILTER (WHERE status = 'done')    AS done,
+			       count(*) FILTER (WHERE status = 'failed')  AS failed,
+			       count(*) FILTER (WHERE status = 'ignored') AS ignored,
+			       count(*)                                   AS total
+			  FROM envelope GROUP BY source
+		)`
+
 // CountBySource counts envelopes per source and status, sorted by source,
 // in one scan of the envelope table; with repeats also the duplicates and
 // conflicts each source received (one more scan of each of those tables),
 // and sources that have only conflicts. Its cost grows with the tables:
 // milliseconds at thousands of rows, seconds at tens of millions.
 func CountBySource(ctx context.Context, q Querier, repeats bool) ([]SourceCounts, error) {
-	sql := `
-		WITH e AS (
-			SELECT source,
-			       count(*) FILTER (WHERE status = 'pending') AS pending,
-			       count(*) FILTER (WHERE status = 'done')    AS done,
-			       count(*) FILTER (WHERE status = 'failed')  AS failed,
-			       count(*) FILTER (WHERE status = 'ignored') AS ignored,
-			       count(*)                                   AS total
-			  FROM envelope GROUP BY source
-		)
+	sql := `WITH ` + countsByStatus + `
 		SELECT source, pending, done, failed, ignored, total, 0::bigint, 0::bigint FROM e ORDER BY 1`
 	if repeats {
-		sql = `
-		WITH e AS (
-			SELECT source,
-			       count(*) FILTER (WHERE status = 'pending') AS pending,
-			       count(*) FILTER (WHERE status = 'done')    AS done,
-			       count(*) FILTER (WHERE status = 'failed')  AS failed,
-			       count(*) FILTER (WHERE status = 'ignored') AS ignored,
-			       count(*)                                   AS total
-			  FROM envelope GROUP BY source
-		), d AS (
+		sql = `WITH ` + countsByStatus + `, d AS (
 			SELECT e.source, count(*) AS duplicates
 			  FROM envelope_duplicate x JOIN envelope e ON e.id = x.envelope_id GROUP BY e.source
 		), c AS (
@@ -98,25 +91,75 @@ type Waiting struct {
 	EnvelopeID int64
 	Source     string
 	ReceivedAt time.Time
-	// Age is the database's now() (the transaction's start) minus ReceivedAt.
-	Age time.Duration
+	// AgeSeconds is the database's now() (its transaction's start) minus
+	// ReceivedAt.
+	AgeSeconds float64
 }
 
 // OldestPending returns the pending envelope received first (the lowest
 // id among equals), or nil when none is pending.
 func OldestPending(ctx context.Context, q Querier) (*Waiting, error) {
 	var w Waiting
-	var age float64
 	err := q.QueryRow(ctx, `
 		SELECT id, source, received_at, extract(epoch FROM now() - received_at)::float8
 		  FROM envelope WHERE status = $1 ORDER BY received_at, id LIMIT 1`, StatusPending).
-		Scan(&w.EnvelopeID, &w.Source, &w.ReceivedAt, &age)
+		Scan(&w.EnvelopeID, &w.Source, &w.ReceivedAt, &w.AgeSeconds)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("find oldest pending envelope: %w", err)
 	}
-	w.Age = time.Duration(age * float64(time.Second))
 	return &w, nil
+}
+
+// FailureCause is one cause of failed envelopes (envelope.last_cause, ""
+// for those that failed before causes were recorded), how many share it,
+// and the newest of them with its last_error.
+type FailureCause struct {
+	Cause       string
+	Count       int64
+	LatestID    int64
+	LatestError string
+}
+
+// FailureCauses groups failed envelopes by cause, most frequent first (then
+// by cause), at most limit of them.
+func FailureCauses(ctx context.Context, q Querier, limit int) ([]FailureCause, error) {
+	rows, err := q.Query(ctx, `
+		SELECT g.cause, g.n, g.latest, coalesce((SELECT last_error FROM envelope WHERE id = g.latest), '')
+		  FROM (SELECT coalesce(last_cause, '') AS cause, count(*) AS n, max(id) AS latest
+		          FROM envelope WHERE status = $1
+		         GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2) g
+		 ORDER BY 2 DESC, 1`, StatusFailed, limit)
+	if err != nil {
+		return nil, fmt.Errorf("group failures: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailureCause, error) {
+		var f FailureCause
+		err := r.Scan(&f.Cause, &f.Count, &f.LatestID, &f.LatestError)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("group failures: %w", err)
+	}
+	return out, nil
+}
+
+// ReplayCounts counts envelope_replay rows since a time.
+type ReplayCounts struct {
+	Replays, Envelopes int64
+	Runs               int64 // distinct batch ids
+}
+
+// CountReplays counts the replays recorded after since.
+func CountReplays(ctx context.Context, q Querier, since time.Time) (ReplayCounts, error) {
+	var c ReplayCounts
+	err := q.QueryRow(ctx, `
+		SELECT count(*), count(DISTINCT envelope_id), count(DISTINCT batch_id)
+		  FROM envelope_replay WHERE replayed_at > $1`, since).Scan(&c.Replays, &c.Envelopes, &c.Runs)
+	if err != nil {
+		return c, fmt.Errorf("count replays: %w", err)
+	}
+	return c, nil
 }
