@@ -19,8 +19,6 @@ import (
 
 	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/cli"
-	"github.com/inboxhq/inbox/internal/envelope"
-	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/pg"
 )
 
@@ -346,50 +344,26 @@ func addFilterFlags(fs *cli.Flags) *filterFlags {
 	return ff
 }
 
-// filter returns the validated Filter of the flags and ids.
+// filter returns the validated Filter of the flags and ids; a wrong flag's
+// error names it (--since: ...), as the console names its parameter.
 func (ff *filterFlags) filter(ids []int64) (admin.Filter, error) {
-	f := admin.Filter{
+	f, err := admin.FilterInput{
 		IDs:        ids,
 		Source:     *ff.source,
-		Status:     envelope.Status(*ff.status),
+		Status:     *ff.status,
 		EventType:  *ff.eventType,
 		DeliveryID: *ff.deliveryID,
 		Cause:      *ff.cause,
+		Since:      *ff.since,
+		Until:      *ff.until,
+		Contains:   ff.contains,
+		Fields:     ff.fields,
+		Headers:    ff.headers,
+	}.Parse()
+	if ie := (*admin.InputError)(nil); errors.As(err, &ie) {
+		return f, fmt.Errorf("--%w", ie)
 	}
-	if f.Cause != "" && !labels.KnownCause(labels.Cause(f.Cause)) {
-		return f, fmt.Errorf("--cause %q: want one of %s", f.Cause, causeList())
-	}
-	for _, c := range ff.contains {
-		if !json.Valid([]byte(c)) {
-			return f, fmt.Errorf("--contains %s: not valid JSON (quote it for the shell: '{\"data\":{\"merchant_id\":\"m_1\"}}')", c)
-		}
-		f.Contains = append(f.Contains, json.RawMessage(c))
-	}
-	for _, fl := range ff.fields {
-		c, err := admin.ParseField(fl)
-		if err != nil {
-			return f, fmt.Errorf("--field: %w", err)
-		}
-		f.Contains = append(f.Contains, c)
-	}
-	for _, h := range ff.headers {
-		name, value, ok := strings.Cut(h, "=")
-		if !ok || strings.TrimSpace(name) == "" {
-			return f, fmt.Errorf("--header %q: want Name=value, such as X-GitHub-Event=push", h)
-		}
-		if f.Headers == nil {
-			f.Headers = map[string]string{}
-		}
-		f.Headers[strings.TrimSpace(name)] = value
-	}
-	var err error
-	if f.Since, err = admin.ParseBound(*ff.since); err != nil {
-		return f, fmt.Errorf("--since: %w", err)
-	}
-	if f.Until, err = admin.ParseBound(*ff.until); err != nil {
-		return f, fmt.Errorf("--until: %w", err)
-	}
-	return f, f.Validate()
+	return f, err
 }
 
 // parseInterspersed parses flags that may come after positional arguments
@@ -481,13 +455,4 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
-}
-
-// causeList is the known causes, comma-separated.
-func causeList() string {
-	names := make([]string, len(labels.Causes))
-	for i, c := range labels.Causes {
-		names[i] = string(c)
-	}
-	return strings.Join(names, ", ")
 }

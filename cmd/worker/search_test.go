@@ -51,7 +51,7 @@ func TestEnvelopesListCauseSearchAndHeader(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"--cause", "unknown-currency"}, `--cause "unknown-currency": want one of unknown_currency, `},
+		{[]string{"--cause", "unknown-currency"}, `--cause: "unknown-currency": want one of unknown_currency, `},
 		{[]string{"--contains", `{"data":`}, "not valid JSON"},
 		{[]string{"--contains", `["m_1"]`}, "want a JSON object"},
 		{[]string{"--field", "merchant"}, "want path=value"},

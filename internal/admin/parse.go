@@ -1,0 +1,87 @@
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/labels"
+)
+
+// FilterInput is a Filter as an operator types it: the CLI's selection
+// flags and the console's query parameters are both this, so both parse and
+// reject exactly the same input.
+type FilterInput struct {
+	IDs                                                        []int64
+	Source, Status, EventType, DeliveryID, Cause, Since, Until string
+	// Contains are JSON objects; Fields are path=value (ParseField);
+	// Headers are Name=value.
+	Contains, Fields, Headers []string
+}
+
+// InputError is an operator's input that Parse refused: Field names the
+// input (the CLI's flag and the console's parameter, without dashes).
+type InputError struct {
+	Field string
+	Err   error
+}
+
+func (e *InputError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// Parse returns the validated Filter in. An error is an *InputError naming
+// the field when one field is wrong, or Filter.Validate's.
+func (in FilterInput) Parse() (Filter, error) {
+	f := Filter{
+		IDs:        in.IDs,
+		Source:     strings.TrimSpace(in.Source),
+		Status:     envelope.Status(strings.TrimSpace(in.Status)),
+		EventType:  strings.TrimSpace(in.EventType),
+		DeliveryID: strings.TrimSpace(in.DeliveryID),
+		Cause:      strings.TrimSpace(in.Cause),
+	}
+	if f.Cause != "" && !labels.KnownCause(labels.Cause(f.Cause)) {
+		return f, &InputError{"cause", fmt.Errorf("%q: want one of %s", f.Cause, CauseNames())}
+	}
+	for _, c := range in.Contains {
+		if !json.Valid([]byte(c)) {
+			return f, &InputError{"contains", fmt.Errorf(`%s: not valid JSON (quote it for the shell: '{"data":{"merchant_id":"m_1"}}')`, c)}
+		}
+		f.Contains = append(f.Contains, json.RawMessage(c))
+	}
+	for _, fl := range in.Fields {
+		c, err := ParseField(fl)
+		if err != nil {
+			return f, &InputError{"field", err}
+		}
+		f.Contains = append(f.Contains, c)
+	}
+	for _, h := range in.Headers {
+		name, value, ok := strings.Cut(h, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			return f, &InputError{"header", fmt.Errorf("%q: want Name=value, such as X-GitHub-Event=push", h)}
+		}
+		if f.Headers == nil {
+			f.Headers = map[string]string{}
+		}
+		f.Headers[strings.TrimSpace(name)] = value
+	}
+	var err error
+	if f.Since, err = ParseBound(in.Since); err != nil {
+		return f, &InputError{"since", err}
+	}
+	if f.Until, err = ParseBound(in.Until); err != nil {
+		return f, &InputError{"until", err}
+	}
+	return f, f.Validate()
+}
+
+// CauseNames lists the known failure causes, comma-separated.
+func CauseNames() string {
+	names := make([]string, len(labels.Causes))
+	for i, c := range labels.Causes {
+		names[i] = string(c)
+	}
+	return strings.Join(names, ", ")
+}
