@@ -6,16 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// DB is what a function that writes, or opens its own transaction, needs:
-// a pool, a connection or a transaction (where Begin is a savepoint).
-type DB interface {
-	Querier
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // PurgeCursor is a position in (processed_at, id) order: where a purge
 // batch starts (exclusive) and ends.

@@ -252,15 +252,19 @@ func Purged(ctx context.Context, q Querier, ids []int64) ([]int64, error) {
 	return purged, nil
 }
 
-// Missing returns, in id order, those of ids that are not envelopes.
+// Missing returns, in id order, those of ids that are not envelopes
+// (Existing's complement).
 func Missing(ctx context.Context, q Querier, ids []int64) ([]int64, error) {
-	var missing []int64
-	err := q.QueryRow(ctx, `
-		SELECT coalesce(array_agg(i ORDER BY i), '{}')
-		  FROM unnest($1::bigint[]) AS i
-		 WHERE NOT EXISTS (SELECT 1 FROM envelope e WHERE e.id = i)`, ids).Scan(&missing)
+	exist, err := Existing(ctx, q, ids)
 	if err != nil {
-		return nil, fmt.Errorf("look up envelope ids: %w", err)
+		return nil, err
 	}
-	return missing, nil
+	var missing []int64
+	for _, id := range ids {
+		if !exist[id] {
+			missing = append(missing, id)
+		}
+	}
+	slices.Sort(missing)
+	return slices.Compact(missing), nil
 }
