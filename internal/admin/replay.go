@@ -299,7 +299,9 @@ func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchO
 			out.skipped = append(out.skipped, c.ID)
 			continue
 		}
-		params = append(params, river.InsertManyParams{Args: envelope.ProcessArgs{EnvelopeID: c.ID, Source: c.Source}})
+		// River's default limit: the worker bounds the attempts by the
+		// source's max_attempts (envelope.ProcessJob).
+		params = append(params, envelope.ProcessJob(c.ID, c.Source, 0))
 	}
 	var replayed []envelope.Replayed
 	var replayIDs []int64

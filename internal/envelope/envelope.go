@@ -11,6 +11,16 @@
 // reconcile) decide what to do and call these functions, which take a
 // Querier or DB: a pool, a connection or a transaction.
 //
+// Every processing job is inserted by ProcessJob, whichever path enqueues it
+// (Store.Insert for ingest and backfill, the admin replay, the worker's
+// reconcile). The job's max_attempts is only River's backstop: the source's
+// max_attempts where the path knows it (Store.Insert), River's default (25)
+// where it does not (replay, reconcile). Whether an attempt exhausts the
+// envelope is decided in one place, the worker's decision, from the
+// source's max_attempts in the worker's own configuration and the job's:
+// the lower one applies, so a replayed or reconciled envelope is bounded
+// like a fresh one.
+//
 // Of this module it imports only groupcommit; it must not import handlers,
 // worker, ingest, admin, retention or metrics.
 package envelope

@@ -33,6 +33,21 @@ func (ProcessArgs) InsertOpts() river.InsertOpts {
 	}
 }
 
+// ProcessJob is the insert of envelope envelopeID's processing job: every
+// path that enqueues one uses it (Store.Insert for ingest and backfill, the
+// admin replay, the worker's reconcile). maxAttempts is River's own limit
+// for the job, 0 for River's default (25): the source's max_attempts where
+// the path knows it (Store.Insert, from NewDelivery.MaxAttempts), else 0.
+// It is only River's backstop: whether an attempt exhausts the envelope is
+// decided by the worker alone, with the source's max_attempts of its own
+// configuration against the job's (see the package doc).
+func ProcessJob(envelopeID int64, source string, maxAttempts int) river.InsertManyParams {
+	return river.InsertManyParams{
+		Args:       ProcessArgs{EnvelopeID: envelopeID, Source: source},
+		InsertOpts: &river.InsertOpts{MaxAttempts: maxAttempts},
+	}
+}
+
 // WaitingOrRunning are the River job states of a job not yet finished: the
 // unique states of every job kind here that must not run twice at once
 // (processing, purge, backfill reconcile). A new slice each call.

@@ -72,7 +72,8 @@ type NewDelivery struct {
 	Payload    json.RawMessage
 	Headers    map[string]string
 	SignedAt   time.Time
-	// MaxAttempts for the processing job; 0 keeps the worker's default.
+	// MaxAttempts is River's limit for the processing job (ProcessJob): the
+	// source's max_attempts; 0 keeps River's default.
 	MaxAttempts int
 	// TraceContext is the W3C traceparent of the request that brought the
 	// delivery ("" when tracing is off: stored as NULL); every processing
@@ -296,10 +297,7 @@ func (s *Store) insertTx(ctx context.Context, items []prepared) ([]groupcommit.R
 		if len(fresh) > 0 {
 			params := make([]river.InsertManyParams, len(fresh))
 			for n, i := range fresh {
-				params[n] = river.InsertManyParams{
-					Args:       ProcessArgs{EnvelopeID: out[i].Value.EnvelopeID, Source: items[i].d.Source},
-					InsertOpts: &river.InsertOpts{MaxAttempts: items[i].d.MaxAttempts},
-				}
+				params[n] = ProcessJob(out[i].Value.EnvelopeID, items[i].d.Source, items[i].d.MaxAttempts)
 			}
 			if _, err := s.river.InsertManyTx(ctx, tx, params); err != nil {
 				return fmt.Errorf("enqueue %d envelopes: %w", len(fresh), err)

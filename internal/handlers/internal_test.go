@@ -1,8 +1,12 @@
 package handlers
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/ledger"
 )
@@ -46,4 +50,22 @@ func TestCurrencyCode(t *testing.T) {
 			t.Errorf("currencyCode(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// A posting result is reported, typed, to the run's Effects, and is the
+// result JSON's; a run without Effects reports nothing and returns the same.
+func TestPostingResultReportedToEffects(t *testing.T) {
+	t.Parallel()
+	e := &Effects{}
+	res, err := noop(WithEffects(context.Background(), e), ledger.KindRefund, "m", "USD", "nothing refunded")
+	require.NoError(t, err)
+	require.NotNil(t, e.Posting)
+	require.Equal(t, PostingResult{Kind: "refund", Merchant: "m", Currency: "USD", Reason: "nothing refunded"}, *e.Posting)
+	var decoded PostingResult
+	require.NoError(t, json.Unmarshal(res, &decoded))
+	require.Equal(t, *e.Posting, decoded)
+
+	bare, err := noop(context.Background(), ledger.KindRefund, "m", "USD", "nothing refunded")
+	require.NoError(t, err)
+	require.JSONEq(t, string(res), string(bare))
 }

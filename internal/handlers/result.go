@@ -34,6 +34,30 @@ type RecordResult struct {
 	Event    string `json:"event"`
 }
 
+// Effects is what a handler's run reports besides its result JSON, typed,
+// for the caller's counters (the worker's ledger metrics). The caller passes
+// a fresh one per run with WithEffects; a run without one reports nothing.
+type Effects struct {
+	// Posting is the PostingResult the run's result states (the payment
+	// handlers'); nil when it states none.
+	Posting *PostingResult
+}
+
+type effectsKey struct{}
+
+// WithEffects returns ctx with e, which the handlers run under it fill in.
+func WithEffects(ctx context.Context, e *Effects) context.Context {
+	return context.WithValue(ctx, effectsKey{}, e)
+}
+
+// postingResult is the result JSON of r, reported to ctx's Effects.
+func postingResult(ctx context.Context, r PostingResult) (json.RawMessage, error) {
+	if e, _ := ctx.Value(effectsKey{}).(*Effects); e != nil {
+		e.Posting = &r
+	}
+	return marshal(r)
+}
+
 // post posts p for env and returns the result JSON, with ledger errors
 // classified.
 func post(ctx context.Context, tx pgx.Tx, env *envelope.Envelope, p ledger.Posting) (json.RawMessage, error) {
@@ -41,7 +65,7 @@ func post(ctx context.Context, tx pgx.Tx, env *envelope.Envelope, p ledger.Posti
 	if err != nil {
 		return nil, classify(fmt.Errorf("post %s %q: %w", p.Kind, p.IdempotencyKey, err))
 	}
-	return marshal(PostingResult{
+	return postingResult(ctx, PostingResult{
 		Posted:              res.Created,
 		LedgerTransactionID: res.TransactionID,
 		Kind:                string(p.Kind),
@@ -54,8 +78,8 @@ func post(ctx context.Context, tx pgx.Tx, env *envelope.Envelope, p ledger.Posti
 }
 
 // noop is the result of an event that needs no posting.
-func noop(kind ledger.Kind, merchant, currency, reason string) (json.RawMessage, error) {
-	return marshal(PostingResult{Kind: string(kind), Merchant: merchant, Currency: currency, Reason: reason})
+func noop(ctx context.Context, kind ledger.Kind, merchant, currency, reason string) (json.RawMessage, error) {
+	return postingResult(ctx, PostingResult{Kind: string(kind), Merchant: merchant, Currency: currency, Reason: reason})
 }
 
 func marshal(v any) (json.RawMessage, error) {

@@ -44,7 +44,7 @@ func shopifyOrderPaid(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (j
 		return nil, invalidPayload(fmt.Errorf("shopify %s: %w", env.EventType, err))
 	}
 	if p.AmountMinor == 0 {
-		return noop(ledger.KindPayment, p.Merchant, p.Currency, "zero amount")
+		return noop(ctx, ledger.KindPayment, p.Merchant, p.Currency, "zero amount")
 	}
 	return post(ctx, tx, env, p)
 }
@@ -124,7 +124,7 @@ func shopifyRefundCreated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope
 		return nil, invalidPayload(fmt.Errorf("shopify %s: %w", env.EventType, err))
 	}
 	if p.AmountMinor == 0 {
-		return noop(ledger.KindRefund, p.Merchant, p.Currency, "nothing refunded")
+		return noop(ctx, ledger.KindRefund, p.Merchant, p.Currency, "nothing refunded")
 	}
 	if res, ok, err := replayed(ctx, tx, env); err != nil || ok {
 		return res, err
@@ -132,7 +132,7 @@ func shopifyRefundCreated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope
 	if t, ok, err := ledger.ByKey(ctx, tx, p.IdempotencyKey); err != nil {
 		return nil, err
 	} else if ok {
-		return marshal(PostingResult{LedgerTransactionID: t.ID, Kind: string(t.Kind), IdempotencyKey: t.IdempotencyKey, Merchant: t.Merchant,
+		return postingResult(ctx, PostingResult{LedgerTransactionID: t.ID, Kind: string(t.Kind), IdempotencyKey: t.IdempotencyKey, Merchant: t.Merchant,
 			AmountMinor: t.AmountMinor, Currency: t.Currency, Reason: fmt.Sprintf("business key already posted by envelope %d", t.EnvelopeID)})
 	}
 	pay, err := ledger.Payment(ctx, tx, p.PaymentKey)
@@ -144,7 +144,7 @@ func shopifyRefundCreated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope
 			return nil, invalidPayload(fmt.Errorf("shopify %s: %w", env.EventType, err))
 		}
 		if p.AmountMinor == 0 {
-			return noop(ledger.KindRefund, p.Merchant, p.Currency, "refund rounds to zero in the payment's currency")
+			return noop(ctx, ledger.KindRefund, p.Merchant, p.Currency, "refund rounds to zero in the payment's currency")
 		}
 	}
 	return post(ctx, tx, env, p)

@@ -137,7 +137,7 @@ func stripeChargeRefunded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope
 		return nil, invalidPayload(fmt.Errorf("stripe %s: %w", env.EventType, err))
 	}
 	if r.uncaptured {
-		return noop(ledger.KindRefund, r.Merchant, r.Currency, "authorization released, never captured: not a refund")
+		return noop(ctx, ledger.KindRefund, r.Merchant, r.Currency, "authorization released, never captured: not a refund")
 	}
 
 	// A replayed envelope reports what it posted the first time, rather than
@@ -160,7 +160,7 @@ func stripeChargeRefunded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope
 	r.Merchant = pay.Merchant
 	r.AmountMinor = r.refundedMinor - pay.RefundedMinor
 	if r.AmountMinor <= 0 {
-		return noop(ledger.KindRefund, r.Merchant, r.Currency, "nothing new refunded")
+		return noop(ctx, ledger.KindRefund, r.Merchant, r.Currency, "nothing new refunded")
 	}
 	return post(ctx, tx, env, r.Posting)
 }
@@ -172,7 +172,7 @@ func replayed(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawM
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	res, err := marshal(PostingResult{
+	res, err := postingResult(ctx, PostingResult{
 		LedgerTransactionID: t.ID, Kind: string(t.Kind), IdempotencyKey: t.IdempotencyKey, Merchant: t.Merchant,
 		AmountMinor: t.AmountMinor, Currency: t.Currency, Reason: ledger.ReasonEnvelopePosted,
 	})
@@ -279,7 +279,7 @@ func stripeRefundUpdated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope)
 	}
 	currency := currencyCode(re.Currency)
 	if re.Status != "failed" {
-		return noop(ledger.KindRefundReversal, ev.merchant(ctx, env), currency, fmt.Sprintf("refund %s is %s: nothing to reverse", re.ID, re.Status))
+		return noop(ctx, ledger.KindRefundReversal, ev.merchant(ctx, env), currency, fmt.Sprintf("refund %s is %s: nothing to reverse", re.ID, re.Status))
 	}
 	if re.PaymentIntent == nil || *re.PaymentIntent == "" {
 		return nil, invalidPayload(fmt.Errorf("stripe %s: %w", env.EventType, missing("data.object.payment_intent")))

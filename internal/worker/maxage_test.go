@@ -44,11 +44,11 @@ func TestMaxAgeCoversTheProvidersRetryWindow(t *testing.T) {
 	// would have failed before.
 	notReady := &handlers.NotReadyError{Err: errors.New("payment not posted")}
 	w := &ProcessWorker{Policy: p}
-	act := outcome(notReady, 1, 25, 60*time.Hour, w.policyFor(&envelope.Envelope{Provider: "stripe", Source: "s"}))
+	act := decideFailure(notReady, 1, 25, 60*time.Hour, w.policyFor(&envelope.Envelope{Provider: "stripe", Source: "s"}))
 	if act.outcome != envelope.OutcomeSnoozed {
 		t.Errorf("stripe refund at 60 h: %s (%s), want snoozed", act.outcome, act.reason)
 	}
-	act = outcome(notReady, 1, 25, 74*time.Hour, w.policyFor(&envelope.Envelope{Provider: "stripe", Source: "s"}))
+	act = decideFailure(notReady, 1, 25, 74*time.Hour, w.policyFor(&envelope.Envelope{Provider: "stripe", Source: "s"}))
 	if act.outcome != envelope.OutcomeFailed || !act.final {
 		t.Errorf("stripe refund at 74 h: %s, want failed", act.outcome)
 	}
@@ -68,11 +68,11 @@ func TestNotReadySnoozeGrowsWithAge(t *testing.T) {
 		{10 * time.Minute, time.Minute},
 		{10 * time.Hour, p.MaxSnooze},
 	} {
-		act := outcome(notReady, 1, 25, c.age, p)
+		act := decideFailure(notReady, 1, 25, c.age, p)
 		if act.outcome != envelope.OutcomeSnoozed {
 			t.Fatalf("age %s: %s", c.age, act.outcome)
 		}
-		if got := snoozeOf(t, act.riverErr); got != c.want {
+		if got := snoozeOf(t, act.river); got != c.want {
 			t.Errorf("age %s: snooze %s, want %s", c.age, got, c.want)
 		}
 	}

@@ -24,9 +24,7 @@ func TestMetricsReplayedEnvelopeIsTimedAsAReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := prometheus.NewRegistry()
-	m := metrics.NewWorker(reg, nil, logger)
-	m.Init([]string{"src"})
+	reg, m := newMetrics(t)
 	id := b.insert(t, "standard", "d-1", "payment.succeeded", webhooktest.StandardPayment("pay_1", "m_1", 250, "EUR"), 0)
 	b.runConfig(t, worker.Config{Metrics: m})
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
@@ -75,10 +73,7 @@ func TestMetricsReplayedEnvelopeIsTimedAsAReplay(t *testing.T) {
 func TestMetricsFailuresCountedByCause(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := prometheus.NewRegistry()
-	m := metrics.NewWorker(reg, nil, logger)
-	m.Init([]string{"src"})
+	reg, m := newMetrics(t)
 	ids := []int64{
 		b.insert(t, "standard", "bad-1", "payment.succeeded", webhooktest.StandardPayment("p1", "m", 100, "XYZ"), 0),
 		b.insert(t, "standard", "bad-2", "payment.succeeded", webhooktest.StandardPayment("p2", "m", 100, "XYZ"), 0),
@@ -88,27 +83,73 @@ func TestMetricsFailuresCountedByCause(t *testing.T) {
 		require.Equal(t, envelope.StatusFailed, b.waitFinal(t, id).Status)
 	}
 	value := func(cause, outcome string) float64 {
-		mfs, err := reg.Gather()
-		require.NoError(t, err)
-		for _, mf := range mfs {
-			if mf.GetName() != "inbox_worker_failures_total" {
-				continue
-			}
-			for _, s := range mf.GetMetric() {
-				labels := map[string]string{}
-				for _, l := range s.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				if labels["source"] == "src" && labels["cause"] == cause && labels["outcome"] == outcome {
-					return s.GetCounter().GetValue()
-				}
-			}
-		}
-		t.Fatalf("no series for %s %s", cause, outcome)
-		return 0
+		return counter(t, reg, "inbox_worker_failures_total", map[string]string{"source": "src", "cause": cause, "outcome": outcome})
 	}
 	// The worker counts after its commit.
 	require.Eventually(t, func() bool { return value("unknown_currency", "failed") == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.Zero(t, value("internal", "failed"))
 	require.Zero(t, value("unknown_currency", "retry"))
+}
+
+// A ledger posting is counted by kind and result, from what the handler
+// reports of its run: the payment posted once, and skipped when the same
+// payment arrives under a second delivery id.
+func TestMetricsLedgerPostingsCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reg, m := newMetrics(t)
+	body := webhooktest.StandardPayment("pay_lp", "m_lp", 300, "EUR")
+	ids := []int64{
+		b.insert(t, "standard", "lp-1", "payment.succeeded", body, 0),
+		b.insert(t, "standard", "lp-2", "payment.succeeded", body, 0),
+	}
+	b.runConfig(t, worker.Config{Metrics: m})
+	for _, id := range ids {
+		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
+	}
+	value := func(kind, result string) float64 {
+		return counter(t, reg, "inbox_ledger_postings_total", map[string]string{"kind": kind, "result": result})
+	}
+	// The worker counts after its commit.
+	require.Eventually(t, func() bool { return value("payment", "posted")+value("payment", "skipped") == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1.0, value("payment", "posted"))
+	require.Equal(t, 1.0, value("payment", "skipped"))
+	require.Zero(t, value("refund", "posted"))
+}
+
+// counter is the value of reg's counter name with the labels want (the
+// series must exist).
+func counter(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, s := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range s.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue series
+				}
+			}
+			return s.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no series %s %v", name, want)
+	return 0
+}
+
+// newMetrics is a registry and the worker's metrics on it, for source src.
+func newMetrics(t *testing.T) (*prometheus.Registry, *metrics.Worker) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := metrics.NewWorker(reg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.Init([]string{"src"})
+	return reg, m
 }

@@ -26,9 +26,11 @@ type SourcePolicy struct {
 	ThrottlePerSecond int
 	// ThrottleKey is "merchant" (default) or "source".
 	ThrottleKey string
-	// MaxAttempts, when set and lower than the job's own, is when the
-	// envelope fails "attempts exhausted" (it also bounds replayed and
-	// reconciled jobs, which are inserted with River's default).
+	// MaxAttempts, when set and lower than the job's own max_attempts, is
+	// when the envelope fails "attempts exhausted". The worker's decision
+	// (decide) is the one place that applies it, to every job however it
+	// was enqueued (replayed and reconciled jobs have River's default; see
+	// envelope.ProcessJob).
 	MaxAttempts int
 	// MaxAge, when set, bounds snoozing for the source's envelopes instead
 	// of the policy's MaxAge and the provider's retry window (see maxAge).

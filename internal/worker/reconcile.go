@@ -86,7 +86,10 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) (fa
 				failed++
 				continue
 			}
-			if _, err := client.InsertTx(ctx, tx, envelope.ProcessArgs{EnvelopeID: o.ID, Source: o.Source}, nil); err != nil {
+			// River's default limit: decide bounds the attempts by the
+			// source's max_attempts.
+			job := envelope.ProcessJob(o.ID, o.Source, 0)
+			if _, err := client.InsertTx(ctx, tx, job.Args, job.InsertOpts); err != nil {
 				return fmt.Errorf("enqueue envelope %d: %w", o.ID, err)
 			}
 			enqueued++

@@ -45,16 +45,18 @@ func endAttemptSpans(atts []*attempt, err error) {
 		if a.span == nil {
 			continue
 		}
-		committed := err == nil && a.err == nil
+		// Only an attempt that reached try has a span: it commits with
+		// the transaction.
+		committed := err == nil
 		a.span.SetAttributes(attribute.Bool("inbox.committed", committed))
-		if a.outcomeLog != "" {
-			a.span.SetAttributes(attribute.String("inbox.outcome", a.outcomeLog))
+		if a.dec.label != "" {
+			a.span.SetAttributes(attribute.String("inbox.outcome", a.dec.label))
 		}
 		switch {
 		case !committed:
 			a.span.SetStatus(codes.Error, "rolled back")
-		case a.act.final && a.handlerErr != nil:
-			a.span.SetStatus(codes.Error, string(a.act.outcome))
+		case a.dec.final:
+			a.span.SetStatus(codes.Error, string(a.dec.outcome))
 		}
 		a.span.End()
 		a.span = nil

@@ -155,13 +155,9 @@ var errLostRace = errors.New("lost the job to another attempt")
 // the batch is rolled back and run again with one savepoint per envelope.
 var errIsolate = errors.New("a handler failed: run the batch again with savepoints")
 
-// errBusy means another transaction holds the envelope's row: a batch
-// skips it, and it is processed in a transaction of its own that waits.
-var errBusy = errors.New("envelope row held by another transaction")
-
 // Work processes one envelope. Its effects, result and status commit
-// together or not at all; the River action it returns is decided by
-// decide, after the commit that recorded it.
+// together or not at all; the River action it returns, after the commit
+// that recorded it, is decide's.
 func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.ProcessArgs]) error {
 	w.init()
 	lane := w.batched
@@ -180,23 +176,28 @@ func (w *ProcessWorker) Work(ctx context.Context, job *river.Job[envelope.Proces
 // attempt is one job's progress through a batch.
 type attempt struct {
 	job *river.Job[envelope.ProcessArgs]
-	// throttled, when set, is this attempt's outcome: the throttle refused
-	// a slot, and no handler runs.
+	// throttled, when set, is the throttle's refusal of a slot: the
+	// attempt's failure, and no handler runs.
 	throttled *throttledError
 	env       *envelope.Envelope
 	startedAt time.Time
-	// outcomeLog names what happened, for the log and the metrics.
-	outcomeLog string
-	result     json.RawMessage
-	handlerErr error
-	act        action // when handlerErr != nil
-	// verdict is what Work returns to River.
-	verdict error
-	// err, when set, is this job's failure of its own (not found, lost
-	// race, busy): nothing of it was written.
-	err error
+	// busy means another transaction holds the envelope's row: nothing of
+	// the job was written, and it is processed again on its own.
+	busy bool
+	// res is what the attempt found or did, dec what decide made of it
+	// (both set by settle).
+	res result
+	dec decision
 	// span is the attempt's span while tracing is on (nil when off).
 	span trace.Span
+}
+
+// settled reports whether the attempt has its result, or is busy.
+func (a *attempt) settled() bool { return a.busy || a.res.kind != foundNothing }
+
+// settle sets the attempt's result and decides it.
+func (a *attempt) settle(r result, b bounds) {
+	a.res, a.dec = r, decide(r, b)
 }
 
 // processBatch processes jobs in one transaction and returns each one's
@@ -258,16 +259,16 @@ func (w *ProcessWorker) processBatch(ctx context.Context, jobs []*river.Job[enve
 	}
 	for i, a := range atts {
 		switch {
-		case errors.Is(a.err, errBusy):
+		case a.busy:
 			out[i] = w.processBatch(ctx, jobs[i:i+1])[0]
-		case errors.Is(a.err, envelope.ErrNotFound):
-			out[i].Value = river.JobCancel(a.err)
-		case a.err != nil:
-			w.Logger.Warn("envelope attempt rolled back", "envelope_id", a.job.Args.EnvelopeID, "job_id", a.job.ID, "attempt", a.job.Attempt, "error", a.err)
-			out[i].Err = a.err
+		case a.res.kind == foundNotFound:
+			out[i].Value = a.dec.river
+		case a.res.kind == foundLostRace:
+			w.Logger.Warn("envelope attempt rolled back", "envelope_id", a.job.Args.EnvelopeID, "job_id", a.job.ID, "attempt", a.job.Attempt, "error", a.res.err)
+			out[i].Err = a.dec.river
 		default:
 			w.observe(ctx, a)
-			out[i].Value = a.verdict
+			out[i].Value = a.dec.river
 		}
 	}
 	return out
@@ -312,9 +313,9 @@ func (w *ProcessWorker) processTx(ctx context.Context, jobs []*river.Job[envelop
 			for _, a := range atts {
 				if id := a.job.Args.EnvelopeID; a.env == nil {
 					if exist[id] {
-						a.err = fmt.Errorf("envelope %d: %w", id, errBusy)
+						a.busy = true
 					} else {
-						a.err = fmt.Errorf("envelope %d: %w", id, envelope.ErrNotFound)
+						a.settle(result{kind: foundNotFound, err: fmt.Errorf("envelope %d: %w", id, envelope.ErrNotFound)}, bounds{})
 					}
 				}
 			}
@@ -331,18 +332,16 @@ func (w *ProcessWorker) processTx(ctx context.Context, jobs []*river.Job[envelop
 			postings = ledger.NewDeferred(tx)
 		}
 		for _, a := range atts {
-			if a.err != nil {
+			if a.settled() {
 				continue
 			}
-			if err := w.throttle(ctx, a); err != nil {
-				return err
-			}
-			rec, ok, err := w.run(ctx, tx, a, savepoints, postings)
+			r, err := w.try(ctx, tx, a, savepoints, postings)
 			if err != nil {
 				return err
 			}
-			if ok {
-				recs = append(recs, rec)
+			a.settle(r, w.bounds(a))
+			if a.dec.recorded() {
+				recs = append(recs, w.record(a))
 			}
 		}
 		if err := postings.Flush(ctx); errors.Is(err, ledger.ErrDeferredConflict) {
@@ -382,7 +381,7 @@ func completeJobs(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 	var p riverdriver.JobSetStateIfRunningManyParams
 	now := time.Now().UTC()
 	for _, a := range atts {
-		if a.err != nil || a.verdict != nil {
+		if a.busy || a.dec.river != nil {
 			continue
 		}
 		c := riverdriver.JobSetStateCompleted(a.job.ID, now, nil)
@@ -413,62 +412,79 @@ func completeJobs(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 	return nil
 }
 
-// run applies one attempt inside the batch transaction: the handler (under
-// a savepoint when savepoints is set), then decide. It returns the record to
-// write, or false when there is none (the envelope was already final). An
-// error is the whole transaction's: a savepoint that cannot be made or
-// undone, or errIsolate for a handler error without a savepoint.
-func (w *ProcessWorker) run(ctx context.Context, tx pgx.Tx, a *attempt, savepoints bool, postings *ledger.Deferred) (envelope.Record, bool, error) {
+// try is one attempt of an envelope found and owned, inside the batch
+// transaction: the throttle's slot, then the handler (under a savepoint when
+// savepoints is set). It returns what the attempt did; decide says what
+// becomes of it. An error is the whole transaction's: a throttle slot or a
+// savepoint that cannot be taken or undone, or errIsolate for a handler
+// error without a savepoint.
+func (w *ProcessWorker) try(ctx context.Context, tx pgx.Tx, a *attempt, savepoints bool, postings *ledger.Deferred) (result, error) {
+	if err := w.throttle(ctx, a); err != nil {
+		return result{}, err
+	}
 	env := a.env
-	rec := envelope.Record{EnvelopeID: env.ID, Attempt: envelope.Attempt{
-		JobID: a.job.ID, Attempt: a.job.Attempt, StartedAt: a.startedAt, Worker: w.Name}}
 	if tracing.Enabled() {
 		ctx, a.span = startAttemptSpan(ctx, a, savepoints)
 	}
 	if env.Status != envelope.StatusPending {
 		// Already final (processed by an earlier attempt that committed,
 		// or a replay's job raced): only the job needs completing.
-		a.outcomeLog = "already_" + string(env.Status)
-		return rec, false, nil
+		return result{kind: foundFinal, status: env.Status}, nil
 	}
 	if a.throttled != nil {
-		a.handlerErr = a.throttled
-	} else if h, ok := w.Registry.LookupEnvelope(env); !ok {
-		a.outcomeLog = "ignored"
-		rec.Status, rec.Attempt.Outcome = envelope.StatusIgnored, envelope.OutcomeIgnored
+		return result{kind: foundFailed, err: a.throttled}, nil
+	}
+	h, ok := w.Registry.LookupEnvelope(env)
+	if !ok {
 		event := env.EventType
 		if event == "" {
 			event = "(none: the delivery named no event type)"
 		}
-		rec.Result, _ = json.Marshal(map[string]string{"reason": "no handler for " + env.Provider + " event " + event})
-		return rec, true, nil
-	} else {
-		if err := w.handle(ctx, tx, a, h, savepoints, postings); err != nil {
-			return rec, false, err
-		}
-		if a.handlerErr == nil {
-			a.outcomeLog = "done"
-			rec.Status, rec.Attempt.Outcome, rec.Result = envelope.StatusDone, envelope.OutcomeDone, a.result
-			return rec, true, nil
-		}
+		reason, _ := json.Marshal(map[string]string{"reason": "no handler for " + env.Provider + " event " + event})
+		return result{kind: foundIgnored, value: reason}, nil
 	}
-	a.act = w.decide(a)
-	a.verdict = a.act.riverErr
-	a.outcomeLog = string(a.act.outcome)
-	rec.Attempt.Outcome, rec.Attempt.Error, rec.Attempt.Cause = a.act.outcome, a.act.reason, string(a.act.cause)
-	rec.Status = envelope.StatusPending
-	if a.act.final {
-		rec.Status = envelope.StatusFailed
+	return w.handle(ctx, tx, a, h, savepoints, postings)
+}
+
+// bounds are a's bounds for decide: its attempt, River's limit and the
+// source's, the envelope's age at the attempt's start and the policy for
+// its source and provider.
+func (w *ProcessWorker) bounds(a *attempt) bounds {
+	return bounds{
+		attempt:   a.job.Attempt,
+		riverMax:  a.job.MaxAttempts,
+		sourceMax: w.Sources[a.env.Source].MaxAttempts,
+		age:       a.startedAt.Sub(a.env.WaitingSince()),
+		policy:    w.policyFor(a.env),
 	}
-	return rec, true, nil
+}
+
+// record is the row a's decision writes.
+func (w *ProcessWorker) record(a *attempt) envelope.Record {
+	rec := envelope.Record{EnvelopeID: a.env.ID, Status: a.dec.status, Attempt: envelope.Attempt{
+		JobID: a.job.ID, Attempt: a.job.Attempt, StartedAt: a.startedAt, Worker: w.Name,
+		Outcome: a.dec.outcome, Error: a.dec.reason, Cause: string(a.dec.cause)}}
+	if a.res.kind != foundFailed {
+		rec.Result = a.res.value
+	}
+	return rec
 }
 
 // handle runs h for a's envelope, under a savepoint when savepoints is set
 // (its effects and its error's aftermath rolled back alone when it fails),
-// and sets a.result and a.handlerErr. Without savepoints a handler error is
-// errIsolate: the caller rolls the whole transaction back.
-func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h handlers.Handler, savepoints bool, postings *ledger.Deferred) error {
+// and returns what it did: done with its result and posting, or failed with
+// its error. Without savepoints a handler error is errIsolate: the caller
+// rolls the whole transaction back.
+func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h handlers.Handler, savepoints bool, postings *ledger.Deferred) (result, error) {
 	ctx = ledger.WithAccounts(ctx, w.accounts)
+	effects := &handlers.Effects{}
+	ctx = handlers.WithEffects(ctx, effects)
+	ran := func(value json.RawMessage, err error) result {
+		if err != nil {
+			return result{kind: foundFailed, err: err}
+		}
+		return result{kind: foundDone, value: value, posting: effects.Posting}
+	}
 	if !savepoints {
 		if a.env.Attempts == 0 && a.env.LastReplayedAt == nil {
 			// A first attempt of a never-replayed envelope: its payment is
@@ -477,70 +493,56 @@ func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h han
 			// batch a second run).
 			ctx = ledger.WithDeferred(ctx, postings)
 		}
-		if a.result, a.handlerErr = runTracedHandler(ctx, h, tx, a.env); a.handlerErr != nil {
-			return fmt.Errorf("envelope %d: %w (%v)", a.env.ID, errIsolate, a.handlerErr)
+		r := ran(runTracedHandler(ctx, h, tx, a.env))
+		if r.err != nil {
+			return r, fmt.Errorf("envelope %d: %w (%v)", a.env.ID, errIsolate, r.err)
 		}
-		return nil
+		return r, nil
 	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("savepoint for envelope %d: %w", a.env.ID, err)
+		return result{}, fmt.Errorf("savepoint for envelope %d: %w", a.env.ID, err)
 	}
-	if a.result, a.handlerErr = runTracedHandler(ctx, h, sp, a.env); a.handlerErr == nil {
+	r := ran(runTracedHandler(ctx, h, sp, a.env))
+	if r.err == nil {
 		if err := sp.Commit(ctx); err != nil {
-			return fmt.Errorf("release savepoint of envelope %d: %w", a.env.ID, err)
+			return result{}, fmt.Errorf("release savepoint of envelope %d: %w", a.env.ID, err)
 		}
-		return nil
+		return r, nil
 	}
 	if err := sp.Rollback(ctx); err != nil {
-		return fmt.Errorf("roll back to savepoint of envelope %d: %w (handler: %v)", a.env.ID, err, a.handlerErr)
+		return result{}, fmt.Errorf("roll back to savepoint of envelope %d: %w (handler: %v)", a.env.ID, err, r.err)
 	}
-	return nil
-}
-
-// decide maps a failed attempt to its action: outcome, with the source's
-// retry limit, and a cancel when it is final before River's own limit.
-func (w *ProcessWorker) decide(a *attempt) action {
-	job := a.job
-	maxAttempts := job.MaxAttempts
-	if sp := w.Sources[a.env.Source]; sp.MaxAttempts > 0 && sp.MaxAttempts < maxAttempts {
-		maxAttempts = sp.MaxAttempts
-	}
-	act := outcome(a.handlerErr, job.Attempt, maxAttempts, a.startedAt.Sub(a.env.WaitingSince()), w.policyFor(a.env))
-	act.cause = failureCause(a.handlerErr)
-	if act.final && job.Attempt < job.MaxAttempts {
-		// Final before River's own limit: make sure River stops too.
-		act.riverErr = river.JobCancel(errors.New(act.reason))
-	}
-	return act
+	return r, nil
 }
 
 // observe logs and counts a committed attempt.
 func (w *ProcessWorker) observe(ctx context.Context, a *attempt) {
-	env := a.env
+	env, d := a.env, a.dec
+	failed := a.res.kind == foundFailed
 	lvl := slog.LevelDebug
 	switch {
-	case a.handlerErr == nil:
-		w.observeFinal(env, a.outcomeLog, a.startedAt, a.result)
-	case a.act.final:
+	case !failed:
+		w.observeFinal(a)
+	case d.final:
 		lvl = slog.LevelError
-	case !errors.As(a.handlerErr, new(*throttledError)):
+	case d.cause != labels.CauseThrottled:
 		lvl = slog.LevelWarn // a throttled wait stays DEBUG: the metric counts them, a flood would flood the log
 	}
-	if a.handlerErr != nil {
-		w.observeFailure(env, a.act, a.startedAt, a.handlerErr)
+	if failed {
+		w.observeFailure(a)
 	}
 	if !w.Logger.Enabled(ctx, lvl) {
 		return
 	}
 	attrs := []any{"envelope_id", env.ID, "job_id", a.job.ID, "attempt", a.job.Attempt,
 		"source", env.Source, "delivery_id", env.DeliveryID, "event_type", env.EventType}
-	if a.handlerErr == nil {
+	if !failed {
 		// DEBUG: the envelope_attempt row is the record of every attempt.
-		w.Logger.Log(ctx, lvl, "envelope processed", append(attrs, "outcome", a.outcomeLog)...)
+		w.Logger.Log(ctx, lvl, "envelope processed", append(attrs, "outcome", d.label)...)
 		return
 	}
-	w.Logger.Log(ctx, lvl, "envelope attempt failed", append(attrs, "outcome", string(a.act.outcome), "cause", string(a.act.cause), "error", a.act.reason)...)
+	w.Logger.Log(ctx, lvl, "envelope attempt failed", append(attrs, "outcome", string(d.outcome), "cause", string(d.cause), "error", d.reason)...)
 }
 
 // fence locks the jobs' rows and checks that each attempt still owns its
@@ -550,7 +552,7 @@ func (w *ProcessWorker) observe(ctx context.Context, a *attempt) {
 func fence(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 	var ids []int64
 	for _, a := range atts {
-		if a.err == nil {
+		if !a.settled() {
 			ids = append(ids, a.job.ID)
 		}
 	}
@@ -575,15 +577,15 @@ func fence(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 		return fmt.Errorf("lock %d jobs: %w", len(ids), err)
 	}
 	for _, a := range atts {
-		if a.err != nil {
+		if a.settled() {
 			continue
 		}
 		r, ok := got[a.job.ID]
 		switch {
 		case !ok:
-			a.err = fmt.Errorf("job %d is gone: %w", a.job.ID, errLostRace)
+			a.settle(result{kind: foundLostRace, err: fmt.Errorf("job %d is gone: %w", a.job.ID, errLostRace)}, bounds{})
 		case r.state != string(rivertype.JobStateRunning) || r.attempt != a.job.Attempt:
-			a.err = fmt.Errorf("job %d is %s at attempt %d, this is attempt %d: %w", a.job.ID, r.state, r.attempt, a.job.Attempt, errLostRace)
+			a.settle(result{kind: foundLostRace, err: fmt.Errorf("job %d is %s at attempt %d, this is attempt %d: %w", a.job.ID, r.state, r.attempt, a.job.Attempt, errLostRace)}, bounds{})
 		}
 	}
 	return nil
@@ -634,46 +636,36 @@ func (w *ProcessWorker) throttle(ctx context.Context, a *attempt) error {
 	return nil
 }
 
-// observeFinal records a committed attempt in the metrics.
-func (w *ProcessWorker) observeFinal(env *envelope.Envelope, outcome string, at time.Time, result json.RawMessage) {
-	if w.Metrics == nil || env.Status != envelope.StatusPending {
+// observeFinal records a committed attempt that did not fail in the
+// metrics.
+func (w *ProcessWorker) observeFinal(a *attempt) {
+	if w.Metrics == nil || a.res.kind == foundFinal {
 		return // an already-final envelope was not processed by this attempt
 	}
-	w.Metrics.Attempts.WithLabelValues(env.Source, outcome).Inc()
-	w.Metrics.ObserveProcessing(env.Source, outcome, env.ReceivedAt, env.LastReplayedAt, at)
-	var r struct {
-		Posted *bool  `json:"posted"`
-		Kind   string `json:"kind"`
-	}
-	if json.Unmarshal(result, &r) == nil && r.Posted != nil && r.Kind != "" {
+	env := a.env
+	w.Metrics.Attempts.WithLabelValues(env.Source, a.dec.label).Inc()
+	w.Metrics.ObserveProcessing(env.Source, a.dec.label, env.ReceivedAt, env.LastReplayedAt, a.startedAt)
+	if p := a.res.posting; p != nil && p.Kind != "" {
 		res := "posted"
-		if !*r.Posted {
+		if !p.Posted {
 			res = "skipped"
 		}
-		w.Metrics.LedgerPostings.WithLabelValues(r.Kind, res).Inc()
+		w.Metrics.LedgerPostings.WithLabelValues(p.Kind, res).Inc()
 	}
 }
 
 // observeFailure records a recorded failed attempt in the metrics.
-func (w *ProcessWorker) observeFailure(env *envelope.Envelope, act action, at time.Time, err error) {
+func (w *ProcessWorker) observeFailure(a *attempt) {
 	if w.Metrics == nil {
 		return
 	}
-	w.Metrics.Attempts.WithLabelValues(env.Source, string(act.outcome)).Inc()
-	w.Metrics.Failures.WithLabelValues(env.Source, string(act.cause), string(act.outcome)).Inc()
+	env, d := a.env, a.dec
+	w.Metrics.Attempts.WithLabelValues(env.Source, string(d.outcome)).Inc()
+	w.Metrics.Failures.WithLabelValues(env.Source, string(d.cause), string(d.outcome)).Inc()
 	switch {
-	case act.final:
-		w.Metrics.ObserveProcessing(env.Source, string(envelope.StatusFailed), env.ReceivedAt, env.LastReplayedAt, at)
-	case act.outcome == envelope.OutcomeSnoozed:
-		cause := labels.CauseNotReady
-		var ra *handlers.RetryAfterError
-		var th *throttledError
-		switch {
-		case errors.As(err, &ra):
-			cause = labels.CauseRetryAfter
-		case errors.As(err, &th):
-			cause = labels.CauseThrottled
-		}
-		w.Metrics.Snoozes.WithLabelValues(env.Source, string(cause)).Inc()
+	case d.final:
+		w.Metrics.ObserveProcessing(env.Source, string(envelope.StatusFailed), env.ReceivedAt, env.LastReplayedAt, a.startedAt)
+	case d.outcome == envelope.OutcomeSnoozed:
+		w.Metrics.Snoozes.WithLabelValues(env.Source, string(d.snooze)).Inc()
 	}
 }
