@@ -14,7 +14,12 @@
 // Time comes from the database: relative bounds such as "24h ago" are
 // resolved once per call against the database's now().
 //
-// It may import envelope, durations and the River and pgx libraries; it must not import
+// Its statements on the envelope tables are envelope's (envelope.Selection,
+// Summaries, LockForReplay, RecordReplays, LoadDetail, CountBySource, ...):
+// admin holds the policy (Filter and its validation, batches, limits, the
+// results' shape). It reads the ledger's rows of an envelope itself.
+//
+// It may import envelope, durations, labels, tracing and the River and pgx libraries; it must not import
 // handlers, worker, ingest or cmd (its tests do run the real worker, to check
 // what a replay leads to).
 package admin

@@ -8,11 +8,8 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxhq/inbox/internal/durations"
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -126,9 +123,7 @@ func (f Filter) Validate() error {
 			return fmt.Errorf("envelope id %d: must be positive", id)
 		}
 	}
-	switch f.Status {
-	case "", envelope.StatusPending, envelope.StatusDone, envelope.StatusFailed, envelope.StatusIgnored:
-	default:
+	if f.Status != "" && !slices.Contains(envelope.Statuses(), f.Status) {
 		return fmt.Errorf("status %q: want pending, done, failed or ignored", f.Status)
 	}
 	if f.Cause != "" && !causePattern.MatchString(f.Cause) {
@@ -167,57 +162,21 @@ func (f Filter) Validate() error {
 // enter the SQL text. Relative bounds resolve against now, which should be
 // the database's clock. An empty filter returns "TRUE".
 func (f Filter) Where(now time.Time) (string, []any) {
-	var q sqlBuilder
-	f.appendTo(&q, now)
-	return q.where(), q.args
+	return f.selection(now).Where()
 }
 
-func (f Filter) appendTo(q *sqlBuilder, now time.Time) {
-	if f.replayable {
-		q.cond("(body IS NOT NULL OR payload IS NOT NULL)")
-	}
-	if len(f.IDs) > 0 {
-		q.cond("id = ANY(" + q.arg(f.IDs) + "::bigint[])")
-	}
-	if f.Source != "" {
-		q.cond("source = " + q.arg(f.Source))
-	}
-	if f.Status != "" {
-		q.cond("status = " + q.arg(string(f.Status)))
-	}
-	if f.EventType != "" {
-		q.cond("event_type = " + q.arg(f.EventType))
-	}
-	if f.DeliveryID != "" {
-		q.cond("delivery_id = " + q.arg(f.DeliveryID))
-	}
-	if f.Cause != "" {
-		q.cond("last_cause = " + q.arg(f.Cause))
-	}
-	for _, c := range f.Contains {
-		// A literal text argument cast to jsonb: the planner sees the value
-		// (customPlan), and with status = failed uses envelope_failed_payload_idx.
-		q.cond("payload @> " + q.arg(string(c)) + "::jsonb")
-	}
-	names := make([]string, 0, len(f.Headers))
-	for k := range f.Headers {
-		names = append(names, k)
-	}
-	slices.Sort(names) // a stable SQL text
-	for _, k := range names {
-		// Names in any case: ingest stores them canonical (X-Github-Event),
-		// and nothing else promises to. No index serves headers: combine
-		// with a selective filter (source, event type, time) on a large
-		// inbox.
-		q.cond("EXISTS (SELECT 1 FROM jsonb_each_text(headers) h WHERE lower(h.key) = " + q.arg(strings.ToLower(k)) +
-			" AND h.value = " + q.arg(f.Headers[k]) + ")")
-	}
+// selection is f as envelope's store selects it, its relative bounds
+// resolved against now.
+func (f Filter) selection(now time.Time) envelope.Selection {
+	s := envelope.Selection{IDs: f.IDs, Source: f.Source, Status: f.Status, EventType: f.EventType,
+		DeliveryID: f.DeliveryID, Cause: f.Cause, Contains: f.Contains, Headers: f.Headers, Replayable: f.replayable}
 	if !f.Since.IsZero() {
-		q.cond("received_at >= " + q.arg(f.Since.Time(now)))
+		s.Since = f.Since.Time(now)
 	}
 	if !f.Until.IsZero() {
-		q.cond("received_at < " + q.arg(f.Until.Time(now)))
+		s.Until = f.Until.Time(now)
 	}
+	return s
 }
 
 // record is the filter as stored in envelope_replay.filter: relative bounds
@@ -258,36 +217,6 @@ func dedupe(ids []int64) []int64 {
 	out := slices.Clone(ids)
 	slices.Sort(out)
 	return slices.Compact(out)
-}
-
-// customPlan prepends pgx.QueryExecModeExec to args: the query is planned
-// with its values on every call, never with a cached generic plan. A
-// filter's best plan depends on its values (a rare status wants the status
-// index, a common one the primary key), and a generic plan cannot hash an
-// = ANY list.
-func customPlan(args []any) []any {
-	return append([]any{pgx.QueryExecModeExec}, args...)
-}
-
-// sqlBuilder collects AND-ed conditions and their numbered arguments.
-type sqlBuilder struct {
-	conds []string
-	args  []any
-}
-
-// arg adds v as the next argument and returns its placeholder.
-func (q *sqlBuilder) arg(v any) string {
-	q.args = append(q.args, v)
-	return "$" + strconv.Itoa(len(q.args))
-}
-
-func (q *sqlBuilder) cond(c string) { q.conds = append(q.conds, c) }
-
-func (q *sqlBuilder) where() string {
-	if len(q.conds) == 0 {
-		return "TRUE"
-	}
-	return strings.Join(q.conds, " AND ")
 }
 
 var causePattern = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)

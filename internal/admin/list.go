@@ -14,45 +14,7 @@ import (
 
 // Summary is one envelope in a listing: everything but its body, payload,
 // headers and result.
-type Summary struct {
-	ID          int64           `json:"id"`
-	Source      string          `json:"source"`
-	Provider    string          `json:"provider"`
-	DeliveryID  string          `json:"delivery_id"`
-	EventType   string          `json:"event_type"`
-	Status      envelope.Status `json:"status"`
-	ReceivedAt  time.Time       `json:"received_at"`
-	ProcessedAt *time.Time      `json:"processed_at"`
-	Attempts    int             `json:"attempts"`
-	LastError   *string         `json:"last_error"`
-	// LastCause is LastError's code (labels.Cause), nil when none.
-	LastCause  *string `json:"last_cause"`
-	Duplicates int     `json:"duplicates"`
-	BodySize   int     `json:"body_size"`
-	// Reason is why an ignored envelope was stored but not routed (its
-	// result's "reason": no handler for its event type, or it has none);
-	// nil for other statuses.
-	Reason *string `json:"reason"`
-}
-
-const summaryColumns = `id, source, provider, delivery_id, event_type, status, received_at,
-	processed_at, attempts, last_error, last_cause,
-	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id), body_size,
-	CASE WHEN status = 'ignored' THEN result->>'reason' END`
-
-func collectSummaries(rows pgx.Rows) ([]Summary, error) {
-	out := []Summary{}
-	defer rows.Close()
-	for rows.Next() {
-		var s Summary
-		if err := rows.Scan(&s.ID, &s.Source, &s.Provider, &s.DeliveryID, &s.EventType, &s.Status, &s.ReceivedAt,
-			&s.ProcessedAt, &s.Attempts, &s.LastError, &s.LastCause, &s.Duplicates, &s.BodySize, &s.Reason); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
-}
+type Summary = envelope.Summary
 
 // DefaultListLimit is List's page size when none is given.
 const DefaultListLimit = 50
@@ -105,21 +67,11 @@ func List(ctx context.Context, pool *pgxpool.Pool, req ListRequest) (ListResult,
 	}
 	var res ListResult
 	err := readOnly(ctx, pool, func(tx pgx.Tx, now time.Time) error {
-		var q sqlBuilder
-		req.Filter.appendTo(&q, now)
-		if req.BeforeID > 0 {
-			q.cond("id < " + q.arg(req.BeforeID))
-		}
-		sel := `SELECT ` + summaryColumns + ` FROM envelope WHERE ` + q.where() + ` ORDER BY id DESC LIMIT ` + q.arg(req.Limit+1)
-		rows, err := tx.Query(ctx, sel, customPlan(q.args)...)
-		if err != nil {
-			return fmt.Errorf("list envelopes: %w", err)
-		}
-		res.Envelopes, err = collectSummaries(rows)
-		if err != nil {
-			return fmt.Errorf("list envelopes: %w", err)
-		}
-		return nil
+		sel := req.Filter.selection(now)
+		sel.BeforeID = req.BeforeID
+		var err error
+		res.Envelopes, err = envelope.Summaries(ctx, tx, sel, req.Limit+1, false)
+		return err
 	})
 	if err != nil {
 		return ListResult{}, err
@@ -142,19 +94,4 @@ func readOnly(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, now ti
 		}
 		return fn(tx, now)
 	})
-}
-
-// missingIDs returns the ids that are not envelopes, in order.
-func missingIDs(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, ids []int64) ([]int64, error) {
-	var missing []int64
-	err := q.QueryRow(ctx, `
-		SELECT coalesce(array_agg(i ORDER BY i), '{}')
-		  FROM unnest($1::bigint[]) AS i
-		 WHERE NOT EXISTS (SELECT 1 FROM envelope e WHERE e.id = i)`, ids).Scan(&missing)
-	if err != nil {
-		return nil, fmt.Errorf("look up envelope ids: %w", err)
-	}
-	return missing, nil
 }

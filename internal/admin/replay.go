@@ -161,12 +161,13 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, jobs JobInserter, req Repla
 	f.IDs = dedupe(f.IDs)
 
 	var res ReplayResult
+	var err error
 	var now time.Time
 	if err := pool.QueryRow(ctx, `SELECT now(), gen_random_uuid()::text`).Scan(&now, &res.BatchID); err != nil {
 		return res, fmt.Errorf("start replay: %w", err)
 	}
 	if len(f.IDs) > 0 {
-		missing, err := missingIDs(ctx, pool, f.IDs)
+		missing, err := envelope.Missing(ctx, pool, f.IDs)
 		if err != nil {
 			return res, err
 		}
@@ -178,9 +179,9 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, jobs JobInserter, req Repla
 		}
 	}
 	f.replayable = true
-	where, args := f.Where(now)
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM envelope WHERE `+where, customPlan(args)...).Scan(&res.Matched); err != nil {
-		return res, fmt.Errorf("count envelopes: %w", err)
+	sel := f.selection(now)
+	if res.Matched, err = envelope.Count(ctx, pool, sel); err != nil {
+		return res, err
 	}
 	filterJSON, err := json.Marshal(f.record(now, req.Limit))
 	if err != nil {
@@ -191,7 +192,8 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, jobs JobInserter, req Repla
 		total = req.Limit
 	}
 
-	b := batcher{pool: pool, jobs: jobs, filter: f, now: now, req: req, batchID: res.BatchID, filterJSON: filterJSON}
+	b := batcher{pool: pool, jobs: jobs, sel: sel, req: req,
+		audit: envelope.ReplayAudit{Actor: req.Actor, Reason: req.Reason, Filter: filterJSON, BatchID: res.BatchID}}
 	if tracing.Enabled() {
 		var span trace.Span
 		ctx, span = startReplaySpan(ctx, res.BatchID, res.Matched)
@@ -210,13 +212,13 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, jobs JobInserter, req Repla
 	for {
 		if req.Limit > 0 && res.Replayed >= req.Limit {
 			// Reached only if the limit left some matching envelope out.
-			var q sqlBuilder
-			f.appendTo(&q, now)
-			q.cond("id > " + q.arg(after))
-			more := `SELECT EXISTS (SELECT 1 FROM envelope WHERE ` + q.where() + `)`
-			if err := pool.QueryRow(ctx, more, customPlan(q.args)...).Scan(&res.LimitReached); err != nil {
+			beyond := sel
+			beyond.AfterID = after
+			more, err := envelope.Exists(ctx, pool, beyond)
+			if err != nil {
 				return finish(fmt.Errorf("look for envelopes beyond the limit: %w", err))
 			}
+			res.LimitReached = more
 			return finish(nil)
 		}
 		if ctx.Err() != nil {
@@ -256,13 +258,11 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, jobs JobInserter, req Repla
 
 // batcher runs one replay's batches.
 type batcher struct {
-	pool       *pgxpool.Pool
-	jobs       JobInserter
-	filter     Filter
-	now        time.Time
-	req        ReplayRequest
-	batchID    string
-	filterJSON []byte
+	pool  *pgxpool.Pool
+	jobs  JobInserter
+	sel   envelope.Selection
+	req   ReplayRequest
+	audit envelope.ReplayAudit
 	// span is the replay's span while tracing is on: it links to the
 	// trace of every envelope replayed (their attempts join those traces).
 	span trace.Span
@@ -287,53 +287,35 @@ func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchO
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after COMMIT
 
-	var q sqlBuilder
-	b.filter.appendTo(&q, b.now)
-	q.cond("id > " + q.arg(after))
-	sel := `SELECT id, status, source, coalesce(trace_context, '') FROM envelope WHERE ` + q.where() + ` ORDER BY id LIMIT ` + q.arg(size) + ` FOR UPDATE`
-	rows, err := tx.Query(ctx, sel, customPlan(q.args)...)
-	if err != nil {
-		return out, fmt.Errorf("lock envelopes: %w", err)
-	}
-	var ids []int64
-	prior := map[int64]string{}
-	sources := map[int64]string{}
-	traces := map[int64]string{}
-	var id int64
-	var status, source, traceContext string
-	_, err = pgx.ForEachRow(rows, []any{&id, &status, &source, &traceContext}, func() error {
-		ids = append(ids, id)
-		prior[id] = status
-		sources[id] = source
-		if traceContext != "" {
-			traces[id] = traceContext
-		}
-		return nil
-	})
-	if err != nil {
-		return out, fmt.Errorf("lock envelopes: %w", err)
-	}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	out.scanned, out.lastID = len(ids), ids[len(ids)-1]
-
-	live, err := liveJobs(ctx, tx, ids)
+	sel := b.sel
+	sel.AfterID = after
+	locked, err := envelope.LockForReplay(ctx, tx, sel, size)
 	if err != nil {
 		return out, err
 	}
-	params := make([]river.InsertManyParams, 0, len(ids))
-	for _, id := range ids {
-		if live[id] {
-			out.skipped = append(out.skipped, id)
+	if len(locked) == 0 {
+		return out, nil
+	}
+	out.scanned, out.lastID = len(locked), locked[len(locked)-1].ID
+
+	prior := make(map[int64]envelope.Status, len(locked))
+	traces := map[int64]string{}
+	params := make([]river.InsertManyParams, 0, len(locked))
+	for _, c := range locked {
+		prior[c.ID] = c.Status
+		if c.TraceContext != "" {
+			traces[c.ID] = c.TraceContext
+		}
+		if c.Live {
+			out.skipped = append(out.skipped, c.ID)
 			continue
 		}
 		// River's default limit: the worker bounds the attempts by the
 		// source's max_attempts (envelope.ProcessJob).
-		params = append(params, envelope.ProcessJob(id, sources[id], 0))
+		params = append(params, envelope.ProcessJob(c.ID, c.Source, 0))
 	}
-	var replayIDs, jobIDs []int64
-	var priors []string
+	var replayed []envelope.Replayed
+	var replayIDs []int64
 	if len(params) > 0 {
 		results, err := b.jobs.InsertManyTx(ctx, tx, params)
 		if err != nil {
@@ -351,21 +333,11 @@ func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchO
 				continue
 			}
 			replayIDs = append(replayIDs, a.EnvelopeID)
-			jobIDs = append(jobIDs, r.Job.ID)
-			priors = append(priors, prior[a.EnvelopeID])
+			replayed = append(replayed, envelope.Replayed{EnvelopeID: a.EnvelopeID, PriorStatus: prior[a.EnvelopeID], JobID: r.Job.ID})
 		}
 	}
-	if len(replayIDs) > 0 {
-		batch := &pgx.Batch{}
-		batch.Queue(`UPDATE envelope SET status = 'pending', processed_at = NULL WHERE id = ANY($1::bigint[])`, replayIDs)
-		batch.Queue(`
-			INSERT INTO envelope_replay (envelope_id, actor, reason, filter, batch_id, prior_status, job_id)
-			SELECT r.envelope_id, $4, $5, $6, $7, r.prior_status, r.job_id
-			  FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS r(envelope_id, prior_status, job_id)`,
-			replayIDs, priors, jobIDs, b.req.Actor, b.req.Reason, b.filterJSON, b.batchID)
-		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-			return out, fmt.Errorf("reset envelopes and record replays: %w", err)
-		}
+	if err := envelope.RecordReplays(ctx, tx, replayed, b.audit); err != nil {
+		return out, err
 	}
 	out.replayed = len(replayIDs)
 	if b.req.beforeCommit != nil {
@@ -381,40 +353,6 @@ func (b *batcher) run(ctx context.Context, n int, after int64, size int) (batchO
 		linkReplayed(b.span, replayIDs, traces)
 	}
 	return out, nil
-}
-
-// liveJobs returns which of ids have a live process_envelope job.
-//
-// It is one scan of river_job's live rows with a hashed membership test (the
-// ids are sent as a constant: QueryExecModeExec plans each call with its
-// values, so the = ANY is hashed, not a linear search per row). Its cost grows
-// with the number of live jobs, not with the table; with 100,000 jobs waiting
-// it takes tens of milliseconds. An index on river_job's envelope id would
-// make it a lookup; this query uses one as soon as it exists. Joins against
-// River's GIN index on args were rejected: their plans depend on statistics
-// that a table filled seconds ago does not have, and each probe scans GIN's
-// pending list.
-func liveJobs(ctx context.Context, tx pgx.Tx, ids []int64) (map[int64]bool, error) {
-	rows, err := tx.Query(ctx, `
-		SELECT DISTINCT (args->>'envelope_id')::bigint
-		  FROM river_job
-		 WHERE kind = $1
-		   AND state = ANY($2::river_job_state[])
-		   AND (args->>'envelope_id')::bigint = ANY($3::bigint[])`,
-		pgx.QueryExecModeExec, envelope.ProcessArgs{}.Kind(), envelope.LiveJobStates(), ids)
-	if err != nil {
-		return nil, fmt.Errorf("find live jobs: %w", err)
-	}
-	live := map[int64]bool{}
-	var id int64
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		live[id] = true
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("find live jobs: %w", err)
-	}
-	return live, nil
 }
 
 // DryRunResult is what a replay would do now.
@@ -443,7 +381,7 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 	var res DryRunResult
 	err := readOnly(ctx, pool, func(tx pgx.Tx, now time.Time) error {
 		if len(f.IDs) > 0 {
-			missing, err := missingIDs(ctx, tx, f.IDs)
+			missing, err := envelope.Missing(ctx, tx, f.IDs)
 			if err != nil {
 				return err
 			}
@@ -455,33 +393,15 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 			}
 		}
 		f.replayable = true
-		var q sqlBuilder
-		f.appendTo(&q, now)
-		where := q.where()
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM envelope WHERE `+where, customPlan(q.args)...).Scan(&res.Matched); err != nil {
-			return fmt.Errorf("count envelopes: %w", err)
+		sel := f.selection(now)
+		var err error
+		if res.Matched, err = envelope.Count(ctx, tx, sel); err != nil {
+			return err
 		}
-		// Driven by the live jobs (few, normally), each looked up by the
-		// envelope's primary key.
-		queued := `
-			SELECT count(*)
-			  FROM (SELECT DISTINCT (args->>'envelope_id')::bigint AS id
-			          FROM river_job
-			         WHERE kind = ` + q.arg(envelope.ProcessArgs{}.Kind()) + `
-			           AND state = ANY(` + q.arg(envelope.LiveJobStates()) + `::river_job_state[])) AS j
-			 WHERE EXISTS (SELECT 1 FROM envelope WHERE envelope.id = j.id AND ` + where + `)`
-		if err := tx.QueryRow(ctx, queued, customPlan(q.args)...).Scan(&res.AlreadyQueued); err != nil {
-			return fmt.Errorf("count queued envelopes: %w", err)
+		if res.AlreadyQueued, err = envelope.CountLive(ctx, tx, sel); err != nil {
+			return err
 		}
-		var s sqlBuilder
-		f.appendTo(&s, now)
-		sample := `SELECT ` + summaryColumns + ` FROM envelope WHERE ` + s.where() + ` ORDER BY id LIMIT ` + s.arg(SampleSize)
-		rows, err := tx.Query(ctx, sample, customPlan(s.args)...)
-		if err != nil {
-			return fmt.Errorf("sample envelopes: %w", err)
-		}
-		res.Sample, err = collectSummaries(rows)
-		if err != nil {
+		if res.Sample, err = envelope.Summaries(ctx, tx, sel, SampleSize, true); err != nil {
 			return fmt.Errorf("sample envelopes: %w", err)
 		}
 		return nil
@@ -498,16 +418,10 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 
 // checkPurged returns a *PurgedError naming the ids whose body retention
 // dropped.
-func checkPurged(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, ids []int64) error {
-	rows, err := q.Query(ctx, `SELECT id FROM envelope WHERE id = ANY($1::bigint[]) AND body IS NULL AND payload IS NULL ORDER BY id`, ids)
+func checkPurged(ctx context.Context, q envelope.Querier, ids []int64) error {
+	purged, err := envelope.Purged(ctx, q, ids)
 	if err != nil {
-		return fmt.Errorf("check purged envelopes: %w", err)
-	}
-	purged, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return fmt.Errorf("check purged envelopes: %w", err)
+		return err
 	}
 	if len(purged) > 0 {
 		return &PurgedError{IDs: purged}

@@ -57,30 +57,10 @@ type EnvelopeDetail struct {
 }
 
 // Attempt is an envelope_attempt row.
-type Attempt struct {
-	ID         int64     `json:"id"`
-	JobID      *int64    `json:"job_id"`
-	Attempt    int       `json:"attempt"`
-	Outcome    string    `json:"outcome"`
-	Error      *string   `json:"error"`
-	Cause      *string   `json:"cause"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-	DurationMS float64   `json:"duration_ms"`
-	Worker     *string   `json:"worker"`
-}
+type Attempt = envelope.AttemptRow
 
 // ReplayRecord is an envelope_replay row.
-type ReplayRecord struct {
-	ID          int64           `json:"id"`
-	Actor       string          `json:"actor"`
-	Reason      string          `json:"reason"`
-	Filter      json.RawMessage `json:"filter"`
-	BatchID     *string         `json:"batch_id"`
-	PriorStatus string          `json:"prior_status"`
-	JobID       *int64          `json:"job_id"`
-	ReplayedAt  time.Time       `json:"replayed_at"`
-}
+type ReplayRecord = envelope.ReplayRow
 
 // Conflict is an envelope_conflict row: a delivery that reused this
 // envelope's delivery id with another body. Its body is not included.
@@ -145,45 +125,29 @@ func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (
 			return err
 		}
 		var err error
-		if d.Attempts, err = collect(ctx, tx, `
-			SELECT id, job_id, attempt, outcome, error, cause, started_at, finished_at, coalesce(duration_ms, 0), worker
-			  FROM envelope_attempt WHERE envelope_id = $1 ORDER BY id`, id,
-			func(r pgx.Rows, a *Attempt) error {
-				return r.Scan(&a.ID, &a.JobID, &a.Attempt, &a.Outcome, &a.Error, &a.Cause, &a.StartedAt, &a.FinishedAt, &a.DurationMS, &a.Worker)
-			}); err != nil {
-			return fmt.Errorf("load attempts: %w", err)
+		if d.Attempts, err = envelope.Attempts(ctx, tx, id); err != nil {
+			return err
 		}
-		if d.Replays, err = collect(ctx, tx, `
-			SELECT id, actor, reason, filter, batch_id::text, prior_status, job_id, replayed_at
-			  FROM envelope_replay WHERE envelope_id = $1 ORDER BY id`, id,
-			func(r pgx.Rows, x *ReplayRecord) error {
-				return r.Scan(&x.ID, &x.Actor, &x.Reason, &x.Filter, &x.BatchID, &x.PriorStatus, &x.JobID, &x.ReplayedAt)
-			}); err != nil {
-			return fmt.Errorf("load replays: %w", err)
+		if d.Replays, err = envelope.Replays(ctx, tx, id); err != nil {
+			return err
 		}
-		if d.Conflicts, err = collect(ctx, tx, `
-			SELECT id, delivery_id, body_sha256, body_size, headers, received_at
-			  FROM envelope_conflict WHERE envelope_id = $1 ORDER BY id`, id,
-			func(r pgx.Rows, c *Conflict) error {
-				var sum []byte
-				if err := r.Scan(&c.ID, &c.DeliveryID, &sum, &c.BodySize, &c.Headers, &c.ReceivedAt); err != nil {
-					return err
-				}
-				c.BodySHA256 = hex.EncodeToString(sum)
-				return nil
-			}); err != nil {
-			return fmt.Errorf("load conflicts: %w", err)
+		conflicts, err := envelope.Conflicts(ctx, tx, id)
+		if err != nil {
+			return err
 		}
-		// args @> uses River's GIN index on args.
-		if d.Jobs, err = collect(ctx, tx, `
-			SELECT id, state::text, attempt, max_attempts, created_at, scheduled_at, finalized_at
-			  FROM river_job
-			 WHERE kind = $2 AND args @> jsonb_build_object('envelope_id', $1::bigint)
-			 ORDER BY id`, id,
-			func(r pgx.Rows, j *Job) error {
-				return r.Scan(&j.ID, &j.State, &j.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.ScheduledAt, &j.FinalizedAt)
-			}, envelope.ProcessArgs{}.Kind()); err != nil {
+		d.Conflicts = make([]Conflict, len(conflicts))
+		for i, c := range conflicts {
+			d.Conflicts[i] = Conflict{ID: c.ID, DeliveryID: c.DeliveryID, BodySHA256: hex.EncodeToString(c.BodySHA256),
+				BodySize: c.BodySize, Headers: c.Headers, ReceivedAt: c.ReceivedAt}
+		}
+		jobs, err := envelope.Jobs(ctx, tx, []int64{id}, false)
+		if err != nil {
 			return fmt.Errorf("load jobs: %w", err)
+		}
+		d.Jobs = make([]Job, len(jobs))
+		for i, j := range jobs {
+			d.Jobs[i] = Job{ID: j.ID, State: j.State, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+				CreatedAt: j.CreatedAt, ScheduledAt: j.ScheduledAt, FinalizedAt: j.FinalizedAt}
 		}
 		d.Ledger, err = loadLedger(ctx, tx, id)
 		return err
@@ -195,28 +159,17 @@ func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (
 }
 
 func loadEnvelope(ctx context.Context, tx pgx.Tx, id int64, opts ShowOptions, e *EnvelopeDetail) error {
-	var sum, body, result []byte
-	err := tx.QueryRow(ctx, `
-		SELECT `+summaryColumns+`, headers, body_sha256, CASE WHEN $2 THEN NULL ELSE body END,
-		       body_purged_at, signed_at, result,
-		       (SELECT max(d.received_at) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
-		       origin, backfill_run_id, trace_context
-		  FROM envelope WHERE id = $1`, id, opts.NoBody).Scan(
-		&e.ID, &e.Source, &e.Provider, &e.DeliveryID, &e.EventType, &e.Status, &e.ReceivedAt,
-		&e.ProcessedAt, &e.Attempts, &e.LastError, &e.LastCause, &e.Duplicates, &e.BodySize, &e.Reason,
-		&e.Headers, &sum, &body, &e.BodyPurgedAt, &e.SignedAt, &result, &e.LastDuplicateAt,
-		&e.Origin, &e.BackfillRunID, &e.TraceContext)
-	if errors.Is(err, pgx.ErrNoRows) {
+	row, err := envelope.LoadDetail(ctx, tx, id, opts.NoBody)
+	if errors.Is(err, envelope.ErrNotFound) {
 		return &NotFoundError{IDs: []int64{id}}
 	}
 	if err != nil {
-		return fmt.Errorf("load envelope %d: %w", id, err)
+		return err
 	}
-	e.BodySHA256 = hex.EncodeToString(sum)
-	if len(result) > 0 {
-		e.Result = result
-	}
-	if body != nil {
+	*e = EnvelopeDetail{Summary: row.Summary, Headers: row.Headers, BodySHA256: hex.EncodeToString(row.BodySHA256),
+		BodyPurgedAt: row.BodyPurgedAt, SignedAt: row.SignedAt, Result: row.Result, LastDuplicateAt: row.LastDuplicateAt,
+		Origin: row.Origin, BackfillRunID: row.BackfillRunID, TraceContext: row.TraceContext}
+	if body := row.Body; body != nil {
 		s, enc := string(body), BodyText
 		if !utf8.Valid(body) {
 			s, enc = base64.StdEncoding.EncodeToString(body), BodyBase64
@@ -238,34 +191,19 @@ func loadLedger(ctx context.Context, tx pgx.Tx, envelopeID int64) (*LedgerTransa
 	if err != nil {
 		return nil, fmt.Errorf("load ledger transaction: %w", err)
 	}
-	t.Entries, err = collect(ctx, tx, `
+	rows, err := tx.Query(ctx, `
 		SELECT e.id, e.account_id, a.merchant, a.name, e.currency, e.amount_minor
 		  FROM ledger_entry e JOIN ledger_account a ON a.id = e.account_id
-		 WHERE e.transaction_id = $1 ORDER BY e.id`, t.ID,
-		func(r pgx.Rows, e *LedgerEntry) error {
-			return r.Scan(&e.ID, &e.AccountID, &e.Merchant, &e.Account, &e.Currency, &e.AmountMinor)
+		 WHERE e.transaction_id = $1 ORDER BY e.id`, t.ID)
+	if err == nil {
+		t.Entries, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerEntry, error) {
+			var e LedgerEntry
+			err := r.Scan(&e.ID, &e.AccountID, &e.Merchant, &e.Account, &e.Currency, &e.AmountMinor)
+			return e, err
 		})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load ledger entries: %w", err)
 	}
 	return &t, nil
-}
-
-// collect runs a query whose first argument is id and scans each row with
-// scan; it returns an empty, non-nil slice when there are no rows.
-func collect[T any](ctx context.Context, tx pgx.Tx, sql string, id int64, scan func(pgx.Rows, *T) error, more ...any) ([]T, error) {
-	rows, err := tx.Query(ctx, sql, append([]any{id}, more...)...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []T{}
-	for rows.Next() {
-		var v T
-		if err := scan(rows, &v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
 }

@@ -2,8 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,32 +80,15 @@ func GetStats(ctx context.Context, pool *pgxpool.Pool) (*Stats, error) {
 	st := &Stats{Sources: []SourceStats{}, Failures: []FailureCause{}}
 	err := readOnly(ctx, pool, func(tx pgx.Tx, now time.Time) error {
 		st.GeneratedAt = now
-		rows, err := tx.Query(ctx, `
-			WITH e AS (
-				SELECT source,
-				       count(*) FILTER (WHERE status = 'pending') AS pending,
-				       count(*) FILTER (WHERE status = 'done')    AS done,
-				       count(*) FILTER (WHERE status = 'failed')  AS failed,
-				       count(*) FILTER (WHERE status = 'ignored') AS ignored,
-				       count(*)                                   AS total
-				  FROM envelope GROUP BY source
-			), d AS (
-				SELECT e.source, count(*) AS duplicates
-				  FROM envelope_duplicate x JOIN envelope e ON e.id = x.envelope_id GROUP BY e.source
-			), c AS (
-				SELECT source, count(*) AS conflicts FROM envelope_conflict GROUP BY source
-			)
-			SELECT coalesce(e.source, c.source), coalesce(pending, 0), coalesce(done, 0), coalesce(failed, 0),
-			       coalesce(ignored, 0), coalesce(total, 0), coalesce(duplicates, 0), coalesce(conflicts, 0)
-			  FROM e LEFT JOIN d ON d.source = e.source FULL JOIN c ON c.source = e.source
-			 ORDER BY 1`)
+		counts, err := envelope.CountBySource(ctx, tx, true)
 		if err != nil {
-			return fmt.Errorf("count by source: %w", err)
+			return err
 		}
-		var s SourceStats
-		_, err = pgx.ForEachRow(rows, []any{&s.Source, &s.Pending, &s.Done, &s.Failed, &s.Ignored, &s.Total, &s.Duplicates, &s.Conflicts}, func() error {
+		t := &st.Totals
+		for _, c := range counts {
+			s := SourceStats{Source: c.Source, Pending: c.Pending, Done: c.Done, Failed: c.Failed, Ignored: c.Ignored,
+				Total: c.Total, Duplicates: c.Duplicates, Conflicts: c.Conflicts}
 			st.Sources = append(st.Sources, s)
-			t := &st.Totals
 			t.Pending += s.Pending
 			t.Done += s.Done
 			t.Failed += s.Failed
@@ -115,50 +96,30 @@ func GetStats(ctx context.Context, pool *pgxpool.Pool) (*Stats, error) {
 			t.Total += s.Total
 			t.Duplicates += s.Duplicates
 			t.Conflicts += s.Conflicts
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("count by source: %w", err)
 		}
 		st.Totals.Source = "total"
 
-		var o OldestPending
-		err = tx.QueryRow(ctx, `
-			SELECT id, source, received_at, extract(epoch FROM $2::timestamptz - received_at)::float8
-			  FROM envelope WHERE status = $1 ORDER BY received_at, id LIMIT 1`, envelope.StatusPending, now).
-			Scan(&o.EnvelopeID, &o.Source, &o.ReceivedAt, &o.AgeSeconds)
-		switch {
-		case err == nil:
-			st.OldestPending = &o
-		case !errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("find oldest pending: %w", err)
+		o, err := envelope.OldestPending(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if o != nil {
+			st.OldestPending = &OldestPending{EnvelopeID: o.EnvelopeID, Source: o.Source, ReceivedAt: o.ReceivedAt, AgeSeconds: o.AgeSeconds}
 		}
 
-		rows, err = tx.Query(ctx, `
-			SELECT g.cause, g.n, g.latest, coalesce((SELECT last_error FROM envelope WHERE id = g.latest), '')
-			  FROM (SELECT coalesce(last_cause, '') AS cause, count(*) AS n, max(id) AS latest
-			          FROM envelope WHERE status = $1
-			         GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2) g
-			 ORDER BY 2 DESC, 1`, envelope.StatusFailed, TopFailures)
+		failures, err := envelope.FailureCauses(ctx, tx, TopFailures)
 		if err != nil {
-			return fmt.Errorf("group failures: %w", err)
+			return err
 		}
-		var f FailureCause
-		_, err = pgx.ForEachRow(rows, []any{&f.Cause, &f.Count, &f.LatestID, &f.LatestError}, func() error {
-			st.Failures = append(st.Failures, f)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("group failures: %w", err)
+		for _, f := range failures {
+			st.Failures = append(st.Failures, FailureCause{Cause: f.Cause, Count: f.Count, LatestID: f.LatestID, LatestError: f.LatestError})
 		}
 
-		err = tx.QueryRow(ctx, `
-			SELECT count(*), count(DISTINCT envelope_id), count(DISTINCT batch_id)
-			  FROM envelope_replay WHERE replayed_at > $1::timestamptz - interval '24 hours'`, now).
-			Scan(&st.Replays.Replays, &st.Replays.Envelopes, &st.Replays.Runs)
+		r, err := envelope.CountReplays(ctx, tx, now.Add(-24*time.Hour))
 		if err != nil {
-			return fmt.Errorf("count replays: %w", err)
+			return err
 		}
+		st.Replays = ReplayStats{Replays: r.Replays, Envelopes: r.Envelopes, Runs: r.Runs}
 		return nil
 	})
 	if err != nil {

@@ -1,6 +1,15 @@
 // Package envelope owns the envelope: one verified webhook delivery, its
-// status, and its PostgreSQL store (insert together with the processing job,
-// load, record attempts and outcomes, list, replay).
+// status, and its PostgreSQL store. Every statement on the envelope tables
+// (envelope, envelope_attempt, envelope_duplicate, envelope_conflict,
+// envelope_replay) and every lookup of river_job by envelope id is here:
+// insert together with the processing job, lock, load, record attempts and
+// outcomes (process.go, store.go); the jobs of envelopes (jobs.go) and the
+// orphans reconcile repairs (orphan.go); selections, summaries and replay
+// batches for admin (selection.go, replay.go, detail.go); retention's purge
+// batches (purge.go); the counts admin stats and metrics read (stats.go).
+// The packages with policy (admin, retention, metrics, the worker's
+// reconcile) decide what to do and call these functions, which take a
+// Querier or DB: a pool, a connection or a transaction.
 //
 // Every processing job is inserted by ProcessJob, whichever path enqueues it
 // (Store.Insert for ingest and backfill, the admin replay, the worker's
@@ -12,8 +21,8 @@
 // the lower one applies, so a replayed or reconciled envelope is bounded
 // like a fresh one.
 //
-// It may import provider and ledger; it must not import handlers, worker or
-// ingest.
+// Of this module it imports only groupcommit; it must not import handlers,
+// worker, ingest, admin, retention or metrics.
 package envelope
 
 import (

@@ -82,9 +82,7 @@ func Lock(ctx context.Context, tx pgx.Tx, id int64) (*Envelope, time.Time, error
 }
 
 // Get loads one envelope without locking it.
-func Get(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, id int64) (*Envelope, error) {
+func Get(ctx context.Context, q Querier, id int64) (*Envelope, error) {
 	e, err := scanEnvelope(q.QueryRow(ctx, `SELECT `+envelopeColumns+` FROM envelope WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("envelope %d: %w", id, ErrNotFound)
@@ -154,13 +152,6 @@ func Existing(ctx context.Context, q Querier, ids []int64) (map[int64]bool, erro
 		return nil, fmt.Errorf("look up envelopes: %w", err)
 	}
 	return out, nil
-}
-
-// Querier is what read-only store functions need: a pool, a connection or
-// a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // Record is one attempt's effect on its envelope, for FinishMany.

@@ -3,7 +3,9 @@
 // statuses), never from a request, so an attacker cannot grow them. Of this
 // module it imports internal/version (for inbox_build_info) and the packages
 // that define the label values it pre-creates: labels, envelope (outcomes and
-// statuses) and ledger (posting kinds).
+// statuses; its store also reads the envelope counts and the oldest pending
+// envelope: metrics writes no SQL on envelope tables) and ledger (posting
+// kinds).
 package metrics
 
 import (
@@ -322,35 +324,31 @@ func (c *envelopeCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *envelopeCollector) read(ctx context.Context) error {
-	rows, err := c.pool.Query(ctx, `SELECT source, status, count(*) FROM envelope GROUP BY 1, 2`)
+	bySource, err := envelope.CountBySource(ctx, c.pool, false)
 	if err != nil {
 		return err
 	}
 	var counts []statusCount
-	for rows.Next() {
-		var sc statusCount
-		if err := rows.Scan(&sc.source, &sc.status, &sc.n); err != nil {
-			rows.Close()
-			return err
+	for _, sc := range bySource {
+		for _, st := range envelope.Statuses() {
+			counts = append(counts, statusCount{source: sc.Source, status: string(st), n: float64(sc.Of(st))})
 		}
-		counts = append(counts, sc)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	oldest, err := envelope.OldestPending(ctx, c.pool)
+	if err != nil {
 		return err
 	}
-	var oldest float64
-	if err := c.pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8 FROM envelope WHERE status = 'pending'`).Scan(&oldest); err != nil {
-		return err
+	c.counts, c.oldest = withZeros(counts, c.sources), 0
+	if oldest != nil {
+		c.oldest = oldest.AgeSeconds
 	}
-	c.counts, c.oldest = withZeros(counts, c.sources), oldest
 	return nil
 }
 
-// statuses are the envelope statuses, each exported per source even at 0,
-// so a status that empties does not vanish from dashboards and alerts.
-var statuses = []envelope.Status{envelope.StatusPending, envelope.StatusDone, envelope.StatusFailed, envelope.StatusIgnored}
-
+// withZeros adds a 0 for each envelope status (envelope.Statuses) a source
+// in counts or configured has no count of, so a status that empties, or a
+// configured source without envelopes yet, does not vanish from dashboards
+// and alerts.
 func withZeros(counts []statusCount, configured []string) []statusCount {
 	seen := map[string]map[string]bool{}
 	var sources []string
@@ -368,7 +366,7 @@ func withZeros(counts []statusCount, configured []string) []statusCount {
 		seen[sc.source][sc.status] = true
 	}
 	for _, src := range sources {
-		for _, st := range statuses {
+		for _, st := range envelope.Statuses() {
 			if !seen[src][string(st)] {
 				counts = append(counts, statusCount{source: src, status: string(st)})
 			}

@@ -14,7 +14,12 @@
 // processed or replayed) and envelopes referenced by a ledger transaction
 // (the ledger is append-only and its evidence is kept whole: body and row).
 //
+// It owns the policy (the windows, the batches, the order of the phases,
+// the report); the statements are envelope's (envelope.DeleteTombstones,
+// envelope.DropBodies), which owns the envelope tables.
+//
 // All time comes from the database's now(). It imports pgx and River, and of
-// this module internal/durations and internal/envelope (the job states its
-// purge job shares with the processing job).
+// this module internal/durations and internal/envelope (the purge
+// statements, and the job states its purge job shares with the processing
+// job).
 package retention

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxhq/inbox/internal/durations"
+	"github.com/inboxhq/inbox/internal/envelope"
 )
 
 // Defaults of a zero Config.
@@ -93,12 +93,6 @@ type Report struct {
 	Batches int `json:"batches"`
 }
 
-// cursor is a position in (processed_at, id) order.
-type cursor struct {
-	at time.Time
-	id int64
-}
-
 // Purge drops old bodies and deletes old tombstones, in batches of
 // cfg.BatchSize envelopes, each batch in its own short transaction: it first
 // deletes done/ignored envelopes processed before now() - DeleteAfter (with
@@ -134,163 +128,46 @@ func Purge(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) 
 
 	// Tombstones first: an envelope old enough to be deleted is not first
 	// stripped of its body. The body phase starts where this one ends.
-	after := cursor{}
+	batch := envelope.PurgeBatch{Cutoff: rep.DeleteCutoff, Limit: cfg.BatchSize, DryRun: cfg.DryRun}
 	for {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		n, last, err := deleteBatch(ctx, pool, cfg, rep.DeleteCutoff, after, &rep)
+		n, last, d, err := envelope.DeleteTombstones(ctx, pool, batch)
 		if err != nil {
 			return rep, err
 		}
+		rep.EnvelopesDeleted += d.Envelopes
+		rep.AttemptsDeleted += d.Attempts
+		rep.ReplaysDeleted += d.Replays
+		rep.ConflictsDeleted += d.Conflicts
+		rep.DuplicatesDeleted += d.Duplicates
 		if n > 0 {
 			rep.Batches++
-			after = last
+			batch.After = last
 		}
 		if n < cfg.BatchSize {
 			break
 		}
 	}
 
-	after = cursor{at: rep.DeleteCutoff}
+	batch = envelope.PurgeBatch{Cutoff: rep.BodyCutoff, After: envelope.PurgeCursor{ProcessedAt: rep.DeleteCutoff}, Limit: cfg.BatchSize, DryRun: cfg.DryRun}
 	for {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		n, last, err := bodyBatch(ctx, pool, cfg, rep.BodyCutoff, after)
+		n, last, err := envelope.DropBodies(ctx, pool, batch)
 		if err != nil {
 			return rep, err
 		}
 		if n > 0 {
 			rep.Batches++
 			rep.BodiesDropped += int64(n)
-			after = last
+			batch.After = last
 		}
 		if n < cfg.BatchSize {
 			break
 		}
 	}
 	return rep, nil
-}
-
-// candidates selects the next batch of final envelopes processed before
-// $1, after the cursor ($2, $3), that no ledger transaction references. The
-// predicates repeat the partial indexes' of migration 00104 so the planner
-// uses them.
-const candidates = `
-	SELECT e.id, e.processed_at
-	  FROM envelope e
-	 WHERE e.status IN ('done', 'ignored')%s
-	   AND e.processed_at < $1
-	   AND (e.processed_at, e.id) > ($2, $3)
-	   AND NOT EXISTS (SELECT 1 FROM ledger_transaction t WHERE t.envelope_id = e.id)
-	 ORDER BY e.processed_at, e.id
-	 LIMIT $4`
-
-// lockRows makes a real run lock its batch, skipping rows another
-// transaction holds; FOR UPDATE also rechecks the predicates on the row's
-// latest version (a replayed envelope is pending, or processed anew).
-const lockRows = `
-	   FOR UPDATE OF e SKIP LOCKED`
-
-func deleteBatch(ctx context.Context, pool *pgxpool.Pool, cfg Config, cutoff time.Time, after cursor, rep *Report) (int, cursor, error) {
-	var n int
-	var last cursor
-	var attempts, replays, conflicts, duplicates, envelopes int64
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := fmt.Sprintf(candidates, "")
-		if !cfg.DryRun {
-			q += lockRows
-		}
-		rows, err := tx.Query(ctx, q, cutoff, after.at, after.id, cfg.BatchSize)
-		if err != nil {
-			return fmt.Errorf("select tombstones: %w", err)
-		}
-		var ids []int64
-		var c cursor
-		_, err = pgx.ForEachRow(rows, []any{&c.id, &c.at}, func() error {
-			ids = append(ids, c.id)
-			last = c
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("select tombstones: %w", err)
-		}
-		n = len(ids)
-		if n == 0 {
-			return nil
-		}
-		if cfg.DryRun {
-			err := tx.QueryRow(ctx, `
-				SELECT (SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1)),
-				       (SELECT count(*) FROM envelope_replay WHERE envelope_id = ANY($1)),
-				       (SELECT count(*) FROM envelope_conflict WHERE envelope_id = ANY($1)),
-				       (SELECT count(*) FROM envelope_duplicate WHERE envelope_id = ANY($1))`, ids,
-			).Scan(&attempts, &replays, &conflicts, &duplicates)
-			if err != nil {
-				return fmt.Errorf("count dependent rows: %w", err)
-			}
-			envelopes = int64(n)
-		} else {
-			for _, d := range []struct {
-				table string
-				count *int64
-			}{{"envelope_attempt", &attempts}, {"envelope_replay", &replays}, {"envelope_conflict", &conflicts}, {"envelope_duplicate", &duplicates}} {
-				tag, err := tx.Exec(ctx, `DELETE FROM `+d.table+` WHERE envelope_id = ANY($1)`, ids)
-				if err != nil {
-					return fmt.Errorf("delete from %s: %w", d.table, err)
-				}
-				*d.count = tag.RowsAffected()
-			}
-			tag, err := tx.Exec(ctx, `DELETE FROM envelope WHERE id = ANY($1)`, ids)
-			if err != nil {
-				return fmt.Errorf("delete envelopes: %w", err)
-			}
-			envelopes = tag.RowsAffected()
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, cursor{}, err
-	}
-	// Counted only once the batch committed.
-	rep.EnvelopesDeleted += envelopes
-	rep.AttemptsDeleted += attempts
-	rep.ReplaysDeleted += replays
-	rep.ConflictsDeleted += conflicts
-	rep.DuplicatesDeleted += duplicates
-	return n, last, nil
-}
-
-func bodyBatch(ctx context.Context, pool *pgxpool.Pool, cfg Config, cutoff time.Time, after cursor) (int, cursor, error) {
-	q := fmt.Sprintf(candidates, "\n\t   AND e.body_purged_at IS NULL")
-	if !cfg.DryRun {
-		// One statement: its own transaction.
-		q = `
-	WITH c AS (` + q + lockRows + `
-	)
-	UPDATE envelope e
-	   SET body = NULL, payload = NULL, body_purged_at = now()
-	  FROM c
-	 WHERE e.id = c.id
-	RETURNING e.id, c.processed_at`
-	}
-	rows, err := pool.Query(ctx, q, cutoff, after.at, after.id, cfg.BatchSize)
-	if err != nil {
-		return 0, cursor{}, fmt.Errorf("drop bodies: %w", err)
-	}
-	var n int
-	var c, last cursor
-	_, err = pgx.ForEachRow(rows, []any{&c.id, &c.at}, func() error {
-		n++
-		// RETURNING has no order: keep the largest position.
-		if c.at.After(last.at) || (c.at.Equal(last.at) && c.id > last.id) {
-			last = c
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, cursor{}, fmt.Errorf("drop bodies: %w", err)
-	}
-	return n, last, nil
 }

@@ -70,43 +70,16 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) (fa
 		return 0, 0, err
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT e.id, e.source,
-			       (SELECT j.state::text || ' ' || j.id FROM river_job j
-			         WHERE j.kind = 'process_envelope' AND (j.args->>'envelope_id')::bigint = e.id
-			         ORDER BY j.id DESC LIMIT 1) AS last_job,
-			       clock_timestamp()
-			  FROM envelope e
-			 WHERE e.status = 'pending' AND e.received_at < now() - make_interval(secs => $1)
-			   AND NOT EXISTS (
-			       SELECT 1 FROM river_job j
-			        WHERE j.kind = 'process_envelope' AND (j.args->>'envelope_id')::bigint = e.id
-			          AND j.state = ANY($2::river_job_state[]))
-			 ORDER BY e.id
-			 LIMIT 1000
-			   FOR UPDATE OF e SKIP LOCKED`, grace.Seconds(), envelope.LiveJobStates())
+		list, err := envelope.Orphans(ctx, tx, grace, 1000)
 		if err != nil {
-			return fmt.Errorf("find orphaned envelopes: %w", err)
-		}
-		type orphan struct {
-			id      int64
-			source  string
-			lastJob *string
-			now     time.Time
-		}
-		list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orphan, error) {
-			var o orphan
-			return o, r.Scan(&o.id, &o.source, &o.lastJob, &o.now)
-		})
-		if err != nil {
-			return fmt.Errorf("find orphaned envelopes: %w", err)
+			return err
 		}
 		for _, o := range list {
-			if o.lastJob != nil {
-				reason := "processing job ended " + *o.lastJob + " without a recorded outcome; replay to process it again"
+			if o.LastJob != nil {
+				reason := fmt.Sprintf("processing job ended %s %d without a recorded outcome; replay to process it again", o.LastJob.State, o.LastJob.ID)
 				res, _ := json.Marshal(map[string]string{"reason": reason})
-				if err := envelope.Finish(ctx, tx, o.id, envelope.StatusFailed, res, envelope.Attempt{
-					Outcome: envelope.OutcomeFailed, Error: reason, Cause: string(labels.CauseOrphaned), StartedAt: o.now, Worker: "reconcile",
+				if err := envelope.Finish(ctx, tx, o.ID, envelope.StatusFailed, res, envelope.Attempt{
+					Outcome: envelope.OutcomeFailed, Error: reason, Cause: string(labels.CauseOrphaned), StartedAt: o.Now, Worker: "reconcile",
 				}); err != nil {
 					return err
 				}
@@ -115,9 +88,9 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) (fa
 			}
 			// River's default limit: decide bounds the attempts by the
 			// source's max_attempts.
-			job := envelope.ProcessJob(o.id, o.source, 0)
+			job := envelope.ProcessJob(o.ID, o.Source, 0)
 			if _, err := client.InsertTx(ctx, tx, job.Args, job.InsertOpts); err != nil {
-				return fmt.Errorf("enqueue envelope %d: %w", o.id, err)
+				return fmt.Errorf("enqueue envelope %d: %w", o.ID, err)
 			}
 			enqueued++
 		}

@@ -1,0 +1,93 @@
+package envelope
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The lookups of river_job by envelope id. A processing job names its
+// envelope only in its args (ProcessArgs.EnvelopeID), so every statement
+// that finds an envelope's jobs uses jobEnvelopeID on a river_job row
+// aliased j, restricted to ProcessArgs' kind, and LiveJobStates for "still
+// waiting or running": this file, Orphans and the selection counts.
+
+// jobEnvelopeID is the envelope id of river_job row j.
+const jobEnvelopeID = `(j.args->>'envelope_id')::bigint`
+
+// Job is a processing job (ProcessArgs) of an envelope.
+type Job struct {
+	EnvelopeID  int64
+	ID          int64
+	State       string
+	Attempt     int
+	MaxAttempts int
+	CreatedAt   time.Time
+	ScheduledAt time.Time
+	FinalizedAt *time.Time
+}
+
+// Jobs returns the processing jobs of the envelopes ids, in job id order:
+// every one when live is false, only those still waiting or running
+// (LiveJobStates) when it is true.
+//
+// It is one scan of river_job's rows of the kind (of its live rows, through
+// River's state index, when live) with a hashed membership test: the ids
+// are sent as a constant (QueryExecModeExec plans each call with its values,
+// so the = ANY is hashed, not a linear search per row). Its cost grows with
+// the number of live jobs, not with the table; with 100,000 jobs waiting it
+// takes tens of milliseconds. An index on river_job's envelope id would make
+// it a lookup; this query uses one as soon as it exists. Joins against
+// River's GIN index on args were rejected: their plans depend on statistics
+// that a table filled seconds ago does not have, and each probe scans GIN's
+// pending list. A single envelope's jobs in every state (Show) are a
+// containment probe of that GIN index instead, which finds them without
+// reading the other jobs.
+func Jobs(ctx context.Context, q Querier, ids []int64, live bool) ([]Job, error) {
+	sql := `
+		SELECT ` + jobEnvelopeID + `, j.id, j.state::text, j.attempt, j.max_attempts, j.created_at, j.scheduled_at, j.finalized_at
+		  FROM river_job j
+		 WHERE j.kind = $1
+		   AND ` + jobEnvelopeID + ` = ANY($2::bigint[])`
+	args := []any{pgx.QueryExecModeExec, ProcessArgs{}.Kind(), ids}
+	if live {
+		sql += `
+		   AND j.state = ANY($3::river_job_state[])`
+		args = append(args, LiveJobStates())
+	} else if len(ids) == 1 {
+		// args @> uses River's GIN index on args.
+		sql += `
+		   AND j.args @> jsonb_build_object('envelope_id', $3::bigint)`
+		args = append(args, ids[0])
+	}
+	rows, err := q.Query(ctx, sql+`
+		 ORDER BY j.id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("find jobs of %d envelopes: %w", len(ids), err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
+		var j Job
+		err := r.Scan(&j.EnvelopeID, &j.ID, &j.State, &j.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.ScheduledAt, &j.FinalizedAt)
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find jobs of %d envelopes: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// LiveJobs returns which of ids have a processing job still waiting or
+// running (Jobs with live).
+func LiveJobs(ctx context.Context, q Querier, ids []int64) (map[int64]bool, error) {
+	jobs, err := Jobs(ctx, q, ids, true)
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[int64]bool, len(jobs))
+	for _, j := range jobs {
+		live[j.EnvelopeID] = true
+	}
+	return live, nil
+}

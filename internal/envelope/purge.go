@@ -1,0 +1,158 @@
+package envelope
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PurgeCursor is a position in (processed_at, id) order: where a purge
+// batch starts (exclusive) and ends.
+type PurgeCursor struct {
+	ProcessedAt time.Time
+	ID          int64
+}
+
+// PurgeBatch is one batch of a retention purge: up to Limit done or ignored
+// envelopes processed before Cutoff, after After, that no ledger
+// transaction references. DryRun reads the same batch and changes nothing.
+type PurgeBatch struct {
+	Cutoff time.Time
+	After  PurgeCursor
+	Limit  int
+	DryRun bool
+}
+
+// Deleted counts the rows a DeleteTombstones batch deleted (or would).
+type Deleted struct {
+	Envelopes, Attempts, Replays, Conflicts, Duplicates int64
+}
+
+// purgeCandidates selects the next batch of final envelopes processed
+// before $1, after the cursor ($2, $3), that no ledger transaction
+// references. The predicates repeat the partial indexes' of migration 00104
+// so the planner uses them.
+const purgeCandidates = `
+	SELECT e.id, e.processed_at
+	  FROM envelope e
+	 WHERE e.status IN ('done', 'ignored')%s
+	   AND e.processed_at < $1
+	   AND (e.processed_at, e.id) > ($2, $3)
+	   AND NOT EXISTS (SELECT 1 FROM ledger_transaction t WHERE t.envelope_id = e.id)
+	 ORDER BY e.processed_at, e.id
+	 LIMIT $4`
+
+// purgeLock makes a real run lock its batch, skipping rows another
+// transaction holds; FOR UPDATE also rechecks the predicates on the row's
+// latest version (a replayed envelope is pending, or processed anew).
+const purgeLock = `
+	   FOR UPDATE OF e SKIP LOCKED`
+
+// DeleteTombstones deletes one batch of envelopes (b) with their
+// envelope_attempt, envelope_replay, envelope_conflict and
+// envelope_duplicate rows, in one transaction of its own, and returns how
+// many envelopes the batch held, the last one's position and what it
+// deleted (counted only once the batch committed). Rows another
+// transaction holds are skipped. A dry run counts the same rows and deletes
+// nothing.
+func DeleteTombstones(ctx context.Context, db DB, b PurgeBatch) (int, PurgeCursor, Deleted, error) {
+	var n int
+	var last PurgeCursor
+	var d Deleted
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		q := fmt.Sprintf(purgeCandidates, "")
+		if !b.DryRun {
+			q += purgeLock
+		}
+		rows, err := tx.Query(ctx, q, b.Cutoff, b.After.ProcessedAt, b.After.ID, b.Limit)
+		if err != nil {
+			return fmt.Errorf("select tombstones: %w", err)
+		}
+		var ids []int64
+		var c PurgeCursor
+		_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.ProcessedAt}, func() error {
+			ids = append(ids, c.ID)
+			last = c
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("select tombstones: %w", err)
+		}
+		n = len(ids)
+		if n == 0 {
+			return nil
+		}
+		if b.DryRun {
+			err := tx.QueryRow(ctx, `
+				SELECT (SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1)),
+				       (SELECT count(*) FROM envelope_replay WHERE envelope_id = ANY($1)),
+				       (SELECT count(*) FROM envelope_conflict WHERE envelope_id = ANY($1)),
+				       (SELECT count(*) FROM envelope_duplicate WHERE envelope_id = ANY($1))`, ids,
+			).Scan(&d.Attempts, &d.Replays, &d.Conflicts, &d.Duplicates)
+			if err != nil {
+				return fmt.Errorf("count dependent rows: %w", err)
+			}
+			d.Envelopes = int64(n)
+			return nil
+		}
+		for _, dep := range []struct {
+			table string
+			count *int64
+		}{{"envelope_attempt", &d.Attempts}, {"envelope_replay", &d.Replays}, {"envelope_conflict", &d.Conflicts}, {"envelope_duplicate", &d.Duplicates}} {
+			tag, err := tx.Exec(ctx, `DELETE FROM `+dep.table+` WHERE envelope_id = ANY($1)`, ids)
+			if err != nil {
+				return fmt.Errorf("delete from %s: %w", dep.table, err)
+			}
+			*dep.count = tag.RowsAffected()
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM envelope WHERE id = ANY($1)`, ids)
+		if err != nil {
+			return fmt.Errorf("delete envelopes: %w", err)
+		}
+		d.Envelopes = tag.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return 0, PurgeCursor{}, Deleted{}, err
+	}
+	return n, last, d, nil
+}
+
+// DropBodies sets body and payload to NULL and body_purged_at to now() on
+// one batch of envelopes (b) whose body is still there, in one statement
+// (its own transaction when db is a pool), and returns how many it changed
+// and the last one's position. Rows another transaction holds are skipped.
+// A dry run returns what it would change and changes nothing.
+func DropBodies(ctx context.Context, db DB, b PurgeBatch) (int, PurgeCursor, error) {
+	q := fmt.Sprintf(purgeCandidates, "\n\t   AND e.body_purged_at IS NULL")
+	if !b.DryRun {
+		q = `
+	WITH c AS (` + q + purgeLock + `
+	)
+	UPDATE envelope e
+	   SET body = NULL, payload = NULL, body_purged_at = now()
+	  FROM c
+	 WHERE e.id = c.id
+	RETURNING e.id, c.processed_at`
+	}
+	rows, err := db.Query(ctx, q, b.Cutoff, b.After.ProcessedAt, b.After.ID, b.Limit)
+	if err != nil {
+		return 0, PurgeCursor{}, fmt.Errorf("drop bodies: %w", err)
+	}
+	var n int
+	var c, last PurgeCursor
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.ProcessedAt}, func() error {
+		n++
+		// RETURNING has no order: keep the largest position.
+		if c.ProcessedAt.After(last.ProcessedAt) || (c.ProcessedAt.Equal(last.ProcessedAt) && c.ID > last.ID) {
+			last = c
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, PurgeCursor{}, fmt.Errorf("drop bodies: %w", err)
+	}
+	return n, last, nil
+}

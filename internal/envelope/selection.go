@@ -1,0 +1,270 @@
+package envelope
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Selection selects envelopes by their columns: zero fields select
+// everything, set fields combine with AND. It holds no policy: callers
+// (admin.Filter) validate what they put in it and resolve relative times
+// against the database's clock first. Its SQL is parameterized: values
+// never enter the SQL text.
+type Selection struct {
+	IDs        []int64
+	Source     string
+	Status     Status
+	EventType  string
+	DeliveryID string
+	// Cause is envelope.last_cause.
+	Cause string
+	// Contains are JSON documents the parsed body (payload) must contain
+	// (jsonb @>).
+	Contains []json.RawMessage
+	// Headers must have these exact values; names match in any case.
+	Headers map[string]string
+	// Since (inclusive) and Until (exclusive) bound received_at; zero is no
+	// bound.
+	Since, Until time.Time
+	// Replayable keeps only envelopes whose body or parsed payload
+	// retention has not dropped: those that can be processed again.
+	Replayable bool
+	// AfterID and BeforeID, when not 0, keep only ids above or below them
+	// (the cursors of replay batches and list pages).
+	AfterID, BeforeID int64
+}
+
+// Where returns s as a SQL condition on the envelope table (columns
+// unqualified) and its arguments, numbered from $1. An empty selection
+// returns "TRUE".
+func (s Selection) Where() (string, []any) {
+	var q sqlBuilder
+	s.appendTo(&q)
+	return q.where(), q.args
+}
+
+func (s Selection) appendTo(q *sqlBuilder) {
+	if s.Replayable {
+		q.cond("(body IS NOT NULL OR payload IS NOT NULL)")
+	}
+	if len(s.IDs) > 0 {
+		q.cond("id = ANY(" + q.arg(s.IDs) + "::bigint[])")
+	}
+	if s.Source != "" {
+		q.cond("source = " + q.arg(s.Source))
+	}
+	if s.Status != "" {
+		q.cond("status = " + q.arg(string(s.Status)))
+	}
+	if s.EventType != "" {
+		q.cond("event_type = " + q.arg(s.EventType))
+	}
+	if s.DeliveryID != "" {
+		q.cond("delivery_id = " + q.arg(s.DeliveryID))
+	}
+	if s.Cause != "" {
+		q.cond("last_cause = " + q.arg(s.Cause))
+	}
+	for _, c := range s.Contains {
+		// A literal text argument cast to jsonb: the planner sees the value
+		// (customPlan), and with status = failed uses envelope_failed_payload_idx.
+		q.cond("payload @> " + q.arg(string(c)) + "::jsonb")
+	}
+	names := make([]string, 0, len(s.Headers))
+	for k := range s.Headers {
+		names = append(names, k)
+	}
+	slices.Sort(names) // a stable SQL text
+	for _, k := range names {
+		// Names in any case: ingest stores them canonical (X-Github-Event),
+		// and nothing else promises to. No index serves headers: combine
+		// with a selective filter (source, event type, time) on a large
+		// inbox.
+		q.cond("EXISTS (SELECT 1 FROM jsonb_each_text(headers) h WHERE lower(h.key) = " + q.arg(strings.ToLower(k)) +
+			" AND h.value = " + q.arg(s.Headers[k]) + ")")
+	}
+	if !s.Since.IsZero() {
+		q.cond("received_at >= " + q.arg(s.Since))
+	}
+	if !s.Until.IsZero() {
+		q.cond("received_at < " + q.arg(s.Until))
+	}
+	if s.AfterID != 0 {
+		q.cond("id > " + q.arg(s.AfterID))
+	}
+	if s.BeforeID != 0 {
+		q.cond("id < " + q.arg(s.BeforeID))
+	}
+}
+
+// sqlBuilder collects AND-ed conditions and their numbered arguments.
+type sqlBuilder struct {
+	conds []string
+	args  []any
+}
+
+// arg adds v as the next argument and returns its placeholder.
+func (q *sqlBuilder) arg(v any) string {
+	q.args = append(q.args, v)
+	return "$" + strconv.Itoa(len(q.args))
+}
+
+func (q *sqlBuilder) cond(c string) { q.conds = append(q.conds, c) }
+
+func (q *sqlBuilder) where() string {
+	if len(q.conds) == 0 {
+		return "TRUE"
+	}
+	return strings.Join(q.conds, " AND ")
+}
+
+// CustomPlan prepends pgx.QueryExecModeExec to args: the query is planned
+// with its values on every call, never with a cached generic plan. A
+// selection's best plan depends on its values (a rare status wants the
+// status index, a common one the primary key), and a generic plan cannot
+// hash an = ANY list. Every statement built from a Selection runs this way.
+func CustomPlan(args []any) []any {
+	return append([]any{pgx.QueryExecModeExec}, args...)
+}
+
+// Summary is one envelope in a listing: everything but its body, payload,
+// headers and result.
+type Summary struct {
+	ID          int64      `json:"id"`
+	Source      string     `json:"source"`
+	Provider    string     `json:"provider"`
+	DeliveryID  string     `json:"delivery_id"`
+	EventType   string     `json:"event_type"`
+	Status      Status     `json:"status"`
+	ReceivedAt  time.Time  `json:"received_at"`
+	ProcessedAt *time.Time `json:"processed_at"`
+	Attempts    int        `json:"attempts"`
+	LastError   *string    `json:"last_error"`
+	// LastCause is LastError's code (labels.Cause), nil when none.
+	LastCause  *string `json:"last_cause"`
+	Duplicates int     `json:"duplicates"`
+	BodySize   int     `json:"body_size"`
+	// Reason is why an ignored envelope was stored but not routed (its
+	// result's "reason": no handler for its event type, or it has none);
+	// nil for other statuses.
+	Reason *string `json:"reason"`
+}
+
+const summaryColumns = `id, source, provider, delivery_id, event_type, status, received_at,
+	processed_at, attempts, last_error, last_cause,
+	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id), body_size,
+	CASE WHEN status = 'ignored' THEN result->>'reason' END`
+
+// summaryDest returns the scan destinations of summaryColumns into s.
+func summaryDest(s *Summary) []any {
+	return []any{&s.ID, &s.Source, &s.Provider, &s.DeliveryID, &s.EventType, &s.Status, &s.ReceivedAt,
+		&s.ProcessedAt, &s.Attempts, &s.LastError, &s.LastCause, &s.Duplicates, &s.BodySize, &s.Reason}
+}
+
+// Summaries returns up to limit of the envelopes s selects, newest (highest
+// id) first or, with oldestFirst, lowest id first; an empty, non-nil slice
+// when none matches.
+func Summaries(ctx context.Context, q Querier, s Selection, limit int, oldestFirst bool) ([]Summary, error) {
+	var b sqlBuilder
+	s.appendTo(&b)
+	order := "DESC"
+	if oldestFirst {
+		order = "ASC"
+	}
+	rows, err := q.Query(ctx, `SELECT `+summaryColumns+` FROM envelope WHERE `+b.where()+` ORDER BY id `+order+` LIMIT `+b.arg(limit), CustomPlan(b.args)...)
+	if err != nil {
+		return nil, fmt.Errorf("list envelopes: %w", err)
+	}
+	out := []Summary{}
+	defer rows.Close()
+	for rows.Next() {
+		var sum Summary
+		if err := rows.Scan(summaryDest(&sum)...); err != nil {
+			return nil, fmt.Errorf("list envelopes: %w", err)
+		}
+		out = append(out, sum)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list envelopes: %w", err)
+	}
+	return out, nil
+}
+
+// Count returns how many envelopes s selects.
+func Count(ctx context.Context, q Querier, s Selection) (int, error) {
+	where, args := s.Where()
+	var n int
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM envelope WHERE `+where, CustomPlan(args)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count envelopes: %w", err)
+	}
+	return n, nil
+}
+
+// Exists reports whether s selects any envelope.
+func Exists(ctx context.Context, q Querier, s Selection) (bool, error) {
+	where, args := s.Where()
+	var ok bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM envelope WHERE `+where+`)`, CustomPlan(args)...).Scan(&ok); err != nil {
+		return false, fmt.Errorf("look for envelopes: %w", err)
+	}
+	return ok, nil
+}
+
+// CountLive returns how many of the envelopes s selects have a processing
+// job still waiting or running. It is driven by the live jobs (few,
+// normally), each looked up by the envelope's primary key.
+func CountLive(ctx context.Context, q Querier, s Selection) (int, error) {
+	var b sqlBuilder
+	s.appendTo(&b)
+	where := b.where()
+	sql := `
+		SELECT count(*)
+		  FROM (SELECT DISTINCT ` + jobEnvelopeID + ` AS id
+		          FROM river_job j
+		         WHERE j.kind = ` + b.arg(ProcessArgs{}.Kind()) + `
+		           AND j.state = ANY(` + b.arg(LiveJobStates()) + `::river_job_state[])) AS j
+		 WHERE EXISTS (SELECT 1 FROM envelope WHERE envelope.id = j.id AND ` + where + `)`
+	var n int
+	if err := q.QueryRow(ctx, sql, CustomPlan(b.args)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count queued envelopes: %w", err)
+	}
+	return n, nil
+}
+
+// Purged returns, in id order, those of ids whose body and parsed payload
+// retention dropped: there is nothing left to process.
+func Purged(ctx context.Context, q Querier, ids []int64) ([]int64, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM envelope WHERE id = ANY($1::bigint[]) AND body IS NULL AND payload IS NULL ORDER BY id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("check purged envelopes: %w", err)
+	}
+	purged, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("check purged envelopes: %w", err)
+	}
+	return purged, nil
+}
+
+// Missing returns, in id order, those of ids that are not envelopes
+// (Existing's complement).
+func Missing(ctx context.Context, q Querier, ids []int64) ([]int64, error) {
+	exist, err := Existing(ctx, q, ids)
+	if err != nil {
+		return nil, err
+	}
+	var missing []int64
+	for _, id := range ids {
+		if !exist[id] {
+			missing = append(missing, id)
+		}
+	}
+	slices.Sort(missing)
+	return slices.Compact(missing), nil
+}

@@ -1,0 +1,165 @@
+package envelope
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SourceCounts counts one source's envelopes by status and, when asked,
+// the duplicate and conflicting deliveries it received.
+type SourceCounts struct {
+	Source                                string
+	Pending, Done, Failed, Ignored, Total int64
+	// Duplicates counts envelope_duplicate rows (the same id and body
+	// received again) and Conflicts envelope_conflict rows (an id reused
+	// with another body); both 0 unless CountBySource was asked for them.
+	Duplicates, Conflicts int64
+}
+
+// Of returns the count of status.
+func (c SourceCounts) Of(status Status) int64 {
+	switch status {
+	case StatusPending:
+		return c.Pending
+	case StatusDone:
+		return c.Done
+	case StatusFailed:
+		return c.Failed
+	case StatusIgnored:
+		return c.Ignored
+	}
+	return 0
+}
+
+// Statuses are the envelope statuses, in the order they are reported.
+func Statuses() []Status {
+	return []Status{StatusPending, StatusDone, StatusFailed, StatusIgnored}
+}
+
+// countsByStatus is the CTE e: per source, its envelopes by status.
+const countsByStatus = `e AS (
+			SELECT source,
+			       count(*) FILTER (WHERE status = 'pending') AS pending,
+			       count(*) FILTER (WHERE status = 'done')    AS done,
+			       count(*) FILTER (WHERE status = 'failed')  AS failed,
+			       count(*) FILTER (WHERE status = 'ignored') AS ignored,
+			       count(*)                                   AS total
+			  FROM envelope GROUP BY source
+		)`
+
+// CountBySource counts envelopes per source and status, sorted by source,
+// in one scan of the envelope table; with repeats also the duplicates and
+// conflicts each source received (one more scan of each of those tables),
+// and sources that have only conflicts. Its cost grows with the tables:
+// milliseconds at thousands of rows, seconds at tens of millions.
+func CountBySource(ctx context.Context, q Querier, repeats bool) ([]SourceCounts, error) {
+	sql := `WITH ` + countsByStatus + `
+		SELECT source, pending, done, failed, ignored, total, 0::bigint, 0::bigint FROM e ORDER BY 1`
+	if repeats {
+		sql = `WITH ` + countsByStatus + `, d AS (
+			SELECT e.source, count(*) AS duplicates
+			  FROM envelope_duplicate x JOIN envelope e ON e.id = x.envelope_id GROUP BY e.source
+		), c AS (
+			SELECT source, count(*) AS conflicts FROM envelope_conflict GROUP BY source
+		)
+		SELECT coalesce(e.source, c.source), coalesce(pending, 0), coalesce(done, 0), coalesce(failed, 0),
+		       coalesce(ignored, 0), coalesce(total, 0), coalesce(duplicates, 0), coalesce(conflicts, 0)
+		  FROM e LEFT JOIN d ON d.source = e.source FULL JOIN c ON c.source = e.source
+		 ORDER BY 1`
+	}
+	rows, err := q.Query(ctx, sql)
+	if err != nil {
+		return nil, fmt.Errorf("count envelopes by source: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SourceCounts, error) {
+		var c SourceCounts
+		err := r.Scan(&c.Source, &c.Pending, &c.Done, &c.Failed, &c.Ignored, &c.Total, &c.Duplicates, &c.Conflicts)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count envelopes by source: %w", err)
+	}
+	return out, nil
+}
+
+// Waiting is the pending envelope received first.
+type Waiting struct {
+	EnvelopeID int64
+	Source     string
+	ReceivedAt time.Time
+	// AgeSeconds is the database's now() (its transaction's start) minus
+	// ReceivedAt.
+	AgeSeconds float64
+}
+
+// OldestPending returns the pending envelope received first (the lowest
+// id among equals), or nil when none is pending.
+func OldestPending(ctx context.Context, q Querier) (*Waiting, error) {
+	var w Waiting
+	err := q.QueryRow(ctx, `
+		SELECT id, source, received_at, extract(epoch FROM now() - received_at)::float8
+		  FROM envelope WHERE status = $1 ORDER BY received_at, id LIMIT 1`, StatusPending).
+		Scan(&w.EnvelopeID, &w.Source, &w.ReceivedAt, &w.AgeSeconds)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find oldest pending envelope: %w", err)
+	}
+	return &w, nil
+}
+
+// FailureCause is one cause of failed envelopes (envelope.last_cause, ""
+// for those that failed before causes were recorded), how many share it,
+// and the newest of them with its last_error.
+type FailureCause struct {
+	Cause       string
+	Count       int64
+	LatestID    int64
+	LatestError string
+}
+
+// FailureCauses groups failed envelopes by cause, most frequent first (then
+// by cause), at most limit of them.
+func FailureCauses(ctx context.Context, q Querier, limit int) ([]FailureCause, error) {
+	rows, err := q.Query(ctx, `
+		SELECT g.cause, g.n, g.latest, coalesce((SELECT last_error FROM envelope WHERE id = g.latest), '')
+		  FROM (SELECT coalesce(last_cause, '') AS cause, count(*) AS n, max(id) AS latest
+		          FROM envelope WHERE status = $1
+		         GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2) g
+		 ORDER BY 2 DESC, 1`, StatusFailed, limit)
+	if err != nil {
+		return nil, fmt.Errorf("group failures: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailureCause, error) {
+		var f FailureCause
+		err := r.Scan(&f.Cause, &f.Count, &f.LatestID, &f.LatestError)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("group failures: %w", err)
+	}
+	return out, nil
+}
+
+// ReplayCounts counts envelope_replay rows since a time.
+type ReplayCounts struct {
+	Replays, Envelopes int64
+	Runs               int64 // distinct batch ids
+}
+
+// CountReplays counts the replays recorded after since.
+func CountReplays(ctx context.Context, q Querier, since time.Time) (ReplayCounts, error) {
+	var c ReplayCounts
+	err := q.QueryRow(ctx, `
+		SELECT count(*), count(DISTINCT envelope_id), count(DISTINCT batch_id)
+		  FROM envelope_replay WHERE replayed_at > $1`, since).Scan(&c.Replays, &c.Envelopes, &c.Runs)
+	if err != nil {
+		return c, fmt.Errorf("count replays: %w", err)
+	}
+	return c, nil
+}
