@@ -107,7 +107,7 @@ func GetStats(ctx context.Context, pool *pgxpool.Pool) (*Stats, error) {
 			st.OldestPending = &OldestPending{EnvelopeID: o.EnvelopeID, Source: o.Source, ReceivedAt: o.ReceivedAt, AgeSeconds: o.AgeSeconds}
 		}
 
-		failures, err := envelope.FailureCauses(ctx, tx, TopFailures)
+		failures, err := envelope.FailureCauses(ctx, tx, "", TopFailures)
 		if err != nil {
 			return err
 		}

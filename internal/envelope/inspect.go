@@ -67,6 +67,9 @@ type CauseCount struct {
 	Total    int64
 }
 
+// maxCauses bounds the causes Failures reads: far more than labels.Causes.
+const maxCauses = 1000
+
 // FailureWindow is what Failures reads: causes over [Since, Since +
 // Buckets×Bucket), optionally for one source.
 type FailureWindow struct {
@@ -78,9 +81,10 @@ type FailureWindow struct {
 
 // Failures groups failures by cause: the envelopes failed now, and the
 // failed or retried attempts per bucket of w. Causes are ordered by failed
-// envelopes, then by attempts in the window, then by name. Both statements use partial
-// indexes on the failures only (migrations 00172 and 00176), so they cost
-// what there is to count, not the size of the inbox.
+// envelopes, then by attempts in the window, then by name. The failed count
+// reads the status index, and the attempts the partial index on failing
+// attempts (migration 00176), so each costs what there is to count, not the
+// size of the inbox.
 func Failures(ctx context.Context, q Querier, w FailureWindow) ([]CauseCount, error) {
 	if w.Bucket <= 0 || w.Buckets <= 0 || w.Buckets > 1000 {
 		return nil, fmt.Errorf("failures: want a positive bucket and 1 to 1000 buckets")
@@ -94,26 +98,15 @@ func Failures(ctx context.Context, q Querier, w FailureWindow) ([]CauseCount, er
 		}
 		return c
 	}
-	rows, err := q.Query(ctx, `
-		SELECT g.cause, g.n, g.latest, coalesce((SELECT last_error FROM envelope WHERE id = g.latest), '')
-		  FROM (SELECT coalesce(last_cause, '') AS cause, count(*) AS n, max(id) AS latest
-		          FROM envelope
-		         WHERE status = $1 AND ($2 = '' OR source = $2)
-		         GROUP BY 1) g
-		 ORDER BY g.n DESC, g.cause`, StatusFailed, w.Source)
+	failed, err := FailureCauses(ctx, q, w.Source, maxCauses)
 	if err != nil {
-		return nil, fmt.Errorf("count failures by cause: %w", err)
+		return nil, err
 	}
-	var cause, latestErr string
-	var n, latest int64
-	if _, err := pgx.ForEachRow(rows, []any{&cause, &n, &latest, &latestErr}, func() error {
-		c := get(cause)
-		c.Failed, c.LatestID, c.LatestError = n, latest, latestErr
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("count failures by cause: %w", err)
+	for _, f := range failed {
+		c := get(f.Cause)
+		c.Failed, c.LatestID, c.LatestError = f.Count, f.LatestID, f.LatestError
 	}
-	rows, err = q.Query(ctx, `
+	rows, err := q.Query(ctx, `
 		SELECT coalesce(a.cause, ''),
 		       floor(extract(epoch FROM a.finished_at - $1::timestamptz) / $2::float8)::int AS bucket,
 		       count(*)
@@ -126,7 +119,9 @@ func Failures(ctx context.Context, q Querier, w FailureWindow) ([]CauseCount, er
 	if err != nil {
 		return nil, fmt.Errorf("count failed attempts by cause: %w", err)
 	}
+	var cause string
 	var bucket int
+	var n int64
 	if _, err := pgx.ForEachRow(rows, []any{&cause, &bucket, &n}, func() error {
 		if bucket >= 0 && bucket < w.Buckets {
 			c := get(cause)

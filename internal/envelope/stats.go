@@ -123,15 +123,15 @@ type FailureCause struct {
 	LatestError string
 }
 
-// FailureCauses groups failed envelopes by cause, most frequent first (then
-// by cause), at most limit of them.
-func FailureCauses(ctx context.Context, q Querier, limit int) ([]FailureCause, error) {
+// FailureCauses groups failed envelopes of source ("" for every source) by
+// cause, most frequent first (then by cause), at most limit of them.
+func FailureCauses(ctx context.Context, q Querier, source string, limit int) ([]FailureCause, error) {
 	rows, err := q.Query(ctx, `
 		SELECT g.cause, g.n, g.latest, coalesce((SELECT last_error FROM envelope WHERE id = g.latest), '')
 		  FROM (SELECT coalesce(last_cause, '') AS cause, count(*) AS n, max(id) AS latest
-		          FROM envelope WHERE status = $1
+		          FROM envelope WHERE status = $1 AND ($3 = '' OR source = $3)
 		         GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2) g
-		 ORDER BY 2 DESC, 1`, StatusFailed, limit)
+		 ORDER BY 2 DESC, 1`, StatusFailed, limit, source)
 	if err != nil {
 		return nil, fmt.Errorf("group failures: %w", err)
 	}
