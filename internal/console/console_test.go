@@ -270,11 +270,13 @@ func TestReadOnlyConsoleRefusesReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *console.Options) { o.ReadOnly, o.ReadOnlyReason = true, "no privilege" })
 	ids := seed(t, b.pool, 1)
-	_, body, _ := b.get(t, fmt.Sprintf("/console/replay?id=%d", ids[0]))
+	code, body, _ := b.get(t, fmt.Sprintf("/console/replay?id=%d", ids[0]))
+	require.Equal(t, http.StatusOK, code, "the dry run still shows")
 	require.Contains(t, body, "Read-only: no privilege")
 	require.NotContains(t, body, `id="replay-form"`, "no form to submit")
-	code, _, _ := b.post(t, "/console/replay", url.Values{"id": {fmt.Sprint(ids[0])}, "reason": {"x"}})
+	code, body, _ = b.post(t, "/console/replay", url.Values{"id": {fmt.Sprint(ids[0])}, "reason": {"x"}})
 	require.Equal(t, http.StatusForbidden, code)
+	require.Contains(t, body, "replay is off in this console: no privilege")
 	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`))
 }
 
