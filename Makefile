@@ -18,7 +18,7 @@ VERSION_LDFLAGS ?= -X $(VERSION_PKG).version=$(shell git describe --tags --alway
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help tools run test drills fuzz mutate bench-pipeline bench-worker-ab build migrate demo db env db-stop db-destroy lint bench generate clean
+.PHONY: help tools run test screenshots drills fuzz mutate bench-pipeline bench-worker-ab build migrate demo db env db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -28,11 +28,14 @@ help: ## list the targets
 run: ## run worker and ingest locally with the example sources (scripts/run-local)
 	scripts/run-local
 
-tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock, kustomize, kubectl-validate (scripts/ensure-tools; root for apt-get)
+tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock, chromium, kustomize, kubectl-validate (scripts/ensure-tools; root for apt-get)
 	scripts/ensure-tools
 
 test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; ARGS=... for go test)
 	scripts/test $(ARGS)
+
+screenshots: ## retake the console's screenshots in docs/console (the browser test, headless Chromium)
+	CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console scripts/test -run TestConsoleInABrowser ./e2e
 
 drills: ## failure drills at full size, each on its own throwaway PostgreSQL (process logs in .tmp/drills)
 	@mkdir -p .tmp/drills
