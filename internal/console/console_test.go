@@ -159,6 +159,7 @@ func TestListFiltersAndPages(t *testing.T) {
 	require.Contains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[2]))
 	require.Contains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[1]))
 	require.NotContains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[0]))
+	require.Contains(t, body, "<b>3</b> envelopes match", "every page's count, not this page's")
 	next := regexp.MustCompile(`id="next" href="([^"]+)"`).FindStringSubmatch(body)
 	require.NotNil(t, next, "a next page")
 	code, body, _ := b.get(t, strings.ReplaceAll(next[1], "&amp;", "&"))
@@ -293,4 +294,47 @@ func TestFailuresGroupByCause(t *testing.T) {
 	_, body, _ = b.get(t, "/console/failures?source=shop")
 	require.NotContains(t, body, "<b>unknown_currency</b>", "one source")
 	require.Contains(t, body, "<b>forward_5xx</b>")
+}
+
+// A running replay stops on request: the batch in flight rolls back and
+// nothing of it is recorded. The batch is held in flight by a transaction
+// that locks the envelopes first.
+func TestStopARunningReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 2)
+	ctx := context.Background()
+	hold, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback(ctx) }()
+	_, err = hold.Exec(ctx, `SELECT id FROM envelope WHERE id = ANY($1) FOR UPDATE`, ids)
+	require.NoError(t, err)
+
+	_, page, _ := b.get(t, "/console/replay?status=failed")
+	tok := token(t, page)
+	code, _, h := b.post(t, "/console/replay", url.Values{"status": {"failed"}, "reason": {"INC-9"}, "csrf": {tok}})
+	require.Equal(t, http.StatusSeeOther, code)
+	run := h.Get("Location")
+	_, body, _ := b.get(t, run)
+	require.Contains(t, body, `id="stop"`, "a running replay can be stopped")
+	require.Contains(t, body, `http-equiv="refresh"`, "and its page refreshes")
+
+	code, _, _ = b.post(t, run+"/stop", url.Values{})
+	require.Equal(t, http.StatusForbidden, code, "stopping needs the form token too")
+	code, _, h = b.post(t, run+"/stop", url.Values{"csrf": {token(t, body)}})
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, run, h.Get("Location"))
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(body, "Stopped:") {
+		require.False(t, time.Now().After(deadline), "the run never stopped: %s", body)
+		time.Sleep(20 * time.Millisecond)
+		_, body, _ = b.get(t, run)
+	}
+	require.Contains(t, body, "stopped on request")
+	require.NoError(t, hold.Rollback(ctx))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`), "the batch in flight rolled back")
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'failed'`))
+	require.NotContains(t, body, `id="stop"`, "a finished run has nothing to stop")
+	code, _, _ = b.post(t, "/console/replays/nope/stop", url.Values{"csrf": {tok}})
+	require.Equal(t, http.StatusNotFound, code)
 }

@@ -48,8 +48,16 @@ type listData struct {
 	Query     template.URL // the filter's query string (encoded: safe in an href)
 	NextQuery template.URL // the next page's, "" on the last
 	Paged     bool         // this is not the first page
-	CLI       string
+	// Matched counts every page's envelopes, up to maxCounted
+	// (MatchedMore: more than that).
+	Matched     int
+	MatchedMore bool
+	CLI         string
 }
+
+// maxCounted bounds the list's count of matches: a count costs what it
+// reads, and "more than 10000" is what an operator needs to know beyond.
+const maxCounted = 10000
 
 func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -69,12 +77,13 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusBadRequest, "envelopes", "Envelopes", d)
 		return
 	}
-	res, err := admin.List(r.Context(), c.opts.Pool, admin.ListRequest{Filter: f, Limit: limit, BeforeID: before})
+	res, err := admin.List(r.Context(), c.opts.Pool, admin.ListRequest{Filter: f, Limit: limit, BeforeID: before, CountUpTo: maxCounted})
 	if err != nil {
 		c.fail(w, r, statusOf(err), err)
 		return
 	}
 	d.Envelopes, d.Paged = res.Envelopes, before > 0
+	d.Matched, d.MatchedMore = res.Matched, res.MatchedMore
 	if res.NextBeforeID != nil {
 		next := filterQuery(q)
 		next.Set("before", strconv.FormatInt(*res.NextBeforeID, 10))
@@ -400,7 +409,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	if !c.checkCSRF(r) {
 		c.opts.Logger.Warn("console: replay refused: missing or wrong form token", "remote", r.RemoteAddr)
-		c.fail(w, r, http.StatusForbidden, errors.New("the form's token is missing or not yours (it changes when the worker restarts): reload the page and submit again"))
+		c.fail(w, r, http.StatusForbidden, errBadToken)
 		return
 	}
 	q := r.PostForm
@@ -453,13 +462,46 @@ func (c *Console) replays(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "replays", "Replays", replaysData{Runs: c.runs.list(), Recorded: recorded})
 }
 
+// errBadToken answers a state-changing request without the operator's form
+// token.
+var errBadToken = errors.New("the form's token is missing or not yours (it changes when the worker restarts): reload the page and submit again")
+
+// errNoRun answers a run id this process does not know.
+var errNoRun = errors.New("no such replay run in this worker (runs are kept in memory until it restarts; every replayed envelope is recorded in envelope_replay: see Replays)")
+
+type runData struct {
+	runView
+	CSRF string
+}
+
 func (c *Console) run(w http.ResponseWriter, r *http.Request) {
 	v, ok := c.runs.get(r.PathValue("run"))
 	if !ok {
-		c.fail(w, r, http.StatusNotFound, errors.New("no such replay run in this worker (runs are kept in memory until it restarts; every replayed envelope is recorded in envelope_replay: see Replays)"))
+		c.fail(w, r, http.StatusNotFound, errNoRun)
 		return
 	}
-	c.render(w, r, http.StatusOK, "run", "Replay run", v)
+	c.render(w, r, http.StatusOK, "run", "Replay run", runData{runView: v, CSRF: c.csrfToken(c.opts.Actor(r))})
+}
+
+// stopRun stops a running replay: the batch in flight rolls back, the
+// committed ones stay (as ^C does to the CLI's).
+func (c *Console) stopRun(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, http.StatusBadRequest, errors.New("the form could not be read"))
+		return
+	}
+	if !c.checkCSRF(r) {
+		c.opts.Logger.Warn("console: stop refused: missing or wrong form token", "remote", r.RemoteAddr)
+		c.fail(w, r, http.StatusForbidden, errBadToken)
+		return
+	}
+	id := r.PathValue("run")
+	if !c.runs.stop(id) {
+		c.fail(w, r, http.StatusNotFound, errNoRun)
+		return
+	}
+	c.opts.Logger.Info("console: replay stop asked", "run", id, "actor", c.opts.Actor(r))
+	http.Redirect(w, r, Prefix+"/replays/"+id, http.StatusSeeOther)
 }
 
 // job redirects to the envelope River job id processes.

@@ -36,7 +36,10 @@ type run struct {
 	Filter            url.Values
 	Started           time.Time
 
+	cancel context.CancelFunc // stops the run after its batch in flight rolls back
+
 	mu       sync.Mutex
+	stopped  bool
 	progress admin.Progress
 	result   *admin.ReplayResult
 	err      error
@@ -51,6 +54,7 @@ type runView struct {
 	Started           time.Time
 	Finished          time.Time
 	Done              bool
+	Stopping          bool // asked to stop, not finished yet
 	Progress          admin.Progress
 	Result            *admin.ReplayResult
 	Error             string
@@ -69,17 +73,20 @@ func (rs *runs) start(ctx context.Context, actor, reason string, filter url.Valu
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, err
 	}
-	r := &run{ID: hex.EncodeToString(b[:]), Actor: actor, Reason: reason, Filter: filter, Started: time.Now()}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &run{ID: hex.EncodeToString(b[:]), Actor: actor, Reason: reason, Filter: filter, Started: time.Now(), cancel: cancel}
 	rs.mu.Lock()
 	if rs.running >= maxRunning {
 		rs.mu.Unlock()
+		cancel()
 		return nil, errBusy
 	}
 	rs.running++
 	rs.add(r)
 	rs.mu.Unlock()
 	go func() {
-		res, err := fn(ctx, func(p admin.Progress) {
+		defer cancel()
+		res, err := fn(rctx, func(p admin.Progress) {
 			r.mu.Lock()
 			r.progress = p
 			r.mu.Unlock()
@@ -111,6 +118,21 @@ func (rs *runs) add(r *run) {
 	}
 }
 
+// stop asks run id to stop; it reports whether there is such a run.
+func (rs *runs) stop(id string) bool {
+	rs.mu.Lock()
+	r, ok := rs.byID[id]
+	rs.mu.Unlock()
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+	r.cancel()
+	return true
+}
+
 func (rs *runs) get(id string) (runView, bool) {
 	rs.mu.Lock()
 	r, ok := rs.byID[id]
@@ -137,8 +159,12 @@ func (r *run) view() runView {
 	defer r.mu.Unlock()
 	v := runView{ID: r.ID, Actor: r.Actor, Reason: r.Reason, Query: template.URL(r.Filter.Encode()), CLI: "worker replay" + cliArgs(r.Filter) + " --reason " + shellQuote(r.Reason),
 		Started: r.Started, Finished: r.finished, Done: !r.finished.IsZero(), Progress: r.progress, Result: r.result}
+	v.Stopping = r.stopped && !v.Done
 	if r.err != nil {
 		v.Error = r.err.Error()
+		if r.stopped && errors.Is(r.err, context.Canceled) {
+			v.Error = "stopped on request (" + v.Error + ")"
+		}
 	}
 	if v.Progress.Total > 0 {
 		v.Percent = min(100, v.Progress.Scanned*100/v.Progress.Total)

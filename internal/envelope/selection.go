@@ -207,6 +207,19 @@ func Count(ctx context.Context, q Querier, s Selection) (int, error) {
 	return n, nil
 }
 
+// CountUpTo counts the envelopes s selects, stopping at limit: its cost is
+// bounded by limit however many match.
+func CountUpTo(ctx context.Context, q Querier, s Selection, limit int) (int, error) {
+	where, args := s.Where()
+	args = append(args, limit)
+	var n int
+	sql := fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM envelope WHERE %s LIMIT $%d) AS m`, where, len(args))
+	if err := q.QueryRow(ctx, sql, CustomPlan(args)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count envelopes: %w", err)
+	}
+	return n, nil
+}
+
 // Exists reports whether s selects any envelope.
 func Exists(ctx context.Context, q Querier, s Selection) (bool, error) {
 	where, args := s.Where()
