@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"html"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -304,4 +307,63 @@ func TestConsoleInABrowser(t *testing.T) {
 	defer mu.Unlock()
 	require.Empty(t, consoleMessages, "the pages wrote to the browser's console")
 	require.NotContains(t, s.worker.out.String(), pass, "the password is never logged")
+}
+
+// With an --admin-users file, each operator signs in as themselves and
+// their replays record them.
+func TestConsoleOperatorsFromUsersFile(t *testing.T) {
+	t.Parallel()
+	hash, err := bcrypt.GenerateFromPassword([]byte("alice's own password"), bcrypt.MinCost)
+	require.NoError(t, err)
+	users := filepath.Join(t.TempDir(), "operators")
+	require.NoError(t, os.WriteFile(users, []byte("# on-call\nalice:"+string(hash)+"\n"), 0o600))
+	dbURL := pgtest.NewURL(t)
+	s := startStackEnv(t, dbURL, []string{
+		"WORKER_ADMIN_USERS=" + users, "WORKER_CONSOLE=true",
+		"CONSOLE_DATABASE_URL=" + pgtest.RoleURL(t, dbURL, pgtest.RoleAdmin),
+	})
+	code, err := s.send(webhooktest.Delivery{Provider: provider.Stripe, Secret: e2eSecrets["E2E_STRIPE_SECRET"], DeliveryID: "evt_users_1",
+		Body: webhooktest.StripePayment("evt_users_1", "pi_users_1", 100, "xyz")}, "stripe")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, code)
+	// Failed, and its job finalized (until then a replay would skip it as
+	// already queued).
+	eventually(t, 60*time.Second, "the envelope failed and its job ended", func(ctx context.Context) (bool, string) {
+		n := s.scalar(t, `SELECT count(*) FROM envelope WHERE status = 'failed'`)
+		live := s.scalar(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND finalized_at IS NULL`)
+		return n == 1 && live == 0, fmt.Sprintf("%d failed, %d live jobs", n, live)
+	})
+	id := s.scalar(t, `SELECT id FROM envelope`)
+
+	do := func(method, path, pass string, form url.Values) (int, string) {
+		req, err := http.NewRequest(method, s.workerAdmin+path, strings.NewReader(form.Encode()))
+		require.NoError(t, err)
+		req.SetBasicAuth("alice", pass)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, err = b.ReadFrom(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, b.String()
+	}
+	code, _ = do(http.MethodGet, "/console/envelopes", "not alice's", nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, page := do(http.MethodGet, fmt.Sprintf("/console/replay?id=%d", id), "alice's own password", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "signed in as <b>alice</b>")
+	form := url.Values{}
+	for _, m := range regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`).FindAllStringSubmatch(page, -1) {
+		form.Add(m[1], html.UnescapeString(m[2]))
+	}
+	form.Set("reason", "alice's fix")
+	code, body := do(http.MethodPost, "/console/replay", "alice's own password", form)
+	require.Equal(t, http.StatusSeeOther, code, "%s\n%s", body, form)
+	eventually(t, 30*time.Second, "alice's replay recorded", func(ctx context.Context) (bool, string) {
+		n := s.scalar(t, `SELECT count(*) FROM envelope_replay WHERE actor = 'console:alice' AND reason = $1`, "alice's fix")
+		return n == 1, fmt.Sprintf("%d rows", n)
+	})
+	require.NotContains(t, s.worker.out.String(), "alice's own password")
+	require.NotContains(t, s.worker.out.String(), string(hash), "the hash is never logged")
 }

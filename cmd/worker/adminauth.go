@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/time/rate"
 )
 
@@ -72,9 +74,9 @@ const (
 // from another site), login throttling (429 with Retry-After once a client,
 // or all clients together, failed too often; the password is then not even
 // checked), and HTTP basic auth compared in constant time.
-func guardUI(user, password string, h http.Handler, logger *slog.Logger) http.Handler {
+func guardUI(creds *credentials, h http.Handler, logger *slog.Logger) http.Handler {
 	t := &loginThrottle{clients: map[string]*rate.Limiter{}, all: rate.NewLimiter(rate.Every(allRefill), failuresAll)}
-	auth := basicAuth(user, password, h, t, logger)
+	auth := basicAuth(creds, h, t, logger)
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		logger.Warn("admin: cross-origin request refused", "method", r.Method, "path", boundLog(r.URL.Path), "remote", r.RemoteAddr)
@@ -138,11 +140,10 @@ func (t *loginThrottle) fail(key string) {
 	t.all.Allow()
 }
 
-// basicAuth guards h with HTTP basic authentication, comparing in constant
-// time, throttled by t. River UI has no authentication of its own and can
-// cancel and delete jobs.
-func basicAuth(user, password string, h http.Handler, t *loginThrottle, logger *slog.Logger) http.Handler {
-	wantUser, wantPass := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
+// basicAuth guards h with HTTP basic authentication (creds), throttled by
+// t. River UI has no authentication of its own and can cancel and delete
+// jobs; the console replays.
+func basicAuth(creds *credentials, h http.Handler, t *loginThrottle, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := clientKey(r)
 		if blocked, wait := t.blocked(key); blocked {
@@ -151,8 +152,7 @@ func basicAuth(user, password string, h http.Handler, t *loginThrottle, logger *
 			return
 		}
 		u, p, ok := r.BasicAuth()
-		gotUser, gotPass := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
-		if !ok || subtle.ConstantTimeCompare(gotUser[:], wantUser[:])&subtle.ConstantTimeCompare(gotPass[:], wantPass[:]) != 1 {
+		if !ok || !creds.check(u, p) {
 			if ok { // a browser's first request carries no credentials: not a failure
 				t.fail(key)
 				logger.Warn("admin: failed login", "remote", r.RemoteAddr)
@@ -163,6 +163,127 @@ func basicAuth(user, password string, h http.Handler, t *loginThrottle, logger *
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// credentials are who may sign in to River UI and the console: the one
+// user of RIVER_BASIC_AUTH_USER/_PASS (compared in constant time), and
+// each operator of an --admin-users file (bcrypt hashes, as htpasswd -B
+// writes them), so that a replay records who did it.
+type credentials struct {
+	single        bool
+	user, pass    [32]byte // sha256 of the single user's name and password
+	users         map[string][]byte
+	mu            sync.Mutex
+	verified      map[[32]byte]time.Time // recent successful bcrypt checks, until when
+	verifiedFor   time.Duration
+	dummy         []byte // compared for an unknown user, so that it takes as long
+	compareBcrypt func(hash, password []byte) error
+}
+
+// Bounds of the cache of verified bcrypt logins: basic auth sends the
+// password with every request, and one bcrypt check costs tens of
+// milliseconds of CPU.
+const (
+	verifiedFor = 5 * time.Minute
+	maxVerified = 1000
+)
+
+// newCredentials returns the single user (when password is set) and the
+// users of usersFile (when given).
+func newCredentials(user, password, usersFile string) (*credentials, error) {
+	c := &credentials{users: map[string][]byte{}, verified: map[[32]byte]time.Time{}, verifiedFor: verifiedFor,
+		compareBcrypt: bcrypt.CompareHashAndPassword}
+	if password != "" {
+		c.single, c.user, c.pass = true, sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
+	}
+	if usersFile != "" {
+		users, err := readUsers(usersFile)
+		if err != nil {
+			return nil, err
+		}
+		c.users = users
+	}
+	dummy, err := bcrypt.GenerateFromPassword([]byte("no such user"), bcrypt.DefaultCost)
+	if err != nil {
+		return nil, err
+	}
+	c.dummy = dummy
+	return c, nil
+}
+
+// any reports whether anyone can sign in.
+func (c *credentials) any() bool { return c.single || len(c.users) > 0 }
+
+// check reports whether u and p sign in.
+func (c *credentials) check(u, p string) bool {
+	if c.single {
+		gotUser, gotPass := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
+		if subtle.ConstantTimeCompare(gotUser[:], c.user[:])&subtle.ConstantTimeCompare(gotPass[:], c.pass[:]) == 1 {
+			return true
+		}
+	}
+	if len(c.users) == 0 {
+		return false
+	}
+	key := sha256.Sum256([]byte(u + "\x00" + p))
+	now := time.Now()
+	c.mu.Lock()
+	until, ok := c.verified[key]
+	c.mu.Unlock()
+	if ok && now.Before(until) {
+		return true
+	}
+	hash, known := c.users[u]
+	if !known {
+		_ = c.compareBcrypt(c.dummy, []byte(p))
+		return false
+	}
+	if c.compareBcrypt(hash, []byte(p)) != nil {
+		return false
+	}
+	c.mu.Lock()
+	if len(c.verified) >= maxVerified {
+		clear(c.verified)
+	}
+	c.verified[key] = now.Add(c.verifiedFor)
+	c.mu.Unlock()
+	return true
+}
+
+// readUsers reads an --admin-users file: one "name:hash" a line, the hash
+// bcrypt's ($2a$, $2b$ or $2y$: htpasswd -B -C 10 writes them); blank lines
+// and lines starting with # are skipped. Errors name the line, never the
+// hash.
+func readUsers(path string) (map[string][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-users: %w", err)
+	}
+	users := map[string][]byte{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, hash, ok := strings.Cut(line, ":")
+		switch {
+		case !ok || name == "" || strings.TrimSpace(name) != name:
+			return nil, fmt.Errorf("--admin-users %s line %d: want name:bcrypt-hash (htpasswd -B)", path, i+1)
+		case !strings.HasPrefix(hash, "$2a$") && !strings.HasPrefix(hash, "$2b$") && !strings.HasPrefix(hash, "$2y$"):
+			return nil, fmt.Errorf("--admin-users %s line %d (%s): not a bcrypt hash; only bcrypt is accepted (htpasswd -B)", path, i+1, name)
+		}
+		if _, err := bcrypt.Cost([]byte(hash)); err != nil {
+			return nil, fmt.Errorf("--admin-users %s line %d (%s): not a valid bcrypt hash", path, i+1, name)
+		}
+		if _, dup := users[name]; dup {
+			return nil, fmt.Errorf("--admin-users %s line %d: %s is listed twice", path, i+1, name)
+		}
+		users[name] = []byte(hash)
+	}
+	if len(users) == 0 {
+		return nil, fmt.Errorf("--admin-users %s: no user in it", path)
+	}
+	return users, nil
 }
 
 // boundLog bounds a request string for a log line.

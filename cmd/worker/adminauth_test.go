@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // The admin listener (metrics, River UI) binds loopback unless an address
@@ -58,4 +62,76 @@ func TestUICredentialNames(t *testing.T) {
 	}
 	_, err := uiCredential(env(map[string]string{"RIVER_BASIC_AUTH_PASS": "secret-one-xyz", "RIVERUI_PASSWORD": "secret-two-xyz"}), "RIVER_BASIC_AUTH_PASS", "RIVERUI_PASSWORD")
 	require.EqualError(t, err, "RIVER_BASIC_AUTH_PASS and RIVERUI_PASSWORD are both set, to different values: set one")
+}
+
+func writeUsers(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "users")
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	return path
+}
+
+func hashOf(t *testing.T, password string) string {
+	t.Helper()
+	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	require.NoError(t, err)
+	return string(h)
+}
+
+// An --admin-users file names each operator; a bad one is refused at start
+// with its line, never its hash.
+func TestAdminUsersFile(t *testing.T) {
+	alice, bob := hashOf(t, "alice password"), hashOf(t, "bob password")
+	users, err := readUsers(writeUsers(t, "# operators\n\nalice:"+alice+"\nbob:"+bob+"\n"))
+	require.NoError(t, err)
+	require.Len(t, users, 2)
+
+	for _, c := range []struct{ content, want string }{
+		{"alice", "line 1: want name:bcrypt-hash"},
+		{":" + alice, "line 1: want name:bcrypt-hash"},
+		{"carol:$apr1$abc$def", "line 1 (carol): not a bcrypt hash"},
+		{"carol:$2y$10$tooshort", "line 1 (carol): not a valid bcrypt hash"},
+		{"alice:" + alice + "\nalice:" + bob, "line 2: alice is listed twice"},
+		{"# nobody\n", "no user in it"},
+	} {
+		_, err := readUsers(writeUsers(t, c.content))
+		require.ErrorContains(t, err, c.want)
+		require.NotContains(t, err.Error(), "$2a$", "no hash in the error")
+	}
+	_, err = readUsers(filepath.Join(t.TempDir(), "missing"))
+	require.ErrorContains(t, err, "--admin-users")
+}
+
+// Each listed operator signs in with their own password, the single
+// environment user with theirs; a verified bcrypt login is remembered for a
+// while (basic auth sends it with every request), a wrong one never is.
+func TestCredentialsCheck(t *testing.T) {
+	path := writeUsers(t, "alice:"+hashOf(t, "alice password")+"\n")
+	c, err := newCredentials("admin", "the admin password", path)
+	require.NoError(t, err)
+	require.True(t, c.any())
+	calls := 0
+	compare := c.compareBcrypt
+	c.compareBcrypt = func(h, p []byte) error { calls++; return compare(h, p) }
+
+	require.True(t, c.check("admin", "the admin password"))
+	require.Zero(t, calls, "the single user needs no bcrypt")
+	require.False(t, c.check("admin", "alice password"))
+	require.True(t, c.check("alice", "alice password"))
+	require.True(t, c.check("alice", "alice password"))
+	require.Equal(t, 2, calls, "the second check is remembered (the failed admin try cost one)")
+	require.False(t, c.check("alice", "wrong"))
+	require.False(t, c.check("mallory", "alice password"), "an unknown user")
+	require.Equal(t, 4, calls, "an unknown user costs a bcrypt check too (no timing difference)")
+
+	c.verifiedFor = -time.Second // expired at once
+	c.verified = map[[32]byte]time.Time{}
+	require.True(t, c.check("alice", "alice password"))
+	require.True(t, c.check("alice", "alice password"))
+	require.Equal(t, 6, calls, "an expired check is done again")
+
+	none, err := newCredentials("admin", "", "")
+	require.NoError(t, err)
+	require.False(t, none.any())
+	require.False(t, none.check("admin", ""), "no password set: nobody signs in")
 }

@@ -53,6 +53,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	purgeDeleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "delete done/ignored envelope rows (tombstones) processed longer ago than this (at least --purge-body-after)")
 	purgeBatch := fs.Int("purge-batch-size", "WORKER_PURGE_BATCH_SIZE", retention.DefaultBatchSize, "envelopes per purge transaction")
 	consoleOn := fs.Bool("console", false, "serve the operator console at /console/ on the admin listener, behind the same basic auth as River UI (the signed-in user is the replay actor) (env WORKER_CONSOLE=true)")
+	adminUsers := fs.String("admin-users", "WORKER_ADMIN_USERS", "", "file of the operators who may sign in to River UI and the console, one name:bcrypt-hash a line (htpasswd -B); each replay records its operator (besides or instead of RIVER_BASIC_AUTH_USER/_PASS)")
 	consoleDB := fs.String("console-database-url", "CONSOLE_DATABASE_URL", "", "the console's database, a role that may replay (inbox_admin); default DATABASE_URL (read-only when that role may not replay)")
 	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (user and password: RIVER_BASIC_AUTH_USER/RIVER_BASIC_AUTH_PASS, or RIVERUI_USER/RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
 	if err := fs.Parse(args); err != nil {
@@ -110,11 +111,17 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		uiUser = "admin"
 	}
 	guarded := *riverUI || *consoleOn
-	if guarded && (uiPassword == "" || *adminAddr == "") {
-		return usageError{errors.New("--riverui and --console need RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set (River UI can cancel and delete jobs, the console replays) and an --admin-addr")}
+	if guarded && ((uiPassword == "" && *adminUsers == "") || *adminAddr == "") {
+		return usageError{errors.New("--riverui and --console need RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set, or an --admin-users file (River UI can cancel and delete jobs, the console replays), and an --admin-addr")}
 	}
+	var creds *credentials
 	if guarded {
-		if err := checkUIPassword(uiPassword); err != nil {
+		if uiPassword != "" {
+			if err := checkUIPassword(uiPassword); err != nil {
+				return usageError{err}
+			}
+		}
+		if creds, err = newCredentials(uiUser, uiPassword, *adminUsers); err != nil {
 			return usageError{err}
 		}
 	}
@@ -261,7 +268,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			ui.Handle(console.Prefix+"/", con)
 		}
 		if guarded {
-			g := guardUI(uiUser, uiPassword, ui, logger)
+			g := guardUI(creds, ui, logger)
 			if *riverUI {
 				mux.Handle("/riverui/", g)
 			}
