@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // snapshot fingerprints every row a replay could touch.
@@ -297,7 +299,7 @@ func TestReplayDonePaymentPostsOnce(t *testing.T) {
 	ctx := context.Background()
 	b.runWorker(t)
 	id := b.insert(t, "standard", "msg_1", "payment.succeeded", standardPayment("pay_1"))
-	eventually(t, 20*time.Second, "first processing", func() bool { return b.status(t, id) == "done" })
+	b.waitStatusIs(t, 20*time.Second, "first processing", id, "done")
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM ledger_transaction`))
 
 	res, err := Replay(ctx, b.pool, b.jobs, req(Filter{IDs: []int64{id}}))
@@ -306,8 +308,10 @@ func TestReplayDonePaymentPostsOnce(t *testing.T) {
 	var replayJob int64
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT job_id FROM envelope_replay WHERE envelope_id = $1 AND prior_status = 'done'`, id).Scan(&replayJob))
 
-	eventually(t, 20*time.Second, "the replay's job to complete", func() bool {
-		return b.count(t, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'completed'`, replayJob) == 1
+	pgtest.Eventually(t, 20*time.Second, "the replay's job to complete", func() (bool, string) {
+		var state string
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT coalesce((SELECT state::text FROM river_job WHERE id = $1), 'gone')`, replayJob).Scan(&state))
+		return state == "completed", fmt.Sprintf("job %d is %s", replayJob, state)
 	})
 	require.Equal(t, "done", b.status(t, id))
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'done'`, id))
@@ -335,7 +339,10 @@ func TestReplayFailedProcessesIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	b.runWorker(t)
-	eventually(t, 20*time.Second, "processing", func() bool { return b.status(t, id) != "pending" })
+	pgtest.Eventually(t, 20*time.Second, "processing", func() (bool, string) {
+		s := b.status(t, id)
+		return s != "pending", fmt.Sprintf("envelope %d is %s", id, s)
+	})
 	require.Equal(t, "done", b.status(t, id))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1`, id))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'done'`, id))
@@ -358,9 +365,9 @@ func TestBulkReplayProcessesEachOnce(t *testing.T) {
 	require.Equal(t, n/DefaultBatchSize, res.Batches)
 
 	b.runWorker(t)
-	eventually(t, 3*time.Minute, "3000 envelopes done", func() bool {
-		return b.count(t, `SELECT count(*) FROM envelope WHERE status = 'done'`) == n &&
-			b.count(t, `SELECT count(*) FROM river_job WHERE state = 'completed'`) == n
+	pgtest.Eventually(t, 3*time.Minute, "3000 envelopes done", func() (bool, string) {
+		done, completed := b.count(t, `SELECT count(*) FROM envelope WHERE status = 'done'`), b.count(t, `SELECT count(*) FROM river_job WHERE state = 'completed'`)
+		return done == n && completed == n, fmt.Sprintf("%d envelopes done, %d jobs completed, want %d", done, completed, n)
 	})
 	require.Equal(t, n, b.count(t, `SELECT count(*) FROM river_job`))
 	require.Zero(t, b.count(t, `

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
@@ -41,9 +43,10 @@ func TestStatsGroupsFailuresByCause(t *testing.T) {
 // waitStatus waits until every envelope of ids has status.
 func waitStatus(t *testing.T, b *bundle, ids []int64, status envelope.Status) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND status = $2`, ids, status) == len(ids)
-	}, 20*time.Second, 10*time.Millisecond)
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("envelopes %v to be %s", ids, status), func() (bool, string) {
+		n := b.count(t, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND status = $2`, ids, status)
+		return n == len(ids), fmt.Sprintf("%d of %d are", n, len(ids))
+	})
 }
 
 // searchSetup stores three envelopes to search: two Standard payments of
@@ -154,9 +157,10 @@ func TestSearchReplayByCauseDryRun(t *testing.T) {
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND last_cause = 'invalid_payload'`, other))
 
 	// River records the cancelled jobs after the worker's commit.
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM river_job WHERE state = ANY($1::river_job_state[])`, envelope.LiveJobStates()) == 0
-	}, 20*time.Second, 10*time.Millisecond)
+	pgtest.Eventually(t, 20*time.Second, "no live jobs", func() (bool, string) {
+		n := b.count(t, `SELECT count(*) FROM river_job WHERE state = ANY($1::river_job_state[])`, envelope.LiveJobStates())
+		return n == 0, fmt.Sprintf("%d live jobs", n)
+	})
 	f := Filter{Status: envelope.StatusFailed, Cause: "unknown_currency"}
 	dry, err := DryRun(ctx, b.pool, f, 0)
 	require.NoError(t, err)

@@ -78,9 +78,9 @@ func (b *storeBundle) sendTogether(t *testing.T, ds []envelope.NewDelivery) []an
 		r, err := b.store.Insert(context.Background(), ds[0])
 		answers[0] = answer{r, err}
 	}()
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0
-	}, 10*time.Second, 5*time.Millisecond)
+	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "an envelope insert waiting on the lock", func() (bool, string) {
+		return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
+	})
 	for i := 1; i < len(ds); i++ {
 		wg.Add(1)
 		go func(i int) {
@@ -222,9 +222,9 @@ func TestADeliveryWhoseContextEndsWhileQueuedIsNotStored(t *testing.T) {
 	release := b.holdInserts(t)
 	first := make(chan error, 1)
 	go func() { _, err := b.store.Insert(context.Background(), ghDelivery("first", `{}`)); first <- err }()
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0
-	}, 10*time.Second, 5*time.Millisecond)
+	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "an envelope insert waiting on the lock", func() (bool, string) {
+		return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := b.store.Insert(ctx, ghDelivery("impatient", `{}`))

@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -36,16 +37,11 @@ func startWorker(t *testing.T, pool *pgxpool.Pool) {
 // waitStatus waits until envelope id has status want.
 func (b *bundle) waitStatus(t *testing.T, id int64, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("envelope %d to be %s", id, want), func() (bool, string) {
 		var status string
 		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status FROM envelope WHERE id = $1`, id).Scan(&status))
-		if status == want {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "envelope %d is %s, want %s", id, status, want)
-		time.Sleep(10 * time.Millisecond)
-	}
+		return status == want, fmt.Sprintf("envelope %d is %s, want %s", id, status, want)
+	})
 }
 
 // The envelope and its River job are one transaction: when the job's insert

@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -50,18 +51,13 @@ func TestSessionEndedOrCancelledMidRequestIs503(t *testing.T) {
 				done <- answer{resp, err}
 			}()
 			var pid int
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			pgtest.Eventually(t, 10*time.Second, "ingest's insert to wait on the lock", func() (bool, string) {
 				// Not in tx: a transaction sees one snapshot of pg_stat_activity.
 				err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
 					WHERE datname = current_database()
 					  AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO envelope%'`).Scan(&pid)
-				if err == nil {
-					break
-				}
-				require.True(t, time.Now().Before(deadline), "ingest's insert never waited on the lock: %v", err)
-				time.Sleep(10 * time.Millisecond)
-			}
+				return err == nil, fmt.Sprintf("ingest's insert never waited on the lock: %v", err)
+			})
 			var ok bool
 			require.NoError(t, pool.QueryRow(ctx, `SELECT `+tc.fn+`($1)`, pid).Scan(&ok))
 			require.True(t, ok)

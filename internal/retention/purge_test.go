@@ -484,25 +484,22 @@ func startClient(t *testing.T, b *bundle, cfg *river.Config) *river.Client[pgx.T
 // recorded output.
 func (b *bundle) waitJob(t *testing.T, id int64) (string, retention.Report) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var state string
-		var output []byte
+	var state string
+	var output []byte
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("purge job %d to finish", id), func() (bool, string) {
 		err := b.pool.QueryRow(b.ctx, `SELECT state::text, metadata->'output' FROM river_job WHERE id = $1`, id).Scan(&state, &output)
 		require.NoError(t, err)
 		switch state {
 		case "completed", "cancelled", "discarded":
-			var rep retention.Report
-			if len(output) > 0 && string(output) != "null" {
-				require.NoError(t, json.Unmarshal(output, &rep))
-			}
-			return state, rep
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("purge job %d still %s", id, state)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false, fmt.Sprintf("purge job %d still %s", id, state)
+	})
+	var rep retention.Report
+	if len(output) > 0 && string(output) != "null" {
+		require.NoError(t, json.Unmarshal(output, &rep))
 	}
+	return state, rep
 }
 
 func TestPurgeWorkerRunsAsARiverJob(t *testing.T) {
@@ -536,18 +533,14 @@ func TestPurgePeriodicJobRunsOnStart(t *testing.T) {
 	startClient(t, b, &river.Config{
 		PeriodicJobs: []*river.PeriodicJob{retention.PeriodicJob(time.Hour, retention.PurgeArgs{BatchSize: 10})},
 	})
-	deadline := time.Now().Add(30 * time.Second)
 	var jobID int64
-	for jobID == 0 {
+	pgtest.EventuallyEvery(t, 30*time.Second, 20*time.Millisecond, "a purge job inserted on start", func() (bool, string) {
 		err := b.pool.QueryRow(b.ctx, `SELECT id FROM river_job WHERE kind = 'purge_envelopes'`).Scan(&jobID)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			require.NoError(t, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no purge job was inserted on start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return jobID != 0, "no purge job was inserted on start"
+	})
 	state, rep := b.waitJob(t, jobID)
 	require.Equal(t, "completed", state)
 	require.Equal(t, int64(1), rep.BodiesDropped)

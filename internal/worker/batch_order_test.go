@@ -15,6 +15,7 @@ import (
 	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
 )
@@ -49,9 +50,9 @@ func (b *bundle) gate(t *testing.T, cfg worker.Config, want int, fill func()) {
 	cfg.MaxWorkers = 100
 	cfg.Batching = worker.Batching{MaxBatch: 50, MaxConcurrent: 1}
 	b.runConfig(t, cfg)
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM river_job WHERE state = 'running' AND (args->>'envelope_id')::bigint = $1`, gate) == 1
-	}, 10*time.Second, 5*time.Millisecond)
+	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "the gate's job to run", func() (bool, string) {
+		return b.count(t, `SELECT count(*) FROM river_job WHERE state = 'running' AND (args->>'envelope_id')::bigint = $1`, gate) == 1, ""
+	})
 	fill()
 	close(filled)
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, gate).Status)
@@ -144,9 +145,9 @@ func TestReplayInBatchedModeRecordsEveryAttemptAndPostsNothingTwice(t *testing.T
 	require.NoError(t, err)
 	require.Equal(t, n, res.Replayed)
 
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND status = 'done' AND attempts = 2`, ids) == n
-	}, 20*time.Second, 20*time.Millisecond)
+	pgtest.EventuallyEvery(t, 20*time.Second, 20*time.Millisecond, "the replayed envelopes to be done at their second attempt", func() (bool, string) {
+		return b.count(t, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND status = 'done' AND attempts = 2`, ids) == n, ""
+	})
 	for _, id := range ids {
 		require.Equal(t, []string{"done", "done"}, b.outcomes(t, id))
 	}

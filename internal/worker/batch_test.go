@@ -15,6 +15,7 @@ import (
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
 )
@@ -103,7 +104,7 @@ func TestBatchedProcessingIsolatesEachEnvelopesOutcome(t *testing.T) {
 	require.Contains(t, *e.LastError, "division by zero")
 
 	// The early refund snoozed (no attempt used) and is still waiting.
-	require.Eventually(t, func() bool { return len(b.outcomes(t, notReady)) > 0 }, 10*time.Second, 10*time.Millisecond)
+	pgtest.Eventually(t, 10*time.Second, "the early refund's first outcome", func() (bool, string) { return len(b.outcomes(t, notReady)) > 0, "" })
 	require.Equal(t, []string{"snoozed"}, b.outcomes(t, notReady))
 	require.Equal(t, 0, b.count(t, `SELECT attempts FROM envelope WHERE id = $1`, notReady))
 
@@ -178,9 +179,9 @@ func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing
 	_, err = hold.Exec(ctx, `LOCK TABLE envelope IN EXCLUSIVE MODE`)
 	require.NoError(t, err)
 	b.runBatched(t, worker.Batching{MaxBatch: 50, MaxConcurrent: 1})
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state = 'running'`) == 9
-	}, 10*time.Second, 5*time.Millisecond)
+	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "nine running process_envelope jobs", func() (bool, string) {
+		return b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state = 'running'`) == 9, ""
+	})
 	require.NoError(t, hold.Rollback(ctx))
 	for _, id := range ids {
 		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)

@@ -108,38 +108,31 @@ func (b *bundle) insert(t *testing.T, prov, deliveryID, eventType string, body [
 // waitFinal waits for the envelope to leave pending and returns it.
 func (b *bundle) waitFinal(t *testing.T, id int64) *envelope.Envelope {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		e, err := envelope.Get(context.Background(), b.pool, id)
+	var e *envelope.Envelope
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("envelope %d to leave pending", id), func() (bool, string) {
+		var err error
+		e, err = envelope.Get(context.Background(), b.pool, id)
 		require.NoError(t, err)
-		if e.Status != envelope.StatusPending {
-			return e
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("envelope %d still pending (attempts %d, last error %v)", id, e.Attempts, e.LastError)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return e.Status != envelope.StatusPending, fmt.Sprintf("still pending (attempts %d, last error %v)", e.Attempts, e.LastError)
+	})
+	return e
 }
 
 // jobState waits until the envelope's job reaches a final state and returns it.
 func (b *bundle) jobState(t *testing.T, id int64) (string, int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var state string
-		var attempt int
+	var state string
+	var attempt int
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("the job of envelope %d to finish", id), func() (bool, string) {
 		err := b.pool.QueryRow(context.Background(), `SELECT state::text, attempt FROM river_job WHERE (args->>'envelope_id')::bigint = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&state, &attempt)
 		require.NoError(t, err)
 		switch state {
 		case "completed", "cancelled", "discarded":
-			return state, attempt
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job of envelope %d still %s", id, state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, "still " + state
+	})
+	return state, attempt
 }
 
 func (b *bundle) outcomes(t *testing.T, id int64) []string {
@@ -284,11 +277,9 @@ func TestRefundWaitsForPayment(t *testing.T) {
 	b.run(t, worker.Policy{SnoozeDefault: 50 * time.Millisecond})
 	refund := b.insert(t, "standard", "msg_ref", "payment.refunded", webhooktest.StandardRefund("re_1", "pay_1", "m_1", 300, "USD"), 0)
 	// Let the refund snooze at least once before its payment arrives.
-	deadline := time.Now().Add(10 * time.Second)
-	for b.count(t, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'snoozed'", refund) == 0 {
-		require.True(t, time.Now().Before(deadline), "refund never snoozed")
-		time.Sleep(10 * time.Millisecond)
-	}
+	pgtest.Eventually(t, 10*time.Second, "the refund to snooze", func() (bool, string) {
+		return b.count(t, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'snoozed'", refund) > 0, "refund never snoozed"
+	})
 	payment := b.insert(t, "standard", "msg_pay", "payment.succeeded", webhooktest.StandardPayment("pay_1", "m_1", 1000, "USD"), 0)
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, payment).Status)
 	e := b.waitFinal(t, refund)
