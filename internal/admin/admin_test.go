@@ -90,13 +90,6 @@ func seedFailed(t testing.TB, pool *pgxpool.Pool, source string, n int) []int64 
 	return ids
 }
 
-func (b *bundle) count(t testing.TB, q string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), q, args...).Scan(&n))
-	return n
-}
-
 func (b *bundle) status(t testing.TB, id int64) string {
 	t.Helper()
 	var s string

@@ -35,13 +35,6 @@ func ghDelivery(id, body string) envelope.NewDelivery {
 		Body: []byte(body), Payload: []byte(body), Headers: map[string]string{"X-GitHub-Event": "push"}}
 }
 
-func (b *storeBundle) count(t *testing.T, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
-}
-
 // holdInserts blocks every envelope insert until the returned func is
 // called, so that the deliveries sent meanwhile queue up and are committed
 // together once it is released.
@@ -79,7 +72,7 @@ func (b *storeBundle) sendTogether(t *testing.T, ds []envelope.NewDelivery) []an
 		answers[0] = answer{r, err}
 	}()
 	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "an envelope insert waiting on the lock", func() (bool, string) {
-		return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
 	})
 	for i := 1; i < len(ds); i++ {
 		wg.Add(1)
@@ -167,11 +160,11 @@ func TestConcurrentDeliveriesShareATransactionAndEachGetsItsOwnAnswer(t *testing
 		require.Equal(t, `{"other":4}`, storedBody, "the copy answered 202 is the one stored")
 	}
 
-	require.Equal(t, 23, b.count(t, `SELECT count(*) FROM envelope`))
-	require.Equal(t, 23, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
-	require.Equal(t, 23, b.count(t, `SELECT count(DISTINCT (args->>'envelope_id')::bigint) FROM river_job WHERE kind = 'process_envelope'`))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_duplicate`))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_conflict`))
+	require.Equal(t, 23, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 23, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+	require.Equal(t, 23, pgtest.Count(t, b.pool, `SELECT count(DISTINCT (args->>'envelope_id')::bigint) FROM river_job WHERE kind = 'process_envelope'`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_duplicate`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict`))
 }
 
 func TestARowTheDatabaseRefusesFailsAloneAndItsNeighboursAreStored(t *testing.T) {
@@ -189,8 +182,8 @@ func TestARowTheDatabaseRefusesFailsAloneAndItsNeighboursAreStored(t *testing.T)
 		require.NoError(t, a.err, ds[i].DeliveryID)
 		require.NotZero(t, a.res.EnvelopeID)
 	}
-	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM envelope`))
-	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+	require.Equal(t, 3, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 3, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
 }
 
 func TestAJobThatCannotBeEnqueuedStoresNeitherItsEnvelopeNorFailsItsNeighbours(t *testing.T) {
@@ -211,9 +204,9 @@ func TestAJobThatCannotBeEnqueuedStoresNeitherItsEnvelopeNorFailsItsNeighbours(t
 	require.NoError(t, answers[0].err)
 	require.ErrorContains(t, answers[1].err, "job insert refused")
 	require.NoError(t, answers[2].err)
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope WHERE source = 'boom'`), "no envelope without its job")
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope`))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE source = 'boom'`), "no envelope without its job")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
 }
 
 func TestADeliveryWhoseContextEndsWhileQueuedIsNotStored(t *testing.T) {
@@ -223,7 +216,7 @@ func TestADeliveryWhoseContextEndsWhileQueuedIsNotStored(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { _, err := b.store.Insert(context.Background(), ghDelivery("first", `{}`)); first <- err }()
 	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "an envelope insert waiting on the lock", func() (bool, string) {
-		return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -231,6 +224,6 @@ func TestADeliveryWhoseContextEndsWhileQueuedIsNotStored(t *testing.T) {
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "got %v", err)
 	release()
 	require.NoError(t, <-first)
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope WHERE delivery_id = 'impatient'`))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE delivery_id = 'impatient'`))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
 }

@@ -742,11 +742,7 @@ func TestForwardBesidesAfterBuiltinHandler(t *testing.T) {
 	ctx, pool := context.Background(), pgtest.NewPool(t)
 	ledgerTransactions := func() int {
 		t.Helper()
-		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM ledger_transaction").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return pgtest.Count(t, pool, "SELECT count(*) FROM ledger_transaction")
 	}
 	var status atomic.Int32
 	status.Store(http.StatusOK)

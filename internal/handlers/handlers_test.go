@@ -88,15 +88,6 @@ func decodeResult(t *testing.T, raw json.RawMessage) handlers.PostingResult {
 	return r
 }
 
-func (b *bundle) count(t *testing.T, table string) int {
-	t.Helper()
-	var n int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 type txRow struct {
 	ID, EnvelopeID                       int64
 	Kind, Merchant, PaymentKey, Currency string
@@ -242,7 +233,7 @@ func TestStripePartialRefundsPostCumulativeDeltas(t *testing.T) {
 		Merchant: "stripe", AmountMinor: 200, Currency: "USD", Reason: ledger.ReasonEnvelopePosted,
 	})
 
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 3)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 3)
 	equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 500 refunds USD 500 sales USD -1000]")
 }
 
@@ -254,7 +245,7 @@ func TestStripeRefundBeforePaymentIsNotReady(t *testing.T) {
 	if !errors.As(err, &nr) || !errors.Is(err, ledger.ErrPaymentNotPosted) || nr.Wait != 0 {
 		t.Fatalf("handle = %v, want a *NotReadyError wrapping ErrPaymentNotPosted with the default wait", err)
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 0)
 }
 
 func TestStandardPaymentAndRefund(t *testing.T) {
@@ -307,7 +298,7 @@ func TestSamePaymentUnderTwoEnvelopesPostsOnce(t *testing.T) {
 		want.Reason = fmt.Sprintf("business key already posted by envelope %d", firstEnv)
 		equal(t, tt.provider+" second result", second, want)
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 3)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 3)
 }
 
 func TestShopifyOrderPaidAndRefund(t *testing.T) {
@@ -381,7 +372,7 @@ func TestShopifyReplayUnderAnotherShopPostsOnce(t *testing.T) {
 			t.Fatalf("%s replayed under another shop: %v, want a permanent error or a no-op", tt.event, err)
 		}
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 2)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 2)
 	equal(t, "other shop's balances", fmt.Sprint(b.balances(t, "other.myshopify.com")), "[]")
 }
 
@@ -395,7 +386,7 @@ func TestShopifyZeroTotalIsNoop(t *testing.T) {
 		res := b.mustHandle(t, b.envelope(t, "shop", "shopify", "orders/paid", body, nil))
 		equal(t, "result of total "+total, res, handlers.PostingResult{Kind: "payment", Merchant: "shop", Currency: "USD", Reason: "zero amount"})
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 0)
 }
 
 func TestShopifyRefundWithoutMoneyIsNoop(t *testing.T) {
@@ -405,7 +396,7 @@ func TestShopifyRefundWithoutMoneyIsNoop(t *testing.T) {
 	// No payment posted either: a refund that moves no money needs none.
 	res := b.mustHandle(t, b.envelope(t, "shop", "shopify", "refunds/create", body, nil))
 	equal(t, "result", res, handlers.PostingResult{Kind: "refund", Merchant: "shop", Reason: "nothing refunded"})
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 0)
 }
 
 func TestShopifyRefundBeforeOrderIsNotReady(t *testing.T) {
@@ -416,7 +407,7 @@ func TestShopifyRefundBeforeOrderIsNotReady(t *testing.T) {
 	if !errors.As(err, &nr) || !errors.Is(err, ledger.ErrPaymentNotPosted) {
 		t.Fatalf("handle = %v, want a *NotReadyError wrapping ErrPaymentNotPosted", err)
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 0)
 }
 
 func TestGitHubEventsAreRecorded(t *testing.T) {
@@ -429,7 +420,7 @@ func TestGitHubEventsAreRecorded(t *testing.T) {
 		}
 		equal(t, event+" result", string(got), fmt.Sprintf(`{"recorded":true,"event":%q}`, event))
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 0)
 }
 
 func TestOverRefundIsPermanent(t *testing.T) {
@@ -443,7 +434,7 @@ func TestOverRefundIsPermanent(t *testing.T) {
 	if !errors.As(err, &pe) || !errors.As(err, &le) || !strings.Contains(le.Reason, "over-refund") {
 		t.Fatalf("handle = %v, want a *PermanentError wrapping an over-refund", err)
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 1)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 1)
 }
 
 func TestBadPayloadsArePermanent(t *testing.T) {
@@ -454,7 +445,7 @@ func TestBadPayloadsArePermanent(t *testing.T) {
 	b.mustHandle(t, b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", fixture(t, "stripe_payment_intent_succeeded.json"), nil))
 	b.mustHandle(t, b.envelope(t, "payments", "standard", "payment.succeeded", fixture(t, "standard_payment_succeeded.json"), nil))
 	b.mustHandle(t, b.envelope(t, "shop", "shopify", "orders/paid", fixture(t, "shopify_orders_paid.json"), nil))
-	before := b.count(t, "ledger_transaction")
+	before := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction")
 
 	stripePay := fixture(t, "stripe_payment_intent_succeeded.json")
 	stripeRefund := fixture(t, "stripe_charge_refunded_300.json")
@@ -515,7 +506,7 @@ func TestBadPayloadsArePermanent(t *testing.T) {
 			t.Errorf("%s: handle = %v; want it to wrap %v", tt.name, err, tt.is)
 		}
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), before)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), before)
 }
 
 func TestUnknownCurrencyIsPermanent(t *testing.T) {
@@ -536,5 +527,5 @@ func TestUnknownCurrencyIsPermanent(t *testing.T) {
 			t.Errorf("%s %s: handle = %v; want a *PermanentError wrapping ErrUnknownCurrency", tt.provider, tt.event, err)
 		}
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 0)
 }

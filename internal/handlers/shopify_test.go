@@ -16,6 +16,7 @@ import (
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
@@ -69,13 +70,13 @@ func TestShopifyEventUnderTwoWebhookIDsIsProcessedOnce(t *testing.T) {
 	equal(t, "duplicate", dup, handlers.DuplicateResult{DuplicateOf: first.ID,
 		Reason: "same X-Shopify-Event-Id as envelope " + itoa(first.ID) + ": the event is processed once"})
 	equal(t, "forwarded by the duplicate", forwarded.Load(), int64(0))
-	equal(t, "postings by the duplicate", b.count(t, "ledger_transaction"), 0)
+	equal(t, "postings by the duplicate", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 0)
 
 	b.run(t, reg, first)
 	b.run(t, reg, other)
 	equal(t, "forwarded", forwarded.Load(), int64(2))
-	equal(t, "postings", b.count(t, "ledger_transaction"), 2)
-	equal(t, "envelopes kept", b.count(t, "envelope"), 3)
+	equal(t, "postings", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 2)
+	equal(t, "envelopes kept", pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope"), 3)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -11,6 +11,7 @@ import (
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/ledger"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
@@ -56,11 +57,7 @@ func stripeRefundObject(evt, typ, re, ch, pi, status string, amount int64) []byt
 // refunded is the sum of the payment's refunds less their reversals.
 func (b *bundle) refunded(t *testing.T, paymentKey string) int64 {
 	t.Helper()
-	var n int64
-	if err := b.pool.QueryRow(b.ctx, `SELECT refunded_minor FROM ledger_payment_audit WHERE payment_key = $1`, paymentKey).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return pgtest.Scalar[int64](t, b.pool, `SELECT refunded_minor FROM ledger_payment_audit WHERE payment_key = $1`, paymentKey)
 }
 
 // Authorize 1000, capture 600, refund 100: the ledger holds a payment of 600
@@ -120,7 +117,7 @@ func TestStripeCancelledAuthorizationIsANoOp(t *testing.T) {
 	res := b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
 		stripeCharge("evt_cancel", "charge.refunded", preBasil, "ch_cancel", "pi_cancel", 1000, 0, 1000, false), nil))
 	equal(t, "result", res, handlers.PostingResult{Kind: "refund", Merchant: "stripe", Currency: "USD", Reason: "authorization released, never captured: not a refund"})
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 0)
 }
 
 // A refund that fails is reversed, once, whichever event reports it; a
@@ -208,7 +205,7 @@ func TestStripeSourcesOfOneAccountShareALedger(t *testing.T) {
 	equal(t, "refund", res, handlers.PostingResult{Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "refund",
 		IdempotencyKey: "stripe:refund:ch_shared:250:evt_r", Merchant: "acct_shared", AmountMinor: 250, Currency: "USD"})
 	equal(t, "balances", fmt.Sprint(b.balances(t, "acct_shared")), "[psp_clearing USD 750 refunds USD 250 sales USD -1000]")
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 2)
+	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), 2)
 }
 
 // Without an account id, a refund is still posted for its payment's

@@ -74,10 +74,10 @@ func TestStalledEnqueueIs503AndTheRetryIsProcessed(t *testing.T) {
 	r = b.send(t, source, d)
 	require.Equal(t, http.StatusAccepted, r.code, r.raw)
 	require.Equal(t, "accepted", r.Status)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND (args->>'envelope_id')::bigint = $1`, r.EnvelopeID))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND (args->>'envelope_id')::bigint = $1`, r.EnvelopeID))
 	startWorker(t, pool)
 	b.waitStatus(t, r.EnvelopeID, "done")
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1`, r.EnvelopeID))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1`, r.EnvelopeID))
 }
 
 // When the transaction fails at COMMIT, after both the envelope and its job

@@ -54,15 +54,6 @@ func (b *bundle) mustPost(t *testing.T, envelopeID int64, p ledger.Posting) ledg
 	return res
 }
 
-func (b *bundle) count(t *testing.T, table string) int {
-	t.Helper()
-	var n int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-		t.Fatalf("count %s: %v", table, err)
-	}
-	return n
-}
-
 type entry struct {
 	Merchant, Account, Currency string
 	AmountMinor                 int64
@@ -190,10 +181,10 @@ func TestPostIsIdempotentPerEnvelope(t *testing.T) {
 			t.Fatalf("second Post(%s) = %+v, want %+v", p.IdempotencyKey, res, want)
 		}
 	}
-	if n := b.count(t, "ledger_transaction"); n != 1 {
+	if n := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"); n != 1 {
 		t.Fatalf("%d ledger transactions, want 1", n)
 	}
-	if n := b.count(t, "ledger_entry"); n != 2 {
+	if n := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_entry"); n != 2 {
 		t.Fatalf("%d ledger entries, want 2", n)
 	}
 }
@@ -209,7 +200,7 @@ func TestPostIsIdempotentPerBusinessKey(t *testing.T) {
 	if res != want {
 		t.Fatalf("Post under a second envelope = %+v, want %+v", res, want)
 	}
-	if n := b.count(t, "ledger_transaction"); n != 1 {
+	if n := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"); n != 1 {
 		t.Fatalf("%d ledger transactions, want 1", n)
 	}
 
@@ -225,7 +216,7 @@ func TestPostIsIdempotentPerBusinessKey(t *testing.T) {
 			t.Fatalf("Post(%+v) = %v, want a *PostingError about different terms", p, err)
 		}
 	}
-	if n := b.count(t, "ledger_transaction"); n != 1 {
+	if n := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"); n != 1 {
 		t.Fatalf("%d ledger transactions, want 1", n)
 	}
 }
@@ -281,13 +272,13 @@ func TestPostConcurrentSameKeyPostsOnce(t *testing.T) {
 	if created != 1 {
 		t.Fatalf("%d goroutines created the transaction, want 1", created)
 	}
-	if got := b.count(t, "ledger_transaction"); got != 1 {
+	if got := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"); got != 1 {
 		t.Fatalf("%d ledger transactions, want 1", got)
 	}
-	if got := b.count(t, "ledger_entry"); got != 2 {
+	if got := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_entry"); got != 2 {
 		t.Fatalf("%d ledger entries, want 2", got)
 	}
-	if got := b.count(t, "ledger_account"); got != 2 {
+	if got := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_account"); got != 2 {
 		t.Fatalf("%d ledger accounts, want 2", got)
 	}
 }
@@ -308,7 +299,7 @@ func TestRefundBeforePaymentWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, table := range []string{"ledger_transaction", "ledger_entry", "ledger_account"} {
-		if n := b.count(t, table); n != 0 {
+		if n := pgtest.Count(t, b.pool, "SELECT count(*) FROM "+table); n != 0 {
 			t.Fatalf("%d rows in %s, want 0", n, table)
 		}
 	}
@@ -371,7 +362,7 @@ func TestOverRefundIsRejected(t *testing.T) {
 	if res.Created || !strings.HasPrefix(res.Reason, "business key already posted") {
 		t.Fatalf("duplicate refund = %+v, want already posted", res)
 	}
-	if n := b.count(t, "ledger_transaction"); n != 3 {
+	if n := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"); n != 3 {
 		t.Fatalf("%d ledger transactions, want 3", n)
 	}
 }
@@ -431,7 +422,7 @@ func TestRefundMustMatchPayment(t *testing.T) {
 			t.Errorf("Post(%+v) = %v, want a *PostingError containing %q", tt.p, err, tt.want)
 		}
 	}
-	if n := b.count(t, "ledger_transaction"); n != 1 {
+	if n := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"); n != 1 {
 		t.Fatalf("%d ledger transactions, want 1", n)
 	}
 }
@@ -473,7 +464,7 @@ func TestPostValidates(t *testing.T) {
 			}
 		}
 	}
-	if n := b.count(t, "ledger_transaction"); n != 0 {
+	if n := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"); n != 0 {
 		t.Fatalf("%d ledger transactions, want 0", n)
 	}
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // These tests write the ledger with raw SQL, bypassing Post, to show that the
@@ -61,7 +63,7 @@ func TestDatabaseRefusesUnbalancedTransactions(t *testing.T) {
 			t.Errorf("%s: COMMIT = %v, want check_violation 23514", tt.name, err)
 		}
 	}
-	if n := b.count(t, "ledger_transaction"); n != 0 {
+	if n := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"); n != 0 {
 		t.Fatalf("%d ledger transactions committed, want 0", n)
 	}
 }

@@ -153,13 +153,6 @@ func (b *bundle) deps(t *testing.T, id int64) string {
 	return strings.Join(out, " ")
 }
 
-func (b *bundle) count(t *testing.T, q string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(b.ctx, q, args...).Scan(&n))
-	return n
-}
-
 func purge(t *testing.T, b *bundle, cfg retention.Config) retention.Report {
 	t.Helper()
 	rep, err := retention.Purge(b.ctx, b.worker, cfg)
@@ -281,7 +274,7 @@ func TestPurgeWorksInBatches(t *testing.T) {
 			}
 			require.Equal(t, tc.want, counts(purge(t, b, retention.Config{BatchSize: tc.batch})))
 			if tc.wantAll {
-				require.Zero(t, b.count(t, `SELECT count(*) FROM envelope WHERE body IS NOT NULL`))
+				require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE body IS NOT NULL`))
 			}
 		})
 	}
@@ -429,13 +422,13 @@ func TestTombstoneStillBlocksARedeliveredID(t *testing.T) {
 	tomb := b.envelopeJSON(t, first.EnvelopeID)
 	require.Nil(t, tomb["body"])
 	require.NotNil(t, tomb["body_purged_at"])
-	jobs := b.count(t, `SELECT count(*) FROM river_job`)
+	jobs := pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`)
 
 	again, err := store.Insert(b.ctx, delivery)
 	require.NoError(t, err)
 	require.Equal(t, envelope.InsertResult{EnvelopeID: first.EnvelopeID, Duplicate: true}, again)
-	require.Equal(t, jobs, b.count(t, `SELECT count(*) FROM river_job`), "a redelivery enqueued a job")
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_duplicate WHERE envelope_id = $1`, first.EnvelopeID))
+	require.Equal(t, jobs, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`), "a redelivery enqueued a job")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_duplicate WHERE envelope_id = $1`, first.EnvelopeID))
 
 	other := delivery
 	other.Body = []byte(`{"ref":"refs/heads/evil","repository":{"full_name":"octo/repo"},"commits":[]}`)
@@ -444,9 +437,9 @@ func TestTombstoneStillBlocksARedeliveredID(t *testing.T) {
 	var conflict *envelope.ConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, first.EnvelopeID, conflict.EnvelopeID)
-	require.Equal(t, jobs, b.count(t, `SELECT count(*) FROM river_job`))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope`))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1`, first.EnvelopeID))
+	require.Equal(t, jobs, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1`, first.EnvelopeID))
 	require.Nil(t, b.envelopeJSON(t, first.EnvelopeID)["body"], "the conflict restored a body")
 
 	// Once the tombstone window is over too, the id is forgotten.
@@ -545,7 +538,7 @@ func TestPurgePeriodicJobRunsOnStart(t *testing.T) {
 	require.Equal(t, "completed", state)
 	require.Equal(t, int64(1), rep.BodiesDropped)
 	require.NotNil(t, b.envelopeJSON(t, id)["body_purged_at"])
-	require.Equal(t, 10, b.count(t, `SELECT (args->>'batch_size')::int FROM river_job WHERE id = $1`, jobID))
+	require.Equal(t, 10, pgtest.Count(t, b.pool, `SELECT (args->>'batch_size')::int FROM river_job WHERE id = $1`, jobID))
 }
 
 func TestPurgeArgsAreUniqueWhileOneIsLive(t *testing.T) {

@@ -39,7 +39,7 @@ func (b *bundle) waitPending(t *testing.T, id int64) *envelope.Envelope {
 // envelopes (the xmin of their rows): fewer than envelopes means batched.
 func (b *bundle) transactions(t *testing.T, ids []int64) int {
 	t.Helper()
-	return b.count(t, `SELECT count(DISTINCT xmin::text) FROM envelope WHERE id = ANY($1)`, ids)
+	return pgtest.Count(t, b.pool, `SELECT count(DISTINCT xmin::text) FROM envelope WHERE id = ANY($1)`, ids)
 }
 
 func TestBatchedProcessingIsolatesEachEnvelopesOutcome(t *testing.T) {
@@ -106,16 +106,16 @@ func TestBatchedProcessingIsolatesEachEnvelopesOutcome(t *testing.T) {
 	// The early refund snoozed (no attempt used) and is still waiting.
 	pgtest.Eventually(t, 10*time.Second, "the early refund's first outcome", func() (bool, string) { return len(b.outcomes(t, notReady)) > 0, "" })
 	require.Equal(t, []string{"snoozed"}, b.outcomes(t, notReady))
-	require.Equal(t, 0, b.count(t, `SELECT attempts FROM envelope WHERE id = $1`, notReady))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT attempts FROM envelope WHERE id = $1`, notReady))
 
 	// Exactly the good payments and the recovered one are in the ledger,
 	// each once, and it balances.
-	require.Equal(t, 31, b.count(t, `SELECT count(*) FROM ledger_transaction`))
-	require.Equal(t, 62, b.count(t, `SELECT count(*) FROM ledger_entry`))
-	require.Equal(t, 0, b.count(t, `SELECT coalesce(sum(amount_minor), 0) FROM ledger_entry`))
-	require.Equal(t, 3700, b.count(t, `SELECT sum(balance_minor) FROM ledger_balance WHERE account = 'psp_clearing'`))
+	require.Equal(t, 31, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`))
+	require.Equal(t, 62, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_entry`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT coalesce(sum(amount_minor), 0) FROM ledger_entry`))
+	require.Equal(t, 3700, pgtest.Count(t, b.pool, `SELECT sum(balance_minor) FROM ledger_balance WHERE account = 'psp_clearing'`))
 	// One attempt row per attempt: 30 + ignored + permanent + 2 flaky + 2 panic + bad sql + snooze.
-	require.Equal(t, 38, b.count(t, `SELECT count(*) FROM envelope_attempt`))
+	require.Equal(t, 38, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt`))
 }
 
 func TestAnEnvelopeHeldByAnotherTransactionWaitsAloneWhileItsBatchGoesOn(t *testing.T) {
@@ -137,10 +137,10 @@ func TestAnEnvelopeHeldByAnotherTransactionWaitsAloneWhileItsBatchGoesOn(t *test
 	for _, id := range ids[1:] {
 		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
 	}
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status <> 'pending'`, ids[0]))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND status <> 'pending'`, ids[0]))
 	require.NoError(t, tx.Rollback(ctx))
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, ids[0]).Status)
-	require.Equal(t, 10, b.count(t, `SELECT count(*) FROM ledger_transaction`))
+	require.Equal(t, 10, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`))
 }
 
 func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing.T) {
@@ -180,7 +180,7 @@ func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing
 	require.NoError(t, err)
 	b.runBatched(t, worker.Batching{MaxBatch: 50, MaxConcurrent: 1})
 	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "nine running process_envelope jobs", func() (bool, string) {
-		return b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state = 'running'`) == 9, ""
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state = 'running'`) == 9, ""
 	})
 	require.NoError(t, hold.Rollback(ctx))
 	for _, id := range ids {
@@ -197,8 +197,8 @@ func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing
 	e := b.waitPending(t, bad)
 	require.Empty(t, b.outcomes(t, bad), "a transaction that cannot commit records nothing")
 	require.Nil(t, e.LastError)
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE merchant = 'm_bad'`))
-	require.Equal(t, 8, b.count(t, `SELECT count(*) FROM ledger_transaction`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction WHERE merchant = 'm_bad'`))
+	require.Equal(t, 8, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`))
 }
 
 func TestThrottleHoldsInBatchedMode(t *testing.T) {
@@ -226,9 +226,9 @@ func TestThrottleHoldsInBatchedMode(t *testing.T) {
 		SELECT max(n) FROM (SELECT count(*) AS n FROM envelope_attempt
 		  WHERE envelope_id = ANY($1) AND outcome = 'done' GROUP BY date_trunc('second', started_at)) x`, busy).Scan(&maxPerSecond))
 	require.LessOrEqual(t, maxPerSecond, perSecond+1, "more than the limit in one second")
-	require.Positive(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, busy),
+	require.Positive(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, busy),
 		"the burst over the limit waited")
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, quiet),
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, quiet),
 		"the quiet merchant was not held up")
 }
 
@@ -256,7 +256,7 @@ func TestForwardingSourcesGetATransactionPerEnvelopeWhileOthersBatch(t *testing.
 	}
 	require.Equal(t, len(fwd), b.transactions(t, fwd), "one transaction per forwarded envelope")
 	require.Less(t, b.transactions(t, other), len(other))
-	require.Equal(t, 6, b.count(t, `SELECT count(*) FROM ledger_transaction`), "mode instead: no posting for the forwarded ones")
+	require.Equal(t, 6, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`), "mode instead: no posting for the forwarded ones")
 }
 
 func TestADeliveryWithNoEventTypeIsIgnoredWithAReasonThatSaysSo(t *testing.T) {
@@ -286,10 +286,10 @@ func TestBatchedPaymentsPostOnceEvenWhenOneBatchHoldsThemTwice(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
 	}
-	require.Equal(t, 10, b.count(t, `SELECT count(*) FROM ledger_transaction`))
-	require.Equal(t, 1000, b.count(t, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'`))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND result->>'posted' = 'false'`, ids))
+	require.Equal(t, 10, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`))
+	require.Equal(t, 1000, pgtest.Count(t, b.pool, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND result->>'posted' = 'false'`, ids))
 	// Every envelope's result names the transaction that records its payment.
-	require.Equal(t, 12, b.count(t, `SELECT count(*) FROM envelope e JOIN ledger_transaction t ON t.id = (e.result->>'ledger_transaction_id')::bigint
+	require.Equal(t, 12, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope e JOIN ledger_transaction t ON t.id = (e.result->>'ledger_transaction_id')::bigint
 		WHERE e.id = ANY($1) AND t.idempotency_key = 'standard:m_1:payment:' || (e.payload->'data'->>'payment_id')`, ids))
 }

@@ -38,7 +38,7 @@ func TestMetricsReplayedEnvelopeIsTimedAsAReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	pgtest.Eventually(t, 20*time.Second, "the replay to be done at the second attempt", func() (bool, string) {
-		return b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'done' AND attempts = 2`, id) == 1, ""
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'done' AND attempts = 2`, id) == 1, ""
 	})
 
 	hist := func(kind string) (uint64, float64) {

@@ -162,13 +162,6 @@ func (b *bundle) lastCause(t *testing.T, id int64) string {
 	return c
 }
 
-func (b *bundle) count(t *testing.T, q string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), q, args...).Scan(&n))
-	return n
-}
-
 func TestDoneWritesLedgerResultAttemptAndCompletesJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -184,8 +177,8 @@ func TestDoneWritesLedgerResultAttemptAndCompletesJob(t *testing.T) {
 	require.Equal(t, []string{"done"}, b.outcomes(t, id))
 	state, _ := b.jobState(t, id)
 	require.Equal(t, "completed", state)
-	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1", id))
-	require.Equal(t, 1234, b.count(t, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1", id))
+	require.Equal(t, 1234, pgtest.Count(t, b.pool, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
 }
 
 func TestNoHandlerIgnores(t *testing.T) {
@@ -199,7 +192,7 @@ func TestNoHandlerIgnores(t *testing.T) {
 	require.Equal(t, []string{"ignored"}, b.outcomes(t, id))
 	state, _ := b.jobState(t, id)
 	require.Equal(t, "completed", state)
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_transaction"))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"))
 }
 
 func TestPermanentErrorFailsAndCancels(t *testing.T) {
@@ -217,7 +210,7 @@ func TestPermanentErrorFailsAndCancels(t *testing.T) {
 	state, attempt := b.jobState(t, id)
 	require.Equal(t, "cancelled", state)
 	require.Equal(t, 1, attempt)
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_entry"))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_entry"))
 }
 
 // flaky fails its first n calls with a transient error, after writing a
@@ -247,8 +240,8 @@ func TestRetryThenSuccessPostsOnce(t *testing.T) {
 	require.Equal(t, envelope.StatusDone, e.Status)
 	require.Equal(t, 3, e.Attempts)
 	require.Equal(t, []string{"retry", "retry", "done"}, b.outcomes(t, id))
-	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM ledger_transaction"), "rolled-back attempts post nothing")
-	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND error LIKE 'downstream hiccup%'", id))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "rolled-back attempts post nothing")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND error LIKE 'downstream hiccup%'", id))
 	state, attempt := b.jobState(t, id)
 	require.Equal(t, "completed", state)
 	require.Equal(t, 3, attempt)
@@ -268,7 +261,7 @@ func TestAttemptsExhaustedFails(t *testing.T) {
 	require.Equal(t, []string{"internal", "internal", "internal"}, b.causes(t, id), "the cause is what went wrong; outcome failed says it was the last")
 	state, _ := b.jobState(t, id)
 	require.Equal(t, "discarded", state)
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_transaction"))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"))
 }
 
 func TestRefundWaitsForPayment(t *testing.T) {
@@ -278,7 +271,7 @@ func TestRefundWaitsForPayment(t *testing.T) {
 	refund := b.insert(t, "standard", "msg_ref", "payment.refunded", webhooktest.StandardRefund("re_1", "pay_1", "m_1", 300, "USD"), 0)
 	// Let the refund snooze at least once before its payment arrives.
 	pgtest.Eventually(t, 10*time.Second, "the refund to snooze", func() (bool, string) {
-		return b.count(t, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'snoozed'", refund) > 0, "refund never snoozed"
+		return pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'snoozed'", refund) > 0, "refund never snoozed"
 	})
 	payment := b.insert(t, "standard", "msg_pay", "payment.succeeded", webhooktest.StandardPayment("pay_1", "m_1", 1000, "USD"), 0)
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, payment).Status)
@@ -289,7 +282,7 @@ func TestRefundWaitsForPayment(t *testing.T) {
 	require.Equal(t, "done", outs[len(outs)-1])
 	state, _ := b.jobState(t, refund)
 	require.Equal(t, "completed", state)
-	require.Equal(t, 700, b.count(t, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
+	require.Equal(t, 700, pgtest.Count(t, b.pool, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
 }
 
 func TestSnoozeBoundedByAgeFails(t *testing.T) {
@@ -324,8 +317,8 @@ func TestSamePaymentUnderTwoDeliveryIDsPostsOnce(t *testing.T) {
 	c := b.insert(t, "standard", "msg_b", "payment.succeeded", body, 0)
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, a).Status)
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, c).Status)
-	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM ledger_transaction"))
-	require.Equal(t, 999, b.count(t, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_s' AND account = 'psp_clearing'"))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"))
+	require.Equal(t, 999, pgtest.Count(t, b.pool, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_s' AND account = 'psp_clearing'"))
 }
 
 func TestHandlerPanicIsRetried(t *testing.T) {
@@ -367,8 +360,8 @@ func TestStaleAttemptIsFencedOff(t *testing.T) {
 	e, err := envelope.Get(ctx, b.pool, id)
 	require.NoError(t, err)
 	require.Equal(t, envelope.StatusPending, e.Status)
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_transaction"))
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM envelope_attempt"))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope_attempt"))
 }
 
 // A forwarding destination that asks to wait (503 + Retry-After) snoozes the
