@@ -41,14 +41,11 @@ func ghDelivery(id, body string) envelope.NewDelivery {
 func (b *storeBundle) holdInserts(t *testing.T) (release func()) {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "LOCK TABLE envelope IN SHARE MODE")
+	tx := pgtest.Tx(t, b.pool)
+	_, err := tx.Exec(ctx, "LOCK TABLE envelope IN SHARE MODE")
 	require.NoError(t, err)
 	var once sync.Once
-	release = func() { once.Do(func() { require.NoError(t, tx.Rollback(ctx)) }) }
-	t.Cleanup(release)
-	return release
+	return func() { once.Do(func() { require.NoError(t, tx.Rollback(ctx)) }) }
 }
 
 type answer struct {

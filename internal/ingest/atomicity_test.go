@@ -55,10 +55,8 @@ func TestStalledEnqueueIs503AndTheRetryIsProcessed(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	b := serve(t, pool, ingest.Options{StoreTimeout: 2 * time.Second})
 	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck
-	_, err = tx.Exec(ctx, "LOCK TABLE river_job IN ACCESS EXCLUSIVE MODE")
+	tx := pgtest.Tx(t, pool)
+	_, err := tx.Exec(ctx, "LOCK TABLE river_job IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
 
 	source, d := sample(provider.Standard, "msg_stalled_enqueue")

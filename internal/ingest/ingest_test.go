@@ -469,9 +469,8 @@ func TestOverloadedDatabaseTimesOutWith503AndStoresNothing(t *testing.T) {
 	b := serve(t, pool, ingest.Options{StoreTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	// Hold a lock that blocks every insert, as an overloaded database would.
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "LOCK TABLE envelope IN ACCESS EXCLUSIVE MODE")
+	tx := pgtest.Tx(t, pool)
+	_, err := tx.Exec(ctx, "LOCK TABLE envelope IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
 	source, d := sample(provider.Stripe, "evt_slow")
 	start := time.Now()
@@ -579,10 +578,7 @@ func TestDuplicateWhileWorkerHoldsEnvelope(t *testing.T) {
 	first := b.send(t, source, d)
 	require.Equal(t, http.StatusAccepted, first.code)
 	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)                               //nolint:errcheck
-	_, _, err = envelope.Lock(ctx, tx, first.EnvelopeID) // what the worker does
+	_, _, err := envelope.Lock(ctx, pgtest.Tx(t, pool), first.EnvelopeID) // what the worker does
 	require.NoError(t, err)
 
 	start := time.Now()

@@ -32,10 +32,8 @@ func TestSessionEndedOrCancelledMidRequestIs503(t *testing.T) {
 			b := serve(t, pool, ingest.Options{StoreTimeout: 20 * time.Second})
 			ctx := context.Background()
 			// Hold the insert at a lock, so it is mid-statement when ended.
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			defer tx.Rollback(ctx) //nolint:errcheck
-			_, err = tx.Exec(ctx, "LOCK TABLE envelope IN ACCESS EXCLUSIVE MODE")
+			tx := pgtest.Tx(t, pool)
+			_, err := tx.Exec(ctx, "LOCK TABLE envelope IN ACCESS EXCLUSIVE MODE")
 			require.NoError(t, err)
 
 			source, d := sample(provider.Standard, tc.id)

@@ -286,11 +286,8 @@ func TestPostConcurrentSameKeyPostsOnce(t *testing.T) {
 func TestRefundBeforePaymentWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ledger.Post(b.ctx, tx, b.envelope(t), refund("ref:1", "pay:missing", "acme", "USD", 100))
+	tx := pgtest.Tx(t, b.pool)
+	_, err := ledger.Post(b.ctx, tx, b.envelope(t), refund("ref:1", "pay:missing", "acme", "USD", 100))
 	if !errors.Is(err, ledger.ErrPaymentNotPosted) || !strings.Contains(err.Error(), "pay:missing") {
 		t.Fatalf("Post(refund before payment) = %v, want ErrPaymentNotPosted naming the payment", err)
 	}
@@ -506,11 +503,8 @@ func TestRefundReversal(t *testing.T) {
 		return p
 	}
 
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ledger.Post(b.ctx, tx, b.envelope(t), reversal("rev:too-much", 401))
+	tx := pgtest.Tx(t, b.pool)
+	_, err := ledger.Post(b.ctx, tx, b.envelope(t), reversal("rev:too-much", 401))
 	if !errors.Is(err, ledger.ErrRefundNotPosted) {
 		t.Fatalf("reversal of 401 after a refund of 400: %v, want ErrRefundNotPosted", err)
 	}
@@ -521,10 +515,7 @@ func TestRefundReversal(t *testing.T) {
 		{"acme", ledger.AccountPSPClearing, "USD", 400},
 		{"acme", ledger.AccountRefunds, "USD", -400},
 	})
-	tx, err = b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx = pgtest.Tx(t, b.pool)
 	pay, err := ledger.Payment(b.ctx, tx, "p1")
 	_ = tx.Rollback(b.ctx)
 	if err != nil || pay.RefundedMinor != 0 || pay.RefundableMinor() != 1000 {

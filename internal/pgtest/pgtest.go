@@ -1,7 +1,7 @@
 // Package pgtest gives tests a real, migrated PostgreSQL database of their
 // own, and the scaffolding the module's tests share: Eventually, the one way
-// a test waits for a condition, and Count and Scalar for a query of one
-// value. It is for tests only.
+// a test waits for a condition; Count and Scalar for a query of one value;
+// Tx, a transaction rolled back when the test ends. It is for tests only.
 //
 // The waiting helper lives here rather than in a package of its own because
 // nearly every test that waits is waiting for the database (a status, a

@@ -328,10 +328,8 @@ func TestPurgeSkipsRowsLockedByOthers(t *testing.T) {
 	locked := b.seed(t, row{status: "done", age: 100})
 	free := b.seed(t, row{status: "done", age: 100})
 
-	tx, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(b.ctx) //nolint:errcheck
-	_, err = tx.Exec(b.ctx, `SELECT 1 FROM envelope WHERE id = $1 FOR UPDATE`, locked)
+	tx := pgtest.Tx(t, b.pool)
+	_, err := tx.Exec(b.ctx, `SELECT 1 FROM envelope WHERE id = $1 FOR UPDATE`, locked)
 	require.NoError(t, err)
 
 	done := make(chan retention.Report, 1)

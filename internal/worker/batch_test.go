@@ -127,10 +127,8 @@ func TestAnEnvelopeHeldByAnotherTransactionWaitsAloneWhileItsBatchGoesOn(t *test
 			webhooktest.StandardPayment(fmt.Sprintf("pay_%d", i), "m_1", 100, "EUR"), 0))
 	}
 	ctx := context.Background()
-	tx, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `SELECT 1 FROM envelope WHERE id = $1 FOR UPDATE`, ids[0])
+	tx := pgtest.Tx(t, b.pool)
+	_, err := tx.Exec(ctx, `SELECT 1 FROM envelope WHERE id = $1 FOR UPDATE`, ids[0])
 	require.NoError(t, err)
 
 	b.runBatched(t, worker.Batching{})
@@ -173,10 +171,8 @@ func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing
 	// Hold the first batch at its lock until every job waits behind it, so
 	// the culprit and its neighbours share the second one.
 	ctx := context.Background()
-	hold, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback(ctx) }()
-	_, err = hold.Exec(ctx, `LOCK TABLE envelope IN EXCLUSIVE MODE`)
+	hold := pgtest.Tx(t, b.pool)
+	_, err := hold.Exec(ctx, `LOCK TABLE envelope IN EXCLUSIVE MODE`)
 	require.NoError(t, err)
 	b.runBatched(t, worker.Batching{MaxBatch: 50, MaxConcurrent: 1})
 	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "nine running process_envelope jobs", func() (bool, string) {
