@@ -1,9 +1,9 @@
 package handlers_test
 
 import (
-	"errors"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/ledger"
@@ -25,8 +25,8 @@ func TestStripeRefundInAnotherCurrencyIsPermanentEvenWithNothingNew(t *testing.T
 	res, err := b.handle(t, b.envelope(t, "stripe", "stripe", "charge.refunded", edit(t, refund300, "data.object.currency", "eur"), nil))
 	var pe *handlers.PermanentError
 	var le *ledger.PostingError
-	if !errors.As(err, &pe) || !errors.As(err, &le) || !strings.Contains(le.Reason, "refund currency EUR differs") {
-		t.Fatalf("handle = %s, %v; want a *PermanentError for the refund's currency", res, err)
-	}
-	equal(t, "ledger transactions", pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), before)
+	require.ErrorAs(t, err, &pe, "handle = %s", res)
+	require.ErrorAs(t, err, &le, "handle = %s", res)
+	require.Contains(t, le.Reason, "refund currency EUR differs")
+	require.Equal(t, before, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
