@@ -12,8 +12,8 @@ import (
 
 // filterFlags are the selection flags replay and envelopes list share.
 type filterFlags struct {
-	source, status, eventType, deliveryID, since, until, cause *string
-	contains, fields, headers                                  repeated
+	source, status, eventType, deliveryID, since, until, cause, maxID *string
+	contains, fields, headers                                         repeated
 }
 
 // repeated is a flag that may be given more than once.
@@ -31,6 +31,7 @@ func addFilterFlags(fs *cli.Flags) *filterFlags {
 		since:      fs.String("since", "", "", "received at or after: RFC 3339 time, or a duration meaning that long ago (24h, 90m, 7d)"),
 		until:      fs.String("until", "", "", "received before: RFC 3339 time, or a duration meaning that long ago"),
 		cause:      fs.String("cause", "", "", "only envelopes whose last failure had this cause (unknown_currency, forward_5xx, ...; see docs/audit.md)"),
+		maxID:      fs.String("max-id", "", "", "only envelopes with an id up to this one (a dry run's max_id: what it saw, nothing stored since)"),
 	}
 	fs.Var(&ff.contains, "contains", "only envelopes whose body contains this `JSON` object, e.g. "+`'{"data":{"merchant_id":"m_1"}}' (repeatable)`)
 	fs.Var(&ff.fields, "field", "only envelopes whose body has this `path=value`: data.merchant_id=m_1 (a string), data.amount:=100 (JSON) (repeatable)")
@@ -48,6 +49,7 @@ func (ff *filterFlags) filter(ids []int64) (admin.Filter, error) {
 		EventType:  *ff.eventType,
 		DeliveryID: *ff.deliveryID,
 		Cause:      *ff.cause,
+		MaxID:      *ff.maxID,
 		Since:      *ff.since,
 		Until:      *ff.until,
 		Contains:   ff.contains,

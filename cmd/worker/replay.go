@@ -139,6 +139,9 @@ func writeReplay(w io.Writer, req replayRequest, res replayResult) error {
 		kv.add("matched", "%d", d.Matched)
 		kv.add("already queued", "%d (would be skipped)", d.AlreadyQueued)
 		kv.add("would replay", "%d", d.WouldReplay)
+		if d.MaxID > 0 {
+			kv.add("newest match", "%d (--max-id %d replays only what this dry run saw)", d.MaxID, d.MaxID)
+		}
 		if err := kv.flush(); err != nil {
 			return err
 		}

@@ -225,7 +225,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	// runs and reaches its database; stops at SIGTERM.
 	go wm.RunHeartbeat(ctx, 15*time.Second, pool.Ping)
 	if *cfgPath == "" {
-		logger.Warn("no sources file (--config / INBOX_CONFIG): forwarding, per-source backoff, throttle and max_attempts are off; give the worker the same file as ingest")
+		logger.Warn("no sources file (--config / INBOX_CONFIG): forwarding, per-source backoff and throttle are off, and a source's max_attempts holds only for the jobs ingest inserted (not for replayed or reconciled ones); give the worker the same file as ingest")
 	}
 	logger.Info("worker started", "max_workers", *maxWorkers, "batch_size", batching.MaxBatch, "batch_concurrency", batching.MaxConcurrent, "job_timeout", jobTimeout.String(), "database", pg.Redact(getenv("DATABASE_URL")))
 	var adminErr <-chan error

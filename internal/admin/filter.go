@@ -42,6 +42,11 @@ type Filter struct {
 	// Since and Until bound received_at: Since inclusive, Until exclusive.
 	Since Bound
 	Until Bound
+	// MaxID, when not 0, keeps only envelopes with an id up to it: the
+	// selection as a dry run saw it (DryRunResult.MaxID), without envelopes
+	// stored since. It narrows the other fields; alone it selects nothing
+	// (IsEmpty ignores it).
+	MaxID int64
 
 	// replayable limits the selection to envelopes that can be processed
 	// again: those whose body (or parsed payload) retention has not dropped.
@@ -123,6 +128,12 @@ func (f Filter) Validate() error {
 			return fmt.Errorf("envelope id %d: must be positive", id)
 		}
 	}
+	if len(f.IDs) > MaxIDs {
+		return fmt.Errorf("%d envelope ids: at most %d at once (select the rest with a filter, or in several runs)", len(f.IDs), MaxIDs)
+	}
+	if f.MaxID < 0 {
+		return fmt.Errorf("max id %d: must not be negative", f.MaxID)
+	}
 	if f.Status != "" && !slices.Contains(envelope.Statuses(), f.Status) {
 		return fmt.Errorf("status %q: want pending, done, failed or ignored", f.Status)
 	}
@@ -169,7 +180,7 @@ func (f Filter) Where(now time.Time) (string, []any) {
 // resolved against now.
 func (f Filter) selection(now time.Time) envelope.Selection {
 	s := envelope.Selection{IDs: f.IDs, Source: f.Source, Status: f.Status, EventType: f.EventType,
-		DeliveryID: f.DeliveryID, Cause: f.Cause, Contains: f.Contains, Headers: f.Headers, Replayable: f.replayable}
+		DeliveryID: f.DeliveryID, Cause: f.Cause, Contains: f.Contains, Headers: f.Headers, Replayable: f.replayable, MaxID: f.MaxID}
 	if !f.Since.IsZero() {
 		s.Since = f.Since.Time(now)
 	}
@@ -206,6 +217,9 @@ func (f Filter) record(now time.Time, limit int) map[string]any {
 			m[k+"_ago"] = b.Ago.String()
 		}
 	}
+	if f.MaxID > 0 {
+		m["max_id"] = f.MaxID
+	}
 	if limit > 0 {
 		m["limit"] = limit
 	}
@@ -218,6 +232,10 @@ func dedupe(ids []int64) []int64 {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
+
+// MaxIDs bounds how many ids one Filter may name: each replayed envelope's
+// audit row records the filter, ids included.
+const MaxIDs = 1000
 
 var causePattern = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
 

@@ -30,6 +30,10 @@ type ListRequest struct {
 	// BeforeID is the cursor: only envelopes with a lower id. 0 starts at the
 	// newest.
 	BeforeID int64
+	// CountUpTo, when positive, also counts the envelopes the filter selects
+	// (every page's, not only this one), in the same snapshot, stopping at
+	// CountUpTo: a bounded cost however many match.
+	CountUpTo int
 }
 
 // Validate checks r before anything is read: its filter, a limit of 0
@@ -44,6 +48,9 @@ func (r ListRequest) Validate() error {
 	if r.BeforeID < 0 {
 		return errors.New("before-id must be positive")
 	}
+	if r.CountUpTo < 0 {
+		return fmt.Errorf("count-up-to %d must not be negative", r.CountUpTo)
+	}
 	return nil
 }
 
@@ -53,6 +60,11 @@ type ListResult struct {
 	// NextBeforeID is the cursor of the next page (ListRequest.BeforeID), or
 	// nil on the last page.
 	NextBeforeID *int64 `json:"next_before_id"`
+	// Matched counts the envelopes the filter selects when
+	// ListRequest.CountUpTo asked for it, at most CountUpTo; MatchedMore
+	// says there are more.
+	Matched     int  `json:"matched,omitempty"`
+	MatchedMore bool `json:"matched_more,omitempty"`
 }
 
 // List returns one page of the envelopes f selects, newest first, in a
@@ -68,6 +80,13 @@ func List(ctx context.Context, pool *pgxpool.Pool, req ListRequest) (ListResult,
 	var res ListResult
 	err := readOnly(ctx, pool, func(tx pgx.Tx, now time.Time) error {
 		sel := req.Filter.selection(now)
+		if req.CountUpTo > 0 {
+			n, err := envelope.CountUpTo(ctx, tx, sel, req.CountUpTo+1)
+			if err != nil {
+				return err
+			}
+			res.Matched, res.MatchedMore = min(n, req.CountUpTo), n > req.CountUpTo
+		}
 		sel.BeforeID = req.BeforeID
 		var err error
 		res.Envelopes, err = envelope.Summaries(ctx, tx, sel, req.Limit+1, false)

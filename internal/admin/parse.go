@@ -2,8 +2,11 @@ package admin
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/labels"
@@ -15,6 +18,8 @@ import (
 type FilterInput struct {
 	IDs                                                        []int64
 	Source, Status, EventType, DeliveryID, Cause, Since, Until string
+	// MaxID is Filter.MaxID as typed ("" for none).
+	MaxID string
 	// Contains are JSON objects; Fields are path=value (ParseField);
 	// Headers are Name=value.
 	Contains, Fields, Headers []string
@@ -67,6 +72,28 @@ func (in FilterInput) Parse() (Filter, error) {
 		}
 		f.Headers[strings.TrimSpace(name)] = value
 	}
+	if s := strings.TrimSpace(in.MaxID); s != "" {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id < 1 {
+			return f, &InputError{"max-id", fmt.Errorf("%q is not an envelope id", s)}
+		}
+		f.MaxID = id
+	}
+	for name, v := range map[string]string{"source": f.Source, "event-type": f.EventType, "delivery-id": f.DeliveryID} {
+		if err := checkText(v); err != nil {
+			return f, &InputError{name, err}
+		}
+	}
+	for _, h := range in.Headers {
+		if err := checkText(h); err != nil {
+			return f, &InputError{"header", err}
+		}
+	}
+	for _, c := range f.Contains {
+		if err := checkText(string(c)); err != nil || strings.Contains(string(c), `\u0000`) {
+			return f, &InputError{"contains", errors.New("holds invalid UTF-8 or a NUL character, which no stored text can contain")}
+		}
+	}
 	var err error
 	if f.Since, err = ParseBound(in.Since); err != nil {
 		return f, &InputError{"since", err}
@@ -75,6 +102,15 @@ func (in FilterInput) Parse() (Filter, error) {
 		return f, &InputError{"until", err}
 	}
 	return f, f.Validate()
+}
+
+// checkText refuses what PostgreSQL's text cannot hold, so that such input
+// is the operator's error, not the database's: invalid UTF-8 and NUL.
+func checkText(s string) error {
+	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		return errors.New("holds invalid UTF-8 or a NUL character, which no stored text can contain")
+	}
+	return nil
 }
 
 // CauseNames lists the known failure causes, comma-separated.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -49,7 +50,8 @@ type ReplayRequest struct {
 	// Limit caps how many envelopes are replayed (skipped ones do not count);
 	// 0 means no cap.
 	Limit int
-	// ProgressFunc, when set, is called after each batch commits, from the
+	// ProgressFunc, when set, is called once the matches are counted (no
+	// batch yet) and after each batch commits, from the
 	// goroutine that called Replay. It may cancel Replay's context: the
 	// committed batches stay, and no further batch starts.
 	ProgressFunc func(Progress)
@@ -105,8 +107,20 @@ func (r ReplayRequest) Validate() error {
 	if strings.TrimSpace(r.Actor) == "" {
 		return errors.New("an actor is required")
 	}
+	if n := utf8.RuneCountInString(r.Reason); n > MaxReasonLen {
+		return fmt.Errorf("the reason has %d characters: at most %d (it is stored with every replayed envelope)", n, MaxReasonLen)
+	}
+	if n := utf8.RuneCountInString(r.Actor); n > MaxActorLen {
+		return fmt.Errorf("the actor has %d characters: at most %d", n, MaxActorLen)
+	}
 	return nil
 }
+
+// The longest reason and actor a replay records.
+const (
+	MaxReasonLen = 1000
+	MaxActorLen  = 200
+)
 
 // ValidateSelection checks what a replay and its dry run (DryRun, which
 // records nothing and needs no reason or actor) share: a valid filter that
@@ -190,6 +204,9 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, jobs JobInserter, req Repla
 	total := res.Matched
 	if req.Limit > 0 && req.Limit < total {
 		total = req.Limit
+	}
+	if req.ProgressFunc != nil {
+		req.ProgressFunc(Progress{BatchID: res.BatchID, Total: total})
 	}
 
 	b := batcher{pool: pool, jobs: jobs, sel: sel, req: req,
@@ -365,6 +382,12 @@ type DryRunResult struct {
 	// Sample is the first SampleSize matches, in the order a replay takes them
 	// (by id).
 	Sample []Summary `json:"sample"`
+	// MaxID is the highest matching id and At the database's clock of the
+	// snapshot: a replay of the same Filter with MaxID set and relative
+	// bounds resolved at At selects what this dry run saw, and no envelope
+	// stored since.
+	MaxID int64     `json:"max_id"`
+	At    time.Time `json:"at"`
 }
 
 // DryRun reports how many envelopes f selects, how many of them already have
@@ -404,7 +427,9 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 		if res.Sample, err = envelope.Summaries(ctx, tx, sel, SampleSize, true); err != nil {
 			return fmt.Errorf("sample envelopes: %w", err)
 		}
-		return nil
+		res.At = now
+		res.MaxID, err = envelope.MaxMatchingID(ctx, tx, sel)
+		return err
 	})
 	if err != nil {
 		return DryRunResult{}, err

@@ -157,13 +157,13 @@ func TestReplayByFilterInBatches(t *testing.T) {
 	require.Equal(t, 24, res.Matched)
 	require.Equal(t, 24, res.Replayed)
 	require.Equal(t, 3, res.Batches)
-	require.Len(t, progress, 3)
+	require.Len(t, progress, 4, "once counted, then after each batch")
 	for i, p := range progress {
-		require.Equal(t, i+1, p.Batches)
+		require.Equal(t, i, p.Batches)
 		require.Equal(t, 24, p.Total)
 		require.Equal(t, res.BatchID, p.BatchID)
 	}
-	require.Equal(t, []int{10, 20, 24}, []int{progress[0].Replayed, progress[1].Replayed, progress[2].Replayed})
+	require.Equal(t, []int{0, 10, 20, 24}, []int{progress[0].Replayed, progress[1].Replayed, progress[2].Replayed, progress[3].Replayed})
 
 	require.Equal(t, 24, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE source = 'gh' AND status = 'pending'`))
 	require.Equal(t, "done", b.status(t, target[24]))

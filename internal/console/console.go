@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -99,6 +100,7 @@ func New(opts Options) (*Console, error) {
 	m.HandleFunc("POST "+Prefix+"/replay", c.replay)
 	m.HandleFunc("GET "+Prefix+"/replays", c.replays)
 	m.HandleFunc("GET "+Prefix+"/replays/{run}", c.run)
+	m.HandleFunc("POST "+Prefix+"/replays/{run}/stop", c.stopRun)
 	m.HandleFunc("GET "+Prefix+"/jobs/{id}", c.job)
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, errors.New("no such page"))
@@ -188,9 +190,18 @@ func (c *Console) checkCSRF(r *http.Request) bool {
 	return got != "" && hmac.Equal([]byte(got), []byte(want))
 }
 
-// filterInput reads admin.FilterInput from query parameters: the CLI's flag
-// names, without dashes, and id for ids (each repeatable where the flag is).
+// The filter's query parameters: the CLI's flag names with _ for -. The
+// single ones take their first value as given; the repeatable ones take
+// every value, split on newlines (a textarea gives one per line).
+var (
+	singleKeys   = []string{"source", "status", "event_type", "delivery_id", "cause", "since", "until", "max_id"}
+	repeatedKeys = []string{"id", "field", "contains", "header"}
+	filterKeys   = append(slices.Clone(repeatedKeys[:1]), append(slices.Clone(singleKeys), repeatedKeys[1:]...)...)
+)
+
+// filterInput reads admin.FilterInput from query parameters (filterKeys).
 func filterInput(q url.Values) (admin.FilterInput, error) {
+	q = filterQuery(q)
 	in := admin.FilterInput{
 		Source:     q.Get("source"),
 		Status:     q.Get("status"),
@@ -199,11 +210,12 @@ func filterInput(q url.Values) (admin.FilterInput, error) {
 		Cause:      q.Get("cause"),
 		Since:      q.Get("since"),
 		Until:      q.Get("until"),
-		Contains:   lines(q["contains"]),
-		Fields:     lines(q["field"]),
-		Headers:    lines(q["header"]),
+		MaxID:      q.Get("max_id"),
+		Contains:   q["contains"],
+		Fields:     q["field"],
+		Headers:    q["header"],
 	}
-	for _, s := range lines(q["id"]) {
+	for _, s := range q["id"] {
 		for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
 			id, err := strconv.ParseInt(f, 10, 64)
 			if err != nil || id <= 0 {
@@ -215,8 +227,7 @@ func filterInput(q url.Values) (admin.FilterInput, error) {
 	return in, nil
 }
 
-// lines splits each value on newlines (a textarea gives one per line) and
-// drops empty ones.
+// lines splits each value on newlines and drops empty ones.
 func lines(vs []string) []string {
 	var out []string
 	for _, v := range vs {
@@ -229,19 +240,23 @@ func lines(vs []string) []string {
 	return out
 }
 
-// filterQuery keeps only the filter's parameters of q, in a canonical order:
-// the query string that selects the same envelopes on another page.
+// filterQuery keeps only the filter's parameters of q, as filterInput reads
+// them: the query string that selects the same envelopes on another page,
+// in the hidden fields of a form and in the CLI command shown.
 func filterQuery(q url.Values) url.Values {
 	out := url.Values{}
-	for _, k := range filterKeys {
+	for _, k := range singleKeys {
+		if v := strings.TrimSpace(q.Get(k)); v != "" {
+			out.Set(k, v)
+		}
+	}
+	for _, k := range repeatedKeys {
 		for _, v := range lines(q[k]) {
 			out.Add(k, v)
 		}
 	}
 	return out
 }
-
-var filterKeys = []string{"id", "source", "status", "event_type", "delivery_id", "cause", "since", "until", "field", "contains", "header"}
 
 // cliArgs renders a filter query as the CLI flags that select the same
 // envelopes.
@@ -250,7 +265,7 @@ func cliArgs(q url.Values) string {
 	for _, k := range filterKeys {
 		for _, v := range q[k] {
 			if k == "id" {
-				b.WriteString(" " + v)
+				b.WriteString(" " + strings.Join(strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }), " "))
 				continue
 			}
 			b.WriteString(" --" + strings.ReplaceAll(k, "_", "-") + " " + shellQuote(v))

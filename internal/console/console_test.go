@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"fmt"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -70,6 +71,26 @@ func (b *bundle) post(t *testing.T, path string, form url.Values) (int, string, 
 	return resp.StatusCode, string(body), resp.Header
 }
 
+func (b *bundle) exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), q, args...)
+	require.NoError(t, err)
+}
+
+// waitDone polls a run's page until it says done, and returns it.
+func (b *bundle) waitDone(t *testing.T, run string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, body, _ := b.get(t, run)
+		if strings.Contains(body, "<b>Done.</b>") {
+			return body
+		}
+		require.False(t, time.Now().After(deadline), "the run never finished: %s", body)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (b *bundle) count(t *testing.T, q string, args ...any) int {
 	t.Helper()
 	var n int
@@ -95,7 +116,22 @@ func seed(t *testing.T, pool *pgxpool.Pool, n int) []int64 {
 	return ids
 }
 
-var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+var (
+	csrfField   = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+	hiddenField = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+)
+
+// hidden returns the hidden fields of a page's form, as a browser submits
+// them.
+func hidden(t *testing.T, page string) url.Values {
+	t.Helper()
+	v := url.Values{}
+	for _, m := range hiddenField.FindAllStringSubmatch(page, -1) {
+		v.Add(m[1], html.UnescapeString(m[2]))
+	}
+	require.NotEmpty(t, v.Get("csrf"), "the form has its token")
+	return v
+}
 
 // token reads the form token of a page.
 func token(t *testing.T, page string) string {
@@ -159,6 +195,7 @@ func TestListFiltersAndPages(t *testing.T) {
 	require.Contains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[2]))
 	require.Contains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[1]))
 	require.NotContains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[0]))
+	require.Contains(t, body, "<b>3</b> envelopes match", "every page's count, not this page's")
 	next := regexp.MustCompile(`id="next" href="([^"]+)"`).FindStringSubmatch(body)
 	require.NotNil(t, next, "a next page")
 	code, body, _ := b.get(t, strings.ReplaceAll(next[1], "&amp;", "&"))
@@ -183,6 +220,8 @@ func TestBadInputIsAClearError(t *testing.T) {
 		{"/console/envelopes?header=novalue", http.StatusBadRequest, "header:"},
 		{"/console/envelopes?contains=%7Bnot+json", http.StatusBadRequest, "not valid JSON"},
 		{"/console/envelopes?before=x", http.StatusBadRequest, "before:"},
+		{"/console/envelopes?source=%ff", http.StatusBadRequest, "source: holds invalid UTF-8"},
+		{"/console/envelopes?contains=%7B%22a%22%3A%22%5Cu0000%22%7D", http.StatusBadRequest, "contains: holds invalid UTF-8 or a NUL"},
 		{"/console/envelopes?limit=100000", http.StatusBadRequest, "limit:"},
 		{"/console/envelopes/abc", http.StatusBadRequest, "not an envelope id"},
 		{"/console/envelopes/999999", http.StatusNotFound, "envelope 999999 not found"},
@@ -231,20 +270,14 @@ func TestReplayNeedsTokenAndReason(t *testing.T) {
 	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`), "nothing was replayed")
 	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'failed'`), "nothing changed")
 
-	form = url.Values{"status": {"failed"}, "cause": {"unknown_currency"}, "reason": {"INC-7: currency added"}, "limit": {"2"}, "csrf": {tok}}
+	form = hidden(t, page)
+	form.Set("reason", "INC-7: currency added")
+	form.Set("limit", "2")
 	code, _, h := b.post(t, "/console/replay", form)
 	require.Equal(t, http.StatusSeeOther, code)
 	run := h.Get("Location")
 	require.True(t, strings.HasPrefix(run, "/console/replays/"), run)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, body, _ = b.get(t, run)
-		if strings.Contains(body, "<b>Done.</b>") {
-			break
-		}
-		require.False(t, time.Now().After(deadline), "the run never finished: %s", body)
-		time.Sleep(20 * time.Millisecond)
-	}
+	body = b.waitDone(t, run)
 	require.Contains(t, body, `<b id="replayed">2</b>`, "the limit holds")
 	require.NotContains(t, body, `http-equiv="refresh"`, "a finished run stops refreshing")
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_replay WHERE actor = 'console:ops' AND reason = 'INC-7: currency added'`))
@@ -293,4 +326,132 @@ func TestFailuresGroupByCause(t *testing.T) {
 	_, body, _ = b.get(t, "/console/failures?source=shop")
 	require.NotContains(t, body, "<b>unknown_currency</b>", "one source")
 	require.Contains(t, body, "<b>forward_5xx</b>")
+}
+
+// A running replay stops on request: the batch in flight rolls back and
+// nothing of it is recorded. The batch is held in flight by a transaction
+// that locks the envelopes first.
+func TestStopARunningReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 2)
+	ctx := context.Background()
+	hold, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback(ctx) }()
+	_, err = hold.Exec(ctx, `SELECT id FROM envelope WHERE id = ANY($1) FOR UPDATE`, ids)
+	require.NoError(t, err)
+
+	_, page, _ := b.get(t, "/console/replay?status=failed")
+	tok := token(t, page)
+	form := hidden(t, page)
+	form.Set("reason", "INC-9")
+	code, _, h := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	run := h.Get("Location")
+	_, body, _ := b.get(t, run)
+	require.Contains(t, body, `id="stop"`, "a running replay can be stopped")
+	require.Contains(t, body, `http-equiv="refresh"`, "and its page refreshes")
+
+	code, _, _ = b.post(t, run+"/stop", url.Values{})
+	require.Equal(t, http.StatusForbidden, code, "stopping needs the form token too")
+	code, _, h = b.post(t, run+"/stop", url.Values{"csrf": {token(t, body)}})
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, run, h.Get("Location"))
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(body, "Stopped:") {
+		require.False(t, time.Now().After(deadline), "the run never stopped: %s", body)
+		time.Sleep(20 * time.Millisecond)
+		_, body, _ = b.get(t, run)
+	}
+	require.Contains(t, body, "stopped on request")
+	require.NoError(t, hold.Rollback(ctx))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`), "the batch in flight rolled back")
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'failed'`))
+	require.NotContains(t, body, `id="stop"`, "a finished run has nothing to stop")
+	code, _, _ = b.post(t, "/console/replays/nope/stop", url.Values{"csrf": {tok}})
+	require.Equal(t, http.StatusNotFound, code)
+}
+
+// The replay takes what its dry run showed: envelopes that match only
+// afterwards (stored since, or failed since) are left out, and relative
+// times are fixed at the dry run's clock.
+func TestReplayTakesWhatTheDryRunShowed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 2)
+	pendingThen := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "stripe", LastCause: "unknown_currency"})
+	_, page, _ := b.get(t, "/console/replay?status=failed&cause=unknown_currency&since=1h")
+	require.Contains(t, page, `<b id="would-replay">2</b>`)
+	form := hidden(t, page)
+	require.Equal(t, fmt.Sprint(ids[1]), form.Get("max_id"), "pinned to the newest match")
+	require.Equal(t, "2", form.Get("expect"))
+	since, err := time.Parse(time.RFC3339Nano, form.Get("since"))
+	require.NoError(t, err, "the relative bound is sent as the instant it meant: %q", form.Get("since"))
+	require.WithinDuration(t, time.Now().Add(-time.Hour), since, time.Minute)
+
+	// After the dry run: one more fails, one that was pending fails too.
+	seed(t, b.pool, 1)
+	b.exec(t, `UPDATE envelope SET status = 'failed', processed_at = now() WHERE id = $1`, pendingThen)
+	require.Equal(t, 4, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'failed' AND last_cause = 'unknown_currency'`))
+
+	form.Set("reason", "INC-8")
+	code, _, h := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	b.waitDone(t, h.Get("Location"))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-8'`), "what the dry run showed, no more")
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-8' AND envelope_id = ANY($1)`, ids))
+
+	// A form without its dry run's count is refused.
+	form.Del("expect")
+	code, body, _ := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "dry run")
+}
+
+// Another operator's form token is refused: the token is bound to the
+// signed-in user.
+func TestFormTokenIsTheOperators(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *console.Options) {
+		o.Actor = func(r *http.Request) string { return r.Header.Get("X-Test-User") }
+	})
+	ids := seed(t, b.pool, 1)
+	as := func(user, method, path string, form url.Values) (int, string) {
+		req, err := http.NewRequest(method, b.srv.URL+path, strings.NewReader(form.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("X-Test-User", user)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := noRedirect.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	_, page := as("alice", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[0]), nil)
+	form := hidden(t, page)
+	form.Set("reason", "mine")
+	code, _ := as("bob", http.MethodPost, "/console/replay", form)
+	require.Equal(t, http.StatusForbidden, code, "alice's token, bob's request")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`))
+	code, _ = as("alice", http.MethodPost, "/console/replay", form)
+	require.Equal(t, http.StatusSeeOther, code)
+}
+
+// Stored values are data, never markup: a hostile body, header and error
+// are escaped on every page.
+func TestStoredValuesAreEscaped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const evil = `<script>alert(1)</script>`
+	id := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "stripe", Status: "failed", EventType: evil,
+		Body: []byte(`{"x":"` + `<img src=x onerror=alert(1)>` + `"}`), Headers: map[string]string{"X-Evil": evil},
+		LastError: evil, LastCause: "internal"})
+	for _, path := range []string{"/console/envelopes", fmt.Sprintf("/console/envelopes/%d", id), fmt.Sprintf("/console/envelopes/%d?body=raw", id),
+		"/console/failures", fmt.Sprintf("/console/replay?id=%d", id)} {
+		_, body, _ := b.get(t, path)
+		require.NotContains(t, body, "<script>alert", path)
+		require.NotContains(t, body, "<img src=x", path)
+	}
 }

@@ -1,8 +1,9 @@
 package console
 
 // maxDiffLines bounds the lines a diff compares after the common start and
-// end are set aside: the comparison costs their product.
-const maxDiffLines = 2000
+// end are set aside: the comparison's table is their product (at most 4 MB
+// of int32), so a page cannot make the worker allocate more.
+const maxDiffLines = 1000
 
 // diffLine is one line of a diff: Op is ' ' (both), '-' (only the stored
 // body) or '+' (only the conflicting one).
@@ -55,12 +56,12 @@ func diffLines(a, b []string) []diffLine {
 		case i < len(ma) && j < len(mb) && ma[i] == mb[j]:
 			all = append(all, diffLine{" ", ma[i]})
 			i, j = i+1, j+1
-		case j < len(mb) && (i == len(ma) || lcs[i][j+1] >= lcs[i+1][j]):
-			all = append(all, diffLine{"+", mb[j]})
-			j++
-		default:
+		case i < len(ma) && (j == len(mb) || lcs[i+1][j] >= lcs[i][j+1]):
 			all = append(all, diffLine{"-", ma[i]})
 			i++
+		default:
+			all = append(all, diffLine{"+", mb[j]})
+			j++
 		}
 	}
 	for _, l := range a[len(a)-suf:] {

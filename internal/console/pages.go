@@ -10,6 +10,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,8 +49,16 @@ type listData struct {
 	Query     template.URL // the filter's query string (encoded: safe in an href)
 	NextQuery template.URL // the next page's, "" on the last
 	Paged     bool         // this is not the first page
-	CLI       string
+	// Matched counts every page's envelopes, up to maxCounted
+	// (MatchedMore: more than that).
+	Matched     int
+	MatchedMore bool
+	CLI         string
 }
+
+// maxCounted bounds the list's count of matches: a count costs what it
+// reads, and "more than 10000" is what an operator needs to know beyond.
+const maxCounted = 10000
 
 func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -69,12 +78,13 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusBadRequest, "envelopes", "Envelopes", d)
 		return
 	}
-	res, err := admin.List(r.Context(), c.opts.Pool, admin.ListRequest{Filter: f, Limit: limit, BeforeID: before})
+	res, err := admin.List(r.Context(), c.opts.Pool, admin.ListRequest{Filter: f, Limit: limit, BeforeID: before, CountUpTo: maxCounted})
 	if err != nil {
 		c.fail(w, r, statusOf(err), err)
 		return
 	}
 	d.Envelopes, d.Paged = res.Envelopes, before > 0
+	d.Matched, d.MatchedMore = res.Matched, res.MatchedMore
 	if res.NextBeforeID != nil {
 		next := filterQuery(q)
 		next.Set("before", strconv.FormatInt(*res.NextBeforeID, 10))
@@ -307,20 +317,23 @@ func (c *Console) failures(w http.ResponseWriter, r *http.Request) {
 }
 
 type previewData struct {
-	Form      form
-	Query     template.URL
-	Hidden    []header // the filter as hidden inputs
-	DryRun    *admin.DryRunResult
-	Error     string
-	Reason    string
-	Limit     string
-	CSRF      string
-	CLI       string
-	SingleID  int64 // the one envelope asked for by id, 0 otherwise
-	RiverUI   string
-	Purged    bool
-	NotFound  bool
-	Unbounded bool // the filter has no time bound: say so
+	Form     form
+	Query    template.URL
+	Hidden   []header // the filter as hidden inputs
+	DryRun   *admin.DryRunResult
+	Error    string
+	Reason   string
+	Limit    string
+	CSRF     string
+	CLI      string
+	SingleID int64 // the one envelope asked for by id, 0 otherwise
+	// ConfirmCLI is the CLI command of the confirmed replay: the pinned
+	// selection and the dry run's count as its limit.
+	ConfirmCLI string
+	RiverUI    string
+	Purged     bool
+	NotFound   bool
+	Unbounded  bool // the filter has no time bound: say so
 }
 
 // preview is the dry run of a replay, with the form that starts it.
@@ -332,11 +345,6 @@ func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Valu
 	fq := filterQuery(q)
 	d := previewData{Form: newForm(fq), Query: template.URL(fq.Encode()), Reason: reason, Limit: q.Get("limit"), Error: formErr,
 		CSRF: c.csrfToken(c.opts.Actor(r)), CLI: "worker replay --dry-run" + cliArgs(fq)}
-	for _, k := range filterKeys {
-		for _, v := range fq[k] {
-			d.Hidden = append(d.Hidden, header{k, v})
-		}
-	}
 	f, limit, err := replayInput(q)
 	if err != nil {
 		d.Error = err.Error()
@@ -359,7 +367,36 @@ func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Valu
 		return
 	}
 	d.DryRun = &res
+	// The form replays what this dry run saw: its relative bounds as the
+	// instants they meant now, nothing stored after its newest match, and
+	// at most as many envelopes as it counted.
+	pinned := pin(fq, f, res)
+	for _, k := range filterKeys {
+		for _, v := range pinned[k] {
+			d.Hidden = append(d.Hidden, header{k, v})
+		}
+	}
+	d.Hidden = append(d.Hidden, header{"expect", strconv.Itoa(res.WouldReplay)})
+	d.ConfirmCLI = "worker replay" + cliArgs(pinned) + " --limit " + strconv.Itoa(res.WouldReplay) + " --reason '…'"
 	c.render(w, r, status, "replay", "Replay", d)
+}
+
+// pin returns fq with f's relative bounds resolved at the dry run's clock
+// and max_id set to its newest match (or kept, when lower).
+func pin(fq url.Values, f admin.Filter, res admin.DryRunResult) url.Values {
+	out := url.Values{}
+	for k, v := range fq {
+		out[k] = slices.Clone(v)
+	}
+	for k, b := range map[string]admin.Bound{"since": f.Since, "until": f.Until} {
+		if b.Ago != 0 {
+			out.Set(k, b.Time(res.At).UTC().Format(time.RFC3339Nano))
+		}
+	}
+	if res.MaxID > 0 && (f.MaxID == 0 || res.MaxID < f.MaxID) {
+		out.Set("max_id", strconv.FormatInt(res.MaxID, 10))
+	}
+	return out
 }
 
 // replayInput parses a replay's filter and limit; an empty filter is
@@ -400,7 +437,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	if !c.checkCSRF(r) {
 		c.opts.Logger.Warn("console: replay refused: missing or wrong form token", "remote", r.RemoteAddr)
-		c.fail(w, r, http.StatusForbidden, errors.New("the form's token is missing or not yours (it changes when the worker restarts): reload the page and submit again"))
+		c.fail(w, r, http.StatusForbidden, errBadToken)
 		return
 	}
 	q := r.PostForm
@@ -410,13 +447,29 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 		c.showPreview(w, r, q, reason, err.Error(), http.StatusBadRequest)
 		return
 	}
+
 	actor := "console:" + c.opts.Actor(r)
 	req := admin.ReplayRequest{Filter: f, Actor: actor, Reason: reason, Limit: limit}
 	if err := req.Validate(); err != nil {
 		c.showPreview(w, r, q, reason, err.Error(), http.StatusBadRequest)
 		return
 	}
-	run, err := c.runs.start(c.opts.Context, actor, reason, filterQuery(q), func(ctx context.Context, progress func(admin.Progress)) (admin.ReplayResult, error) {
+	// Never more than the dry run counted (expect): the form pins its
+	// selection, and this caps what could still enter it (an envelope
+	// pending then, failed now).
+	expect, err := strconv.Atoi(q.Get("expect"))
+	if err != nil || expect < 0 {
+		c.showPreview(w, r, q, reason, "the form lacks its dry run's count: review the dry run below and confirm again", http.StatusBadRequest)
+		return
+	}
+	if expect == 0 {
+		c.showPreview(w, r, q, reason, "the dry run found nothing to replay", http.StatusBadRequest)
+		return
+	}
+	if req.Limit == 0 || expect < req.Limit {
+		req.Limit = expect
+	}
+	run, err := c.runs.start(c.opts.Context, actor, reason, req.Limit, filterQuery(q), func(ctx context.Context, progress func(admin.Progress)) (admin.ReplayResult, error) {
 		req.ProgressFunc = progress
 		return admin.Replay(ctx, c.opts.Pool, c.opts.Jobs, req)
 	})
@@ -453,13 +506,46 @@ func (c *Console) replays(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "replays", "Replays", replaysData{Runs: c.runs.list(), Recorded: recorded})
 }
 
+// errBadToken answers a state-changing request without the operator's form
+// token.
+var errBadToken = errors.New("the form's token is missing or not yours (it changes when the worker restarts): reload the page and submit again")
+
+// errNoRun answers a run id this process does not know.
+var errNoRun = errors.New("no such replay run in this worker (runs are kept in memory until it restarts; every replayed envelope is recorded in envelope_replay: see Replays)")
+
+type runData struct {
+	runView
+	CSRF string
+}
+
 func (c *Console) run(w http.ResponseWriter, r *http.Request) {
 	v, ok := c.runs.get(r.PathValue("run"))
 	if !ok {
-		c.fail(w, r, http.StatusNotFound, errors.New("no such replay run in this worker (runs are kept in memory until it restarts; every replayed envelope is recorded in envelope_replay: see Replays)"))
+		c.fail(w, r, http.StatusNotFound, errNoRun)
 		return
 	}
-	c.render(w, r, http.StatusOK, "run", "Replay run", v)
+	c.render(w, r, http.StatusOK, "run", "Replay run", runData{runView: v, CSRF: c.csrfToken(c.opts.Actor(r))})
+}
+
+// stopRun stops a running replay: the batch in flight rolls back, the
+// committed ones stay (as ^C does to the CLI's).
+func (c *Console) stopRun(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, http.StatusBadRequest, errors.New("the form could not be read"))
+		return
+	}
+	if !c.checkCSRF(r) {
+		c.opts.Logger.Warn("console: stop refused: missing or wrong form token", "remote", r.RemoteAddr)
+		c.fail(w, r, http.StatusForbidden, errBadToken)
+		return
+	}
+	id := r.PathValue("run")
+	if !c.runs.stop(id) {
+		c.fail(w, r, http.StatusNotFound, errNoRun)
+		return
+	}
+	c.opts.Logger.Info("console: replay stop asked", "run", id, "actor", c.opts.Actor(r))
+	http.Redirect(w, r, Prefix+"/replays/"+id, http.StatusSeeOther)
 }
 
 // job redirects to the envelope River job id processes.

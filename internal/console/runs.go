@@ -7,6 +7,7 @@ import (
 	"errors"
 	"html/template"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -33,10 +34,14 @@ type runs struct {
 
 type run struct {
 	ID, Actor, Reason string
+	Limit             int // the most it replays: the dry run's count, or lower
 	Filter            url.Values
 	Started           time.Time
 
+	cancel context.CancelFunc // stops the run after its batch in flight rolls back
+
 	mu       sync.Mutex
+	stopped  bool
 	progress admin.Progress
 	result   *admin.ReplayResult
 	err      error
@@ -46,11 +51,13 @@ type run struct {
 // runView is a run's state at one moment, for a template.
 type runView struct {
 	ID, Actor, Reason string
+	Limit             int
 	Query             template.URL // encoded: safe in an href
 	CLI               string
 	Started           time.Time
 	Finished          time.Time
 	Done              bool
+	Stopping          bool // asked to stop, not finished yet
 	Progress          admin.Progress
 	Result            *admin.ReplayResult
 	Error             string
@@ -63,23 +70,26 @@ func newRuns(n int) *runs { return &runs{max: n, byID: map[string]*run{}} }
 var errBusy = errors.New("two replays are already running from this console: wait for one to finish (see Replays)")
 
 // start runs fn in the background under ctx and returns its run at once.
-func (rs *runs) start(ctx context.Context, actor, reason string, filter url.Values,
+func (rs *runs) start(ctx context.Context, actor, reason string, limit int, filter url.Values,
 	fn func(context.Context, func(admin.Progress)) (admin.ReplayResult, error)) (*run, error) {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, err
 	}
-	r := &run{ID: hex.EncodeToString(b[:]), Actor: actor, Reason: reason, Filter: filter, Started: time.Now()}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &run{ID: hex.EncodeToString(b[:]), Actor: actor, Reason: reason, Limit: limit, Filter: filter, Started: time.Now(), cancel: cancel}
 	rs.mu.Lock()
 	if rs.running >= maxRunning {
 		rs.mu.Unlock()
+		cancel()
 		return nil, errBusy
 	}
 	rs.running++
 	rs.add(r)
 	rs.mu.Unlock()
 	go func() {
-		res, err := fn(ctx, func(p admin.Progress) {
+		defer cancel()
+		res, err := fn(rctx, func(p admin.Progress) {
 			r.mu.Lock()
 			r.progress = p
 			r.mu.Unlock()
@@ -111,6 +121,21 @@ func (rs *runs) add(r *run) {
 	}
 }
 
+// stop asks run id to stop; it reports whether there is such a run.
+func (rs *runs) stop(id string) bool {
+	rs.mu.Lock()
+	r, ok := rs.byID[id]
+	rs.mu.Unlock()
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+	r.cancel()
+	return true
+}
+
 func (rs *runs) get(id string) (runView, bool) {
 	rs.mu.Lock()
 	r, ok := rs.byID[id]
@@ -135,13 +160,19 @@ func (rs *runs) list() []runView {
 func (r *run) view() runView {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	v := runView{ID: r.ID, Actor: r.Actor, Reason: r.Reason, Query: template.URL(r.Filter.Encode()), CLI: "worker replay" + cliArgs(r.Filter) + " --reason " + shellQuote(r.Reason),
+	v := runView{ID: r.ID, Actor: r.Actor, Reason: r.Reason, Limit: r.Limit, Query: template.URL(r.Filter.Encode()), CLI: "worker replay" + cliArgs(r.Filter) + " --limit " + strconv.Itoa(r.Limit) + " --reason " + shellQuote(r.Reason),
 		Started: r.Started, Finished: r.finished, Done: !r.finished.IsZero(), Progress: r.progress, Result: r.result}
+	v.Stopping = r.stopped && !v.Done
 	if r.err != nil {
 		v.Error = r.err.Error()
+		if r.stopped && errors.Is(r.err, context.Canceled) {
+			v.Error = "stopped on request (" + v.Error + ")"
+		}
 	}
-	if v.Progress.Total > 0 {
-		v.Percent = min(100, v.Progress.Scanned*100/v.Progress.Total)
+	// Of what it may replay: the limit, or what matched at the start when
+	// fewer did (skipped envelopes do not count against the limit).
+	if most := min(r.Limit, v.Progress.Total); most > 0 {
+		v.Percent = min(100, v.Progress.Replayed*100/most)
 	}
 	if v.Done && v.Error == "" {
 		v.Percent = 100

@@ -39,6 +39,9 @@ type Selection struct {
 	// AfterID and BeforeID, when not 0, keep only ids above or below them
 	// (the cursors of replay batches and list pages).
 	AfterID, BeforeID int64
+	// MaxID, when not 0, keeps only ids up to it: a selection as it stood
+	// when it was previewed, without what arrived since.
+	MaxID int64
 }
 
 // Where returns s as a SQL condition on the envelope table (columns
@@ -98,6 +101,9 @@ func (s Selection) appendTo(q *sqlBuilder) {
 	}
 	if s.AfterID != 0 {
 		q.cond("id > " + q.arg(s.AfterID))
+	}
+	if s.MaxID != 0 {
+		q.cond("id <= " + q.arg(s.MaxID))
 	}
 	if s.BeforeID != 0 {
 		q.cond("id < " + q.arg(s.BeforeID))
@@ -205,6 +211,30 @@ func Count(ctx context.Context, q Querier, s Selection) (int, error) {
 		return 0, fmt.Errorf("count envelopes: %w", err)
 	}
 	return n, nil
+}
+
+// CountUpTo counts the envelopes s selects, stopping after limit of them:
+// many matches cost limit rows; few cost what finding them costs (a filter
+// no index serves reads the table, as the page's own query does).
+func CountUpTo(ctx context.Context, q Querier, s Selection, limit int) (int, error) {
+	where, args := s.Where()
+	args = append(args, limit)
+	var n int
+	sql := fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM envelope WHERE %s LIMIT $%d) AS m`, where, len(args))
+	if err := q.QueryRow(ctx, sql, CustomPlan(args)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count envelopes: %w", err)
+	}
+	return n, nil
+}
+
+// MaxMatchingID returns the highest id s selects, 0 when none.
+func MaxMatchingID(ctx context.Context, q Querier, s Selection) (int64, error) {
+	where, args := s.Where()
+	var id int64
+	if err := q.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM envelope WHERE `+where, CustomPlan(args)...).Scan(&id); err != nil {
+		return 0, fmt.Errorf("find the newest match: %w", err)
+	}
+	return id, nil
 }
 
 // Exists reports whether s selects any envelope.

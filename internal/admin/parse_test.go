@@ -1,0 +1,51 @@
+package admin
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// FilterInput refuses what the database would refuse, naming the field:
+// the operator's error, not a 500.
+func TestFilterInputRefusesWhatTextCannotHold(t *testing.T) {
+	for _, c := range []struct {
+		in    FilterInput
+		field string
+	}{
+		{FilterInput{Source: "\xff"}, "source"},
+		{FilterInput{DeliveryID: "a\x00b"}, "delivery-id"},
+		{FilterInput{EventType: "\xc3"}, "event-type"},
+		{FilterInput{Headers: []string{"X-A=\x00"}}, "header"},
+		{FilterInput{Contains: []string{`{"a":"\u0000"}`}}, "contains"},
+		{FilterInput{Source: "s", MaxID: "x"}, "max-id"},
+		{FilterInput{Source: "s", MaxID: "0"}, "max-id"},
+		{FilterInput{Cause: "nope"}, "cause"},
+	} {
+		_, err := c.in.Parse()
+		var ie *InputError
+		require.True(t, errors.As(err, &ie), "%+v: %v", c.in, err)
+		require.Equal(t, c.field, ie.Field, "%+v", c.in)
+	}
+	f, err := FilterInput{Source: "stripe", MaxID: "42"}.Parse()
+	require.NoError(t, err)
+	require.Equal(t, int64(42), f.MaxID)
+	require.True(t, Filter{MaxID: 42}.IsEmpty(), "max id alone selects nothing to replay")
+}
+
+func TestLimitsOnIDsReasonAndActor(t *testing.T) {
+	ids := make([]int64, MaxIDs+1)
+	for i := range ids {
+		ids[i] = int64(i + 1)
+	}
+	require.ErrorContains(t, Filter{IDs: ids}.Validate(), "at most 1000")
+	require.NoError(t, Filter{IDs: ids[:MaxIDs]}.Validate())
+	r := ReplayRequest{Filter: Filter{IDs: []int64{1}}, Actor: "a", Reason: strings.Repeat("é", MaxReasonLen+1)}
+	require.ErrorContains(t, r.Validate(), "at most 1000")
+	r.Reason = strings.Repeat("é", MaxReasonLen)
+	require.NoError(t, r.Validate())
+	r.Actor = strings.Repeat("a", MaxActorLen+1)
+	require.ErrorContains(t, r.Validate(), "the actor")
+}
