@@ -106,6 +106,18 @@ func TestConsoleInABrowser(t *testing.T) {
 	form.Set("csrf", "not-the-token")
 	require.Equal(t, http.StatusForbidden, post(http.Header{}, form), "a wrong form token")
 	require.Zero(t, s.scalar(t, `SELECT count(*) FROM envelope_replay`), "nothing was replayed")
+	// Neither River UI nor the console may be framed by another page.
+	for _, path := range []string{"/riverui/", "/console/envelopes"} {
+		req, err := http.NewRequest(http.MethodGet, s.workerAdmin+path, nil)
+		require.NoError(t, err)
+		req.SetBasicAuth(user, pass)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		require.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"), path)
+		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'", path)
+	}
 
 	// The browser.
 	shots := os.Getenv(consoleShots)

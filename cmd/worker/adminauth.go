@@ -64,7 +64,8 @@ const (
 	maxTracked        = 10000            // client addresses remembered
 )
 
-// guardUI puts h (River UI) behind, in order: same-origin protection for
+// guardUI puts h (River UI and the console) behind, in order: headers that
+// forbid framing (X-Frame-Options, CSP frame-ancestors), same-origin protection for
 // every state-changing request (net/http's CrossOriginProtection: a
 // cross-site browser form or fetch is refused with 403 before it reaches
 // authentication, so a browser's cached credentials cannot be replayed
@@ -79,7 +80,16 @@ func guardUI(user, password string, h http.Handler, logger *slog.Logger) http.Ha
 		logger.Warn("admin: cross-origin request refused", "method", r.Method, "path", boundLog(r.URL.Path), "remote", r.RemoteAddr)
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 	}))
-	return cop.Handler(auth)
+	guarded := cop.Handler(auth)
+	// Neither River UI nor the console may be framed by another page (a
+	// framed page's own POSTs are same-origin: clickjacking).
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Frame-Options", "DENY")
+		if w.Header().Get("Content-Security-Policy") == "" {
+			w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
+		}
+		guarded.ServeHTTP(w, r)
+	})
 }
 
 // loginThrottle counts failed logins.

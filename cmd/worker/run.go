@@ -339,7 +339,10 @@ func newConsole(ctx context.Context, dbURL string, getenv func(string) string, j
 	if dbURL == "" {
 		dbURL = getenv("DATABASE_URL")
 	}
-	pool, err := pg.Open(ctx, dbURL, pg.Options{MaxConns: 4, ApplicationName: "inbox-console"})
+	// A statement runs at most 30 s (a body search no index serves scans);
+	// a session idle in a transaction is ended, as the worker's are.
+	pool, err := pg.Open(ctx, dbURL, pg.Options{MaxConns: 4, ApplicationName: "inbox-console",
+		StatementTimeout: 30 * time.Second, IdleInTxTimeout: time.Minute})
 	if err != nil {
 		return nil, nil, fmt.Errorf("console: %w", err)
 	}

@@ -1,11 +1,15 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // FilterInput refuses what the database would refuse, naming the field:
@@ -48,4 +52,18 @@ func TestLimitsOnIDsReasonAndActor(t *testing.T) {
 	require.NoError(t, r.Validate())
 	r.Actor = strings.Repeat("a", MaxActorLen+1)
 	require.ErrorContains(t, r.Validate(), "the actor")
+}
+
+// The worker's role may not replay; the admin's may (migration 00110).
+func TestCanReplayByRole(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	for role, want := range map[string]bool{pgtest.RoleWorker: false, pgtest.RoleAdmin: true, pgtest.RoleIngest: false} {
+		pool, err := pgxpool.New(context.Background(), pgtest.RoleURL(t, url, role))
+		require.NoError(t, err)
+		got, err := CanReplay(context.Background(), pool)
+		pool.Close()
+		require.NoError(t, err, role)
+		require.Equal(t, want, got, role)
+	}
 }

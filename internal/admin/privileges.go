@@ -18,7 +18,8 @@ func CanReplay(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 		SELECT has_table_privilege('envelope_replay', 'INSERT')
 		   AND has_table_privilege('river_job', 'INSERT')
 		   AND has_table_privilege('envelope', 'UPDATE')
-		   AND has_sequence_privilege('envelope_replay_id_seq', 'USAGE')`).Scan(&ok)
+		   AND has_sequence_privilege('envelope_replay_id_seq', 'USAGE')
+		   AND has_sequence_privilege('river_job_id_seq', 'USAGE')`).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("check replay privileges: %w", err)
 	}

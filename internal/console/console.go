@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -109,15 +110,30 @@ func New(opts Options) (*Console, error) {
 	return c, nil
 }
 
-// ServeHTTP sets the security headers every response carries and serves r.
+// pageTimeout bounds one request's work (its queries are canceled after).
+const pageTimeout = 30 * time.Second
+
+// ServeHTTP sets the security headers every response carries, refuses what
+// another site's page asks for, and serves r.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-	c.mux.ServeHTTP(w, r)
+	// A cross-site GET is served only as a top-level navigation (a link an
+	// operator followed): another site's <img> or fetch cannot make the
+	// browser run searches with its cached credentials. State-changing
+	// requests never get here cross-site (the guard refuses them).
+	if r.Header.Get("Sec-Fetch-Site") == "cross-site" && (r.Header.Get("Sec-Fetch-Mode") != "navigate" || r.Header.Get("Sec-Fetch-Dest") != "document") {
+		http.Error(w, "cross-site request refused", http.StatusForbidden)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	c.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // page is what every template gets.
@@ -148,14 +164,21 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	_, _ = w.Write(b.Bytes())
 }
 
-// fail answers status with err's message on the error page. A 5xx message
-// is the operation's, never a credential: the database URL is not in any
-// error the admin library returns.
+// fail answers status with err's message on the error page; a 5xx answers
+// a generic message (the error, which may name the database's host and
+// user, goes to the log only). A request its client gave up on is logged
+// at debug level: nothing failed.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
-	if status >= 500 {
+	msg := err.Error()
+	switch {
+	case r.Context().Err() != nil && errors.Is(err, r.Context().Err()):
+		c.opts.Logger.Debug("console: request ended before its answer", "path", r.URL.Path, "error", err)
+		msg = "the request took too long or was canceled; narrow the filter (a time window, a source) and try again"
+	case status >= 500:
 		c.opts.Logger.Error("console: request failed", "path", r.URL.Path, "error", err)
+		msg = "the database query failed (the worker's log has the error); try again"
 	}
-	c.render(w, r, status, "error", http.StatusText(status), map[string]any{"Status": status, "Message": err.Error()})
+	c.render(w, r, status, "error", http.StatusText(status), map[string]any{"Status": status, "Message": msg})
 }
 
 // statusOf maps an admin error, after the input was validated, to its HTTP

@@ -168,6 +168,21 @@ func TestPagesRenderWithSecurityHeaders(t *testing.T) {
 		require.Contains(t, body, "signed in as <b>ops</b>", path)
 		require.NotContains(t, body, "leaked-token-value", "%s: a credential-like header is redacted on display", path)
 	}
+	// Another site's page may link here, but not embed or fetch it.
+	for _, c := range []struct {
+		mode, dest string
+		code       int
+	}{{"navigate", "document", http.StatusOK}, {"no-cors", "image", http.StatusForbidden}, {"cors", "empty", http.StatusForbidden}} {
+		req, err := http.NewRequest(http.MethodGet, b.srv.URL+"/console/envelopes?contains=%7B%7D", nil)
+		require.NoError(t, err)
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		req.Header.Set("Sec-Fetch-Mode", c.mode)
+		req.Header.Set("Sec-Fetch-Dest", c.dest)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, c.code, resp.StatusCode, "cross-site %s/%s", c.mode, c.dest)
+	}
 	code, body, h := b.get(t, "/console/")
 	require.Equal(t, http.StatusFound, code, body)
 	require.Equal(t, "/console/envelopes", h.Get("Location"))
@@ -279,6 +294,7 @@ func TestReplayNeedsTokenAndReason(t *testing.T) {
 	require.True(t, strings.HasPrefix(run, "/console/replays/"), run)
 	body = b.waitDone(t, run)
 	require.Contains(t, body, `<b id="replayed">2</b>`, "the limit holds")
+	require.Regexp(t, `(?s)id="outcome".*st-pending">pending</span></td><td>unknown_currency</td><td class="num">2</td>`, body, "what became of them: pending again (the cause is the last failure's)")
 	require.NotContains(t, body, `http-equiv="refresh"`, "a finished run stops refreshing")
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_replay WHERE actor = 'console:ops' AND reason = 'INC-7: currency added'`))
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'pending' AND id = ANY($1)`, ids))

@@ -1,9 +1,9 @@
 package console
 
 // maxDiffLines bounds the lines a diff compares after the common start and
-// end are set aside: the comparison's table is their product (at most 4 MB
-// of int32), so a page cannot make the worker allocate more.
-const maxDiffLines = 1000
+// end are set aside: the comparison's table is their product (at most
+// 250,000 cells, 1 MB), so a page cannot make the worker allocate more.
+const maxDiffLines = 500
 
 // diffLine is one line of a diff: Op is ' ' (both), '-' (only the stored
 // body) or '+' (only the conflicting one).

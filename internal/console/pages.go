@@ -125,7 +125,6 @@ type envelopeData struct {
 	Result     string
 	Duplicates []time.Time
 	Conflicts  []conflictView
-	CSRF       string
 	CLI        string
 }
 
@@ -151,8 +150,7 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, statusOf(err), err)
 		return
 	}
-	d := envelopeData{D: det, Headers: displayHeaders(det.Envelope.Headers), CSRF: c.csrfToken(c.opts.Actor(r)),
-		CLI: fmt.Sprintf("worker envelopes show %d", id)}
+	d := envelopeData{D: det, Headers: displayHeaders(det.Envelope.Headers), CLI: fmt.Sprintf("worker envelopes show %d", id)}
 	stored := storedBody(&det.Envelope)
 	view := r.URL.Query().Get("body")
 	switch {
@@ -175,8 +173,13 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, statusOf(err), err)
 		return
 	}
-	for _, cf := range det.Conflicts {
+	for i, cf := range det.Conflicts {
 		v := conflictView{Conflict: cf, Headers: displayHeaders(cf.Headers)}
+		if i >= maxConflictDiffs {
+			v.Note = fmt.Sprintf("not compared here: only the first %d conflicts are (the SQL below shows every one)", maxConflictDiffs)
+			d.Conflicts = append(d.Conflicts, v)
+			continue
+		}
 		body, err := envelope.ConflictBody(r.Context(), c.opts.Pool, id, cf.ID)
 		if err != nil {
 			c.fail(w, r, statusOf(err), err)
@@ -189,13 +192,30 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 			v.Note = "the stored body was dropped by retention"
 		default:
 			a, b := comparable(stored), comparable(body)
-			if v.Diff = diffLines(a, b); v.Diff == nil {
+			v.Diff = diffLines(a, b)
+			switch {
+			case v.Diff == nil:
 				v.Note = fmt.Sprintf("too large to compare here (more than %d differing lines): see the SQL below", maxDiffLines)
+			case !hasChange(v.Diff):
+				v.Diff, v.Note = nil, "the bodies differ only in white space: the same JSON, formatted otherwise"
 			}
 		}
 		d.Conflicts = append(d.Conflicts, v)
 	}
 	c.render(w, r, http.StatusOK, "envelope", fmt.Sprintf("Envelope %d", id), d)
+}
+
+// maxConflictDiffs is how many of an envelope's conflicts its page diffs.
+const maxConflictDiffs = 5
+
+// hasChange reports whether a diff has a changed line.
+func hasChange(d []diffLine) bool {
+	for _, l := range d {
+		if l.Op != " " {
+			return true
+		}
+	}
+	return false
 }
 
 // storedBody is the envelope's raw body bytes, nil when purged.
@@ -231,7 +251,7 @@ func comparable(b []byte) []string {
 
 // credentialNames are parts of header names whose values are redacted on
 // display, in case a header was stored that ingest did not know to redact.
-var credentialNames = []string{"signature", "authorization", "secret", "token", "cookie", "hmac", "password", "api-key"}
+var credentialNames = []string{"signature", "sig", "authorization", "auth", "secret", "token", "cookie", "session", "hmac", "password", "api-key", "apikey", "api_key", "credential"}
 
 // displayHeaders sorts headers by name and redacts credentials' values.
 func displayHeaders(h map[string]string) []header {
@@ -263,15 +283,17 @@ var windows = []struct {
 	Name   string
 	Span   time.Duration
 	Bucket time.Duration
+	SQL    string // the span as a PostgreSQL interval
 }{
-	{"1h", time.Hour, 5 * time.Minute},
-	{"24h", 24 * time.Hour, time.Hour},
-	{"7d", 7 * 24 * time.Hour, 6 * time.Hour},
+	{"1h", time.Hour, 5 * time.Minute, "1 hour"},
+	{"24h", 24 * time.Hour, time.Hour, "24 hours"},
+	{"7d", 7 * 24 * time.Hour, 6 * time.Hour, "7 days"},
 }
 
 type failuresData struct {
 	Window  string
 	Windows []string
+	SQLSpan string
 	Source  string
 	Bucket  time.Duration
 	Since   time.Time
@@ -292,7 +314,7 @@ func (c *Console) failures(w http.ResponseWriter, r *http.Request) {
 	for _, win := range windows {
 		d.Windows = append(d.Windows, win.Name)
 		if win.Name == name {
-			d.Bucket, buckets = win.Bucket, int(win.Span/win.Bucket)
+			d.Bucket, buckets, d.SQLSpan = win.Bucket, int(win.Span/win.Bucket), win.SQL
 			// Bucket edges on whole buckets, so a reload does not shift them.
 			d.Since = time.Now().Add(-win.Span).Truncate(win.Bucket).Add(win.Bucket)
 		}
@@ -469,7 +491,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	if req.Limit == 0 || expect < req.Limit {
 		req.Limit = expect
 	}
-	run, err := c.runs.start(c.opts.Context, actor, reason, req.Limit, filterQuery(q), func(ctx context.Context, progress func(admin.Progress)) (admin.ReplayResult, error) {
+	run, err := c.runs.start(c.opts.Context, c.opts.Logger, actor, reason, req.Limit, filterQuery(q), func(ctx context.Context, progress func(admin.Progress)) (admin.ReplayResult, error) {
 		req.ProgressFunc = progress
 		return admin.Replay(ctx, c.opts.Pool, c.opts.Jobs, req)
 	})
@@ -516,6 +538,8 @@ var errNoRun = errors.New("no such replay run in this worker (runs are kept in m
 type runData struct {
 	runView
 	CSRF string
+	// Outcome is what became of the run's envelopes since (done ones only).
+	Outcome []envelope.StatusCount
 }
 
 func (c *Console) run(w http.ResponseWriter, r *http.Request) {
@@ -524,7 +548,15 @@ func (c *Console) run(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, errNoRun)
 		return
 	}
-	c.render(w, r, http.StatusOK, "run", "Replay run", runData{runView: v, CSRF: c.csrfToken(c.opts.Actor(r))})
+	d := runData{runView: v, CSRF: c.csrfToken(c.opts.Actor(r))}
+	if v.Done && v.Result != nil && v.Result.BatchID != "" {
+		var err error
+		if d.Outcome, err = envelope.ReplayOutcome(r.Context(), c.opts.Pool, v.Result.BatchID); err != nil {
+			c.fail(w, r, statusOf(err), err)
+			return
+		}
+	}
+	c.render(w, r, http.StatusOK, "run", "Replay run", d)
 }
 
 // stopRun stops a running replay: the batch in flight rolls back, the

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"html/template"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"sync"
@@ -70,7 +71,7 @@ func newRuns(n int) *runs { return &runs{max: n, byID: map[string]*run{}} }
 var errBusy = errors.New("two replays are already running from this console: wait for one to finish (see Replays)")
 
 // start runs fn in the background under ctx and returns its run at once.
-func (rs *runs) start(ctx context.Context, actor, reason string, limit int, filter url.Values,
+func (rs *runs) start(ctx context.Context, logger *slog.Logger, actor, reason string, limit int, filter url.Values,
 	fn func(context.Context, func(admin.Progress)) (admin.ReplayResult, error)) (*run, error) {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -97,6 +98,15 @@ func (rs *runs) start(ctx context.Context, actor, reason string, limit int, filt
 		r.mu.Lock()
 		r.result, r.err, r.finished = &res, err, time.Now()
 		r.mu.Unlock()
+		// What the run did outlives this process only in envelope_replay and
+		// here: the log says how it ended, with the command that resumes it.
+		attrs := []any{"run", r.ID, "batch_id", res.BatchID, "actor", actor, "matched", res.Matched, "replayed", res.Replayed,
+			"skipped", res.Skipped, "batches", res.Batches, "interrupted", res.Interrupted, "limit_reached", res.LimitReached}
+		if err != nil {
+			logger.Warn("console: replay ended early (the committed batches stay; run the replay again for the rest)", append(attrs, "error", err)...)
+		} else {
+			logger.Info("console: replay done", attrs...)
+		}
 		rs.mu.Lock()
 		rs.running--
 		rs.mu.Unlock()

@@ -155,16 +155,31 @@ type ReplayRun struct {
 	FirstEnvelopeID int64
 }
 
-// RecentReplayRuns returns the newest limit replay runs, newest first.
+// recentReplayRows is how far back RecentReplayRuns looks for runs: the
+// runs among the newest this many envelope_replay rows (each of them then
+// counted whole, however large).
+const recentReplayRows = 10000
+
+// RecentReplayRuns returns the newest limit replay runs, newest first: the
+// runs among the newest recentReplayRows envelope_replay rows, each summed
+// over all its rows (a run of 100,000 envelopes counts them all).
 func RecentReplayRuns(ctx context.Context, q Querier, limit int) ([]ReplayRun, error) {
 	rows, err := q.Query(ctx, `
-		SELECT coalesce(batch_id::text, ''), min(actor), min(reason), count(*), min(replayed_at), max(replayed_at), min(envelope_id)
-		  FROM envelope_replay
-		 WHERE replayed_at >= (SELECT coalesce(min(t.replayed_at), now())
-		                         FROM (SELECT replayed_at FROM envelope_replay ORDER BY replayed_at DESC LIMIT 10000) t)
-		 GROUP BY coalesce(batch_id::text, id::text), batch_id
-		 ORDER BY max(replayed_at) DESC
-		 LIMIT $1`, limit)
+		WITH recent AS (
+			SELECT DISTINCT ON (coalesce(batch_id::text, 'row ' || id)) batch_id, id
+			  FROM (SELECT id, batch_id, replayed_at FROM envelope_replay ORDER BY replayed_at DESC, id DESC LIMIT $2) r
+			 ORDER BY coalesce(batch_id::text, 'row ' || id)
+		)
+		SELECT coalesce(r.batch_id::text, ''), g.actor, g.reason, g.n, g.first, g.last, g.first_envelope
+		  FROM recent r
+		 CROSS JOIN LATERAL (
+			SELECT min(x.actor) AS actor, min(x.reason) AS reason, count(*) AS n, min(x.replayed_at) AS first,
+			       max(x.replayed_at) AS last, min(x.envelope_id) AS first_envelope
+			  FROM envelope_replay x
+			 WHERE (r.batch_id IS NOT NULL AND x.batch_id = r.batch_id) OR (r.batch_id IS NULL AND x.id = r.id)
+		 ) g
+		 ORDER BY g.last DESC
+		 LIMIT $1`, limit, recentReplayRows)
 	if err != nil {
 		return nil, fmt.Errorf("list replay runs: %w", err)
 	}
@@ -175,6 +190,36 @@ func RecentReplayRuns(ctx context.Context, q Querier, limit int) ([]ReplayRun, e
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list replay runs: %w", err)
+	}
+	return out, nil
+}
+
+// StatusCount is how many envelopes have one status and last cause.
+type StatusCount struct {
+	Status Status
+	Cause  string // "" for none
+	N      int64
+}
+
+// ReplayOutcome counts the envelopes of replay run batchID by their status
+// now and last cause, most first: what became of a replay.
+func ReplayOutcome(ctx context.Context, q Querier, batchID string) ([]StatusCount, error) {
+	rows, err := q.Query(ctx, `
+		SELECT e.status, coalesce(e.last_cause, ''), count(*)
+		  FROM envelope e
+		 WHERE e.id IN (SELECT envelope_id FROM envelope_replay WHERE batch_id = $1::uuid)
+		 GROUP BY 1, 2
+		 ORDER BY 3 DESC, 1, 2`, batchID)
+	if err != nil {
+		return nil, fmt.Errorf("count a replay's outcome: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StatusCount, error) {
+		var x StatusCount
+		err := r.Scan(&x.Status, &x.Cause, &x.N)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count a replay's outcome: %w", err)
 	}
 	return out, nil
 }

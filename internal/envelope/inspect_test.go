@@ -119,4 +119,27 @@ func TestInspectLookups(t *testing.T) {
 	require.Equal(t, "first", runs[1].Reason)
 	require.Equal(t, int64(2), runs[1].Envelopes)
 	require.Equal(t, a, runs[1].FirstEnvelopeID)
+
+	outcome, err := envelope.ReplayOutcome(ctx, b.pool, "00000000-0000-0000-0000-000000000001")
+	require.NoError(t, err)
+	require.Equal(t, []envelope.StatusCount{{Status: "failed", N: 1}, {Status: "pending", N: 1}}, outcome)
+}
+
+// A run larger than the window RecentReplayRuns looks in is counted whole.
+func TestRecentReplayRunsCountsALargeRunWhole(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	a := envelopetest.Insert(t, b.pool, envelopetest.Row{Status: "failed"})
+	b.exec(t, `INSERT INTO envelope_replay (envelope_id, actor, reason, batch_id, prior_status, replayed_at)
+		SELECT $1, 'alice', 'big', '00000000-0000-0000-0000-00000000000b', 'failed', now() - interval '1 hour' + g * interval '1 ms'
+		  FROM generate_series(1, 10050) AS g`, a)
+	b.exec(t, `INSERT INTO envelope_replay (envelope_id, actor, reason, batch_id, prior_status)
+		VALUES ($1, 'bob', 'small', '00000000-0000-0000-0000-00000000000c', 'failed')`, a)
+	runs, err := envelope.RecentReplayRuns(ctx, b.pool, 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	require.Equal(t, "small", runs[0].Reason)
+	require.Equal(t, "big", runs[1].Reason)
+	require.Equal(t, int64(10050), runs[1].Envelopes, "every row of the run, beyond the window")
 }
