@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // TestDrillFrozenIngest: an ingest process frozen (SIGSTOP) in the middle of
@@ -61,13 +63,11 @@ func TestDrillFrozenIngest(t *testing.T) {
 		sendA <- resp.StatusCode
 	}()
 	var aPID int32
-	deadline := time.Now().Add(30 * time.Second)
-	for aPID == 0 {
-		require.True(t, time.Now().Before(deadline), "ingest A never waited for the test's row")
+	pgtest.EventuallyEvery(t, 30*time.Second, 2*time.Millisecond, "ingest A to wait for the test's row", func() (bool, string) {
 		require.NoError(t, d.pool.QueryRow(ctx, `SELECT coalesce(min(pid), 0) FROM pg_stat_activity
 			WHERE application_name = 'inbox-ingest' AND $1 = ANY(pg_blocking_pids(pid))`, lockPID).Scan(&aPID))
-		time.Sleep(2 * time.Millisecond)
-	}
+		return aPID != 0, "ingest A never waited for the test's row"
+	})
 	a.signal(syscall.SIGSTOP)
 	require.NoError(t, tx.Rollback(ctx))
 	conn.Release()

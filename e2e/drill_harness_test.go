@@ -188,19 +188,18 @@ func (d *drill) processed() (int64, error) {
 // when that was seen.
 func (d *drill) waitProcessed(after int64, timeout time.Duration) (time.Time, int64) {
 	d.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last int64
-	var lastErr error
-	for time.Now().Before(deadline) {
-		n, err := d.processed()
+	var seen time.Time
+	var n int64
+	pgtest.Eventually(d.t, timeout, fmt.Sprintf("the processed count to pass %d", after), func() (bool, string) {
+		var err error
+		n, err = d.processed()
 		if err == nil && n > after {
-			return time.Now(), n
+			seen = time.Now()
+			return true, ""
 		}
-		last, lastErr = n, err
-		time.Sleep(10 * time.Millisecond)
-	}
-	d.t.Fatalf("processed count did not pass %d within %s (last %d, %v)", after, timeout, last, lastErr)
-	return time.Time{}, 0
+		return false, fmt.Sprintf("last %d, %v", n, err)
+	})
+	return seen, n
 }
 
 // freeAddr returns 127.0.0.1:PORT with a port nothing listens on, below the
@@ -506,13 +505,10 @@ func firstAfter(times []time.Time, t time.Time) time.Duration {
 // waitAcked waits until at least n deliveries are acknowledged.
 func (l *load) waitAcked(n int64, timeout time.Duration) {
 	l.d.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for l.acked.Load() < n {
-		if time.Now().After(deadline) {
-			l.d.t.Fatalf("%d of %d deliveries acknowledged within %s, want %d", l.acked.Load(), len(l.items), timeout, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	pgtest.EventuallyEvery(l.d.t, timeout, 5*time.Millisecond, fmt.Sprintf("%d deliveries acknowledged", n), func() (bool, string) {
+		acked := l.acked.Load()
+		return acked >= n, fmt.Sprintf("%d of %d deliveries acknowledged, want %d", acked, len(l.items), n)
+	})
 }
 
 // figures are what a drill reports.

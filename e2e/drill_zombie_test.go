@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // TestDrillZombieWorker: a worker frozen (SIGSTOP) in the middle of an
@@ -227,16 +229,12 @@ func (l *rowLock) blocked() int32 {
 // its pid. It polls every 2 ms: the caller usually has a job timeout to beat.
 func (l *rowLock) waitBlocked(timeout time.Duration) int32 {
 	l.d.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if pid := l.blocked(); pid != 0 {
-			return pid
-		}
-		if time.Now().After(deadline) {
-			l.d.t.Fatalf("no worker session waited for the test's row lock within %s", timeout)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	var pid int32
+	pgtest.EventuallyEvery(l.d.t, timeout, 2*time.Millisecond, "a worker session to wait for the test's row lock", func() (bool, string) {
+		pid = l.blocked()
+		return pid != 0, ""
+	})
+	return pid
 }
 
 // release ends the lock's transaction; safe to call twice.

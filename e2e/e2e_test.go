@@ -128,9 +128,7 @@ func (s *stack) send(d webhooktest.Delivery, source string) (int, error) {
 
 func (s *stack) scalar(t testing.TB, q string, args ...any) int64 {
 	t.Helper()
-	var n int64
-	require.NoError(t, s.pool.QueryRow(context.Background(), q, args...).Scan(&n), q)
-	return n
+	return pgtest.Scalar[int64](t, s.pool, q, args...)
 }
 
 type sent struct {

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // scrape fetches and parses a /metrics endpoint.
@@ -126,9 +128,9 @@ type want struct {
 // exact values keeps each check as strict as an immediate one.
 func scrapeUntil(t testing.TB, base string, wants ...want) map[string]*dto.MetricFamily {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		families := scrape(t, base)
+	var families map[string]*dto.MetricFamily
+	pgtest.EventuallyEvery(t, 15*time.Second, 100*time.Millisecond, "the metrics at "+base, func() (bool, string) {
+		families = scrape(t, base)
 		var diffs []string
 		for _, w := range wants {
 			got, ok := sumOf(families, w.name, w.match...)
@@ -138,12 +140,7 @@ func scrapeUntil(t testing.TB, base string, wants ...want) map[string]*dto.Metri
 				diffs = append(diffs, fmt.Sprintf("%s%v = %v, want %v", w.name, w.match, got, w.value))
 			}
 		}
-		if len(diffs) == 0 {
-			return families
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics at %s after 15 s:\n%s", base, strings.Join(diffs, "\n"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(diffs) == 0, strings.Join(diffs, "\n")
+	})
+	return families
 }

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // binDir holds the binaries built once for the package.
@@ -173,22 +175,14 @@ func waitListen(t testing.TB, lines <-chan string, msg string, timeout time.Dura
 	return "http://" + addr
 }
 
-// eventually polls cond until it holds or timeout passes.
+// eventually is pgtest.EventuallyEvery polling every 50 ms, giving each
+// call of cond a context that ends after 5 s (a query on a process that is
+// being stopped must not hang the test).
 func eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
+	pgtest.EventuallyEvery(t, timeout, 50*time.Millisecond, what, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		ok, state := cond(ctx)
-		cancel()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s; last state: %s", what, timeout, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		defer cancel()
+		return cond(ctx)
+	})
 }

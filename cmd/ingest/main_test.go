@@ -64,19 +64,19 @@ func start(t *testing.T, env map[string]string, args ...string) *started {
 		return runErr
 	}
 	t.Cleanup(func() { _ = s.stop() })
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(s.stderr.String(), `"msg":"ingest listening"`) || (full["INGEST_ADMIN_ADDR"] != "" && !strings.Contains(s.stderr.String(), `"msg":"admin listening"`)) {
+	pgtest.Eventually(t, 20*time.Second, "ingest to start", func() (bool, string) {
+		log := s.stderr.String()
+		if strings.Contains(log, `"msg":"ingest listening"`) && (full["INGEST_ADMIN_ADDR"] == "" || strings.Contains(log, `"msg":"admin listening"`)) {
+			return true, ""
+		}
 		select {
 		case err := <-done:
 			done <- err
 			t.Fatalf("ingest exited: %v\n%s", err, s.stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ingest did not start:\n%s", s.stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, "ingest did not start:\n" + log
+	})
 	return s
 }
 

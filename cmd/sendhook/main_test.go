@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/provider"
@@ -120,33 +121,21 @@ func TestDemoSendsVerifiableDeliveriesTwice(t *testing.T) {
 	t.Parallel()
 	f, url := startFake(t, 0)
 	var stdout, stderr bytes.Buffer
-	if err := run(context.Background(), []string{"demo", "--url", url}, getenv, &stdout, &stderr); err != nil {
-		t.Fatalf("run: %v\nrejected: %q\nstdout:\n%s\nstderr:\n%s", err, f.rejections(), stdout.String(), stderr.String())
-	}
+	err := run(context.Background(), []string{"demo", "--url", url}, getenv, &stdout, &stderr)
+	require.NoError(t, err, "run\nrejected: %q\nstdout:\n%s\nstderr:\n%s", f.rejections(), stdout.String(), stderr.String())
 
 	got := f.deliveries()
-	if len(got) != 2*len(demoDeliveries) {
-		t.Fatalf("server verified %d requests, want %d", len(got), 2*len(demoDeliveries))
-	}
+	require.Len(t, got, 2*len(demoDeliveries), "requests the server verified")
 	for i, dd := range demoDeliveries {
 		first, second := got[2*i], got[2*i+1]
-		if first.source != dd.source || first.d.EventType != dd.event {
-			t.Errorf("delivery %d: got %s %s, want %s %s", i, first.source, first.d.EventType, dd.source, dd.event)
-		}
-		if second.d.DeliveryID != first.d.DeliveryID || !bytes.Equal(second.d.Payload, first.d.Payload) {
-			t.Errorf("delivery %d: the resend is not the same delivery (%s, then %s)", i, first.d.DeliveryID, second.d.DeliveryID)
-		}
+		assert.Equal(t, [2]string{dd.source, dd.event}, [2]string{first.source, first.d.EventType}, "delivery %d", i)
+		assert.Equal(t, first.d.DeliveryID, second.d.DeliveryID, "delivery %d: the resend is the same delivery", i)
+		assert.Equal(t, first.d.Payload, second.d.Payload, "delivery %d: the resend is the same delivery", i)
 	}
-	if n := strings.Count(stdout.String(), `"status": "accepted"`); n != len(demoDeliveries) {
-		t.Errorf("printed %d accepted answers, want %d:\n%s", n, len(demoDeliveries), stdout.String())
-	}
-	if n := strings.Count(stdout.String(), `"status": "duplicate"`); n != len(demoDeliveries) {
-		t.Errorf("printed %d duplicate answers, want %d:\n%s", n, len(demoDeliveries), stdout.String())
-	}
+	assert.Equal(t, len(demoDeliveries), strings.Count(stdout.String(), `"status": "accepted"`), "accepted answers printed:\n%s", stdout.String())
+	assert.Equal(t, len(demoDeliveries), strings.Count(stdout.String(), `"status": "duplicate"`), "duplicate answers printed:\n%s", stdout.String())
 	for name, secret := range testEnv {
-		if strings.Contains(stdout.String()+stderr.String(), secret) {
-			t.Errorf("output contains the value of %s", name)
-		}
+		assert.NotContains(t, stdout.String()+stderr.String(), secret, "the output contains the value of %s", name)
 	}
 }
 
@@ -154,9 +143,7 @@ func TestDemoSendsVerifiableDeliveriesTwice(t *testing.T) {
 func TestDemoRefundsReferToTheirPayments(t *testing.T) {
 	t.Parallel()
 	f, url := startFake(t, 0)
-	if err := run(context.Background(), []string{"demo", "--url", url}, getenv, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, run(context.Background(), []string{"demo", "--url", url}, getenv, io.Discard, io.Discard))
 	got := f.deliveries()
 	payload := func(source, event string) map[string]any {
 		for _, r := range got {
@@ -164,13 +151,11 @@ func TestDemoRefundsReferToTheirPayments(t *testing.T) {
 				var m map[string]any
 				dec := json.NewDecoder(bytes.NewReader(r.d.Payload))
 				dec.UseNumber()
-				if err := dec.Decode(&m); err != nil {
-					t.Fatalf("%s %s: %v", source, event, err)
-				}
+				require.NoError(t, dec.Decode(&m), "%s %s", source, event)
 				return m
 			}
 		}
-		t.Fatalf("no %s %s delivery", source, event)
+		require.FailNow(t, "no delivery", "no %s %s delivery", source, event)
 		return nil
 	}
 	dig := func(m map[string]any, path ...string) any {
@@ -183,30 +168,20 @@ func TestDemoRefundsReferToTheirPayments(t *testing.T) {
 
 	pi := payload("stripe", "payment_intent.succeeded")
 	ch := payload("stripe", "charge.refunded")
-	if got, want := dig(ch, "data", "object", "payment_intent"), dig(pi, "data", "object", "id"); got != want {
-		t.Errorf("stripe refund's payment_intent %v, want %v", got, want)
-	}
-	if got := dig(pi, "data", "object", "amount_received"); got != json.Number("2000") {
-		t.Errorf("stripe amount_received %v, want 2000", got)
-	}
-	if got := dig(ch, "data", "object", "amount_refunded"); got != json.Number("500") {
-		t.Errorf("stripe amount_refunded %v, want 500", got)
-	}
+	assert.Equal(t, dig(pi, "data", "object", "id"), dig(ch, "data", "object", "payment_intent"), "stripe refund's payment_intent")
+	assert.Equal(t, json.Number("2000"), dig(pi, "data", "object", "amount_received"), "stripe amount_received")
+	assert.Equal(t, json.Number("500"), dig(ch, "data", "object", "amount_refunded"), "stripe amount_refunded")
 
 	pay := payload("payments", "payment.succeeded")
 	ref := payload("payments", "payment.refunded")
-	if got, want := dig(ref, "data", "payment_id"), dig(pay, "data", "payment_id"); got != want {
-		t.Errorf("standard refund's payment_id %v, want %v", got, want)
-	}
+	assert.Equal(t, dig(pay, "data", "payment_id"), dig(ref, "data", "payment_id"), "standard refund's payment_id")
 	if dig(ref, "data", "refund_id") == nil || dig(pay, "data", "merchant_id") != "m_demo" || dig(pay, "data", "currency") != "EUR" {
 		t.Errorf("standard samples lack refund_id, merchant_id m_demo or currency EUR: %v %v", pay, ref)
 	}
 
 	order := payload("shopify", "orders/paid")
 	refund := payload("shopify", "refunds/create")
-	if got, want := refund["order_id"], order["id"]; got != want {
-		t.Errorf("shopify refund's order_id %v, want %v", got, want)
-	}
+	assert.Equal(t, order["id"], refund["order_id"], "shopify refund's order_id")
 	if order["total_price"] != "19.99" || order["currency"] != "USD" {
 		t.Errorf("shopify order: total_price %v currency %v", order["total_price"], order["currency"])
 	}
@@ -217,17 +192,11 @@ func TestSingleDelivery(t *testing.T) {
 	f, url := startFake(t, 0)
 	var stdout bytes.Buffer
 	args := []string{"--url", url, "--source", "github", "--event", "pull_request.opened", "--delivery-id", "d-1", "--repeat", "3"}
-	if err := run(context.Background(), args, getenv, &stdout, io.Discard); err != nil {
-		t.Fatalf("run: %v\n%s", err, stdout.String())
-	}
+	require.NoError(t, run(context.Background(), args, getenv, &stdout, io.Discard), "run\n%s", stdout.String())
 	got := f.deliveries()
-	if len(got) != 3 {
-		t.Fatalf("server verified %d requests, want 3", len(got))
-	}
+	require.Len(t, got, 3, "requests the server verified")
 	for _, r := range got {
-		if r.d.DeliveryID != "d-1" || r.d.EventType != "pull_request.opened" {
-			t.Errorf("got delivery %q event %q, want d-1 pull_request.opened", r.d.DeliveryID, r.d.EventType)
-		}
+		assert.Equal(t, [2]string{"d-1", "pull_request.opened"}, [2]string{r.d.DeliveryID, r.d.EventType}, "delivery id and event")
 	}
 }
 
@@ -237,13 +206,9 @@ func TestSingleDeliveryToNamedSource(t *testing.T) {
 	t.Parallel()
 	_, url := startFake(t, 0)
 	err := run(context.Background(), []string{"--url", url, "--source", "payments"}, getenv, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "--provider is required") {
-		t.Fatalf("without --provider: got %v", err)
-	}
+	require.ErrorContains(t, err, "--provider is required", "without --provider")
 	f, url := startFake(t, 0)
-	if err := run(context.Background(), []string{"--url", url, "--source", "payments", "--provider", "standard", "--event", "payment.refunded"}, getenv, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, run(context.Background(), []string{"--url", url, "--source", "payments", "--provider", "standard", "--event", "payment.refunded"}, getenv, io.Discard, io.Discard))
 	if got := f.deliveries(); len(got) != 1 || got[0].d.EventType != "payment.refunded" {
 		t.Fatalf("got %+v, rejected %q", got, f.rejections())
 	}
@@ -254,47 +219,35 @@ func TestNon2xxFails(t *testing.T) {
 	_, url := startFake(t, http.StatusServiceUnavailable)
 	var stdout bytes.Buffer
 	err := run(context.Background(), []string{"demo", "--url", url}, getenv, &stdout, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "not 2xx") {
-		t.Fatalf("got %v, want an error about answers that are not 2xx", err)
-	}
-	if !strings.Contains(stdout.String(), "-> 503") {
-		t.Errorf("the answers are not printed:\n%s", stdout.String())
-	}
+	require.ErrorContains(t, err, "not 2xx", "an error about answers that are not 2xx")
+	assert.Contains(t, stdout.String(), "-> 503", "the answers are printed")
 }
 
 func TestWrongSecretFails(t *testing.T) {
 	t.Parallel()
 	f, url := startFake(t, 0)
 	err := run(context.Background(), []string{"--url", url, "--source", "shopify", "--secret", "not-the-secret"}, getenv, io.Discard, io.Discard)
-	if err == nil {
-		t.Fatal("a delivery signed with the wrong secret did not fail")
-	}
-	if r := f.rejections(); len(r) != 1 || !strings.Contains(r[0], "no signature matches") {
-		t.Errorf("rejections %q, want one for a signature that does not match", r)
+	require.Error(t, err, "a delivery signed with the wrong secret did not fail")
+	r := f.rejections()
+	if assert.Len(t, r, 1, "rejections") {
+		assert.Contains(t, r[0], "no signature matches", "a rejection for a signature that does not match")
 	}
 }
 
 func TestMissingSecretNamesTheVariable(t *testing.T) {
 	t.Parallel()
 	err := run(context.Background(), []string{"demo", "--url", "http://127.0.0.1:1"}, func(string) string { return "" }, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "STRIPE_WEBHOOK_SECRET") {
-		t.Fatalf("got %v, want an error naming STRIPE_WEBHOOK_SECRET", err)
-	}
+	require.ErrorContains(t, err, "STRIPE_WEBHOOK_SECRET", "an error naming the variable")
 }
 
 func TestBodyFileStripe(t *testing.T) {
 	t.Parallel()
 	body := []byte(`{"id":"evt_from_file","object":"event","type":"customer.created","data":{"object":{}}}`)
 	d, err := fromBody(provider.Stripe, "stripe", "", "", body, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.id != "evt_from_file" || d.event != "customer.created" {
-		t.Errorf("id %q event %q", d.id, d.event)
-	}
-	if _, err := fromBody(provider.Stripe, "stripe", "", "evt_other", body, time.Now()); err == nil {
-		t.Error("a --delivery-id that contradicts the body's id was accepted")
-	}
+	require.NoError(t, err)
+	assert.Equal(t, [2]string{"evt_from_file", "customer.created"}, [2]string{d.id, d.event}, "id and event")
+	_, err = fromBody(provider.Stripe, "stripe", "", "evt_other", body, time.Now())
+	assert.Error(t, err, "a --delivery-id that contradicts the body's id was accepted")
 }
 
 // --count N sends N distinct deliveries (own delivery id, own payment id),

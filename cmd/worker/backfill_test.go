@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 const backfillKey = "sk_test_51CmdBackfillKey000000000000000000"
@@ -115,9 +117,7 @@ func TestBackfillCommandDryRunThenRun(t *testing.T) {
 	require.Regexp(t, `evt_cmd2\s+customer.created`, stdout)
 	require.NotContains(t, stdout, "evt_cmd1")
 	require.Contains(t, stderr, "backfill: page 1")
-	var n int
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM envelope`).Scan(&n))
-	require.Equal(t, 1, n)
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
 
 	stdout, stderr, err = runBackfillCmd(t, getenv, "--source", "stripe", "--since", "24h", "--json")
 	require.NoError(t, err, stderr)

@@ -86,13 +86,6 @@ func (b *admBundle) insert(t *testing.T, source, deliveryID string, body []byte)
 	return res.EnvelopeID
 }
 
-func (b *admBundle) count(t *testing.T, q string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), q, args...).Scan(&n))
-	return n
-}
-
 func admItoa(id int64) string { return strconv.FormatInt(id, 10) }
 
 // field returns the value printed after label in a two-column table.
@@ -122,9 +115,9 @@ func TestReplayCommandByIDs(t *testing.T) {
 	require.Equal(t, admItoa(queued), admField(t, out, "skipped ids"))
 	require.Equal(t, "1", admField(t, out, "batches"))
 	batchID := admField(t, out, "batch id")
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_replay WHERE envelope_id = $1 AND actor = 'alice'
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE envelope_id = $1 AND actor = 'alice'
 		AND reason = 'INC-7 fixed' AND batch_id = $2::uuid AND prior_status = 'failed'`, ids[0], batchID))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_replay`))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
 
 	// --json, and the default actor is the OS user.
 	out, _, err = b.run(t, "replay", "--json", "--reason", "again", admItoa(ids[1]))
@@ -139,7 +132,7 @@ func TestReplayCommandByIDs(t *testing.T) {
 	require.Equal(t, 1, res.Matched)
 	require.NotEmpty(t, res.BatchID)
 	require.Contains(t, out, `"skipped_already_queued": 0`)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_replay WHERE envelope_id = $1 AND actor <> ''`, ids[1]))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE envelope_id = $1 AND actor <> ''`, ids[1]))
 }
 
 func TestReplayCommandByFilter(t *testing.T) {
@@ -155,7 +148,7 @@ func TestReplayCommandByFilter(t *testing.T) {
 	require.Contains(t, out, "first 10 by id:")
 	require.Contains(t, out, "DELIVERY ID")
 	require.Equal(t, 10, strings.Count(out, " gh-"), "a sample of 10")
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`), "a dry run changes nothing")
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`), "a dry run changes nothing")
 
 	out, _, err = b.run(t, "replay", "--dry-run", "--json", "--source", "gh", "--limit", "5")
 	require.NoError(t, err)
@@ -174,8 +167,8 @@ func TestReplayCommandByFilter(t *testing.T) {
 	require.Equal(t, "12", admField(t, out, "replayed"))
 	require.Equal(t, "3", admField(t, out, "batches"))
 	require.NotContains(t, stderr, "[", "no progress bar when stderr is not a terminal")
-	require.Equal(t, 12, b.count(t, `SELECT count(*) FROM envelope WHERE source = 'gh' AND status = 'pending'`))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE source = 'other' AND status = 'failed'`))
+	require.Equal(t, 12, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE source = 'gh' AND status = 'pending'`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE source = 'other' AND status = 'failed'`))
 
 	out, _, err = b.run(t, "replay", "--reason", "capped", "--source", "other", "--limit", "1")
 	require.NoError(t, err)
@@ -214,8 +207,8 @@ func TestReplayCommandErrors(t *testing.T) {
 		require.Equal(t, tc.code, exitCode(err), "%s: %v", tc.name, err)
 		require.ErrorContains(t, err, tc.msg, tc.name)
 	}
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job`))
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`))
 }
 
 func TestAdminCommandsHelp(t *testing.T) {
@@ -256,8 +249,8 @@ func TestReplayCommandInterruptedBeforeStart(t *testing.T) {
 	_, _, err := admRun(ctx, b.url, "replay", "--reason", "x", "--source", "gh")
 	require.Error(t, err)
 	require.Equal(t, 1, exitCode(err))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'pending' AND id = ANY($1)`, ids))
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE status = 'pending' AND id = ANY($1)`, ids))
 }
 
 func TestRenderProgress(t *testing.T) {
@@ -335,7 +328,7 @@ func TestReplayCommandInterrupted(t *testing.T) {
 	replayed, err := strconv.Atoi(admField(t, out, "replayed"))
 	require.NoError(t, err)
 	require.Less(t, replayed, 500)
-	require.Equal(t, replayed, b.count(t, `SELECT count(*) FROM envelope_replay`))
-	require.Equal(t, replayed, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'pending'`))
-	require.Equal(t, replayed, b.count(t, `SELECT count(*) FROM river_job`))
+	require.Equal(t, replayed, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
+	require.Equal(t, replayed, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE status = 'pending'`))
+	require.Equal(t, replayed, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`))
 }

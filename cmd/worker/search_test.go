@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/admin"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // listed runs envelopes list --json with args and returns the ids, newest
@@ -79,11 +80,11 @@ func TestReplayCommandByCause(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "2", admField(t, out, "matched"))
 	require.Equal(t, "2", admField(t, out, "would replay"))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`), "a dry run changes nothing")
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`), "a dry run changes nothing")
 
 	out, _, err = b.run(t, "replay", "--reason", "destination back", "--status", "failed", "--cause", "forward_5xx")
 	require.NoError(t, err)
 	require.Equal(t, "2", admField(t, out, "replayed"))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_replay WHERE filter->>'cause' = 'forward_5xx' AND envelope_id = ANY($1)`, failed[1:3]))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'failed'`), "other causes stay failed")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE filter->>'cause' = 'forward_5xx' AND envelope_id = ANY($1)`, failed[1:3]))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE status = 'failed'`), "other causes stay failed")
 }

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -89,13 +90,6 @@ func seedFailed(t testing.TB, pool *pgxpool.Pool, source string, n int) []int64 
 	return ids
 }
 
-func (b *bundle) count(t testing.TB, q string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), q, args...).Scan(&n))
-	return n
-}
-
 func (b *bundle) status(t testing.TB, id int64) string {
 	t.Helper()
 	var s string
@@ -103,16 +97,13 @@ func (b *bundle) status(t testing.TB, id int64) string {
 	return s
 }
 
-// eventually polls cond every 10 ms until it holds, or fails after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// waitStatusIs waits up to timeout until envelope id's status is want.
+func (b *bundle) waitStatusIs(t *testing.T, timeout time.Duration, what string, id int64, want string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	pgtest.Eventually(t, timeout, what, func() (bool, string) {
+		s := b.status(t, id)
+		return s == want, fmt.Sprintf("envelope %d is %s, want %s", id, s, want)
+	})
 }
 
 // jobsPerEnvelope counts process_envelope jobs per envelope, every state.

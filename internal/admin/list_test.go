@@ -5,12 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 func ids(s []Summary) []int64 {
@@ -78,10 +80,10 @@ func TestShowEverything(t *testing.T) {
 	_, err = b.store.Insert(ctx, envelope.NewDelivery{Source: "src", Provider: "standard", DeliveryID: "msg_show", EventType: "payment.succeeded", Body: []byte(`{"other":1}`), Headers: map[string]string{"webhook-signature": "[redacted]"}})
 	var conflict *envelope.ConflictError
 	require.True(t, errors.As(err, &conflict))
-	eventually(t, 20*time.Second, "processing", func() bool { return b.status(t, id) == "done" })
+	b.waitStatusIs(t, 20*time.Second, "processing", id, "done")
 	_, err = Replay(ctx, b.pool, b.jobs, ReplayRequest{Filter: Filter{IDs: []int64{id}}, Actor: "alice", Reason: "check"})
 	require.NoError(t, err)
-	eventually(t, 20*time.Second, "reprocessing", func() bool { return b.status(t, id) == "done" })
+	b.waitStatusIs(t, 20*time.Second, "reprocessing", id, "done")
 
 	d, err := Show(ctx, b.pool, id, ShowOptions{})
 	require.NoError(t, err)
@@ -216,8 +218,9 @@ func TestListShowsWhyStoredEnvelopesWereNotRouted(t *testing.T) {
 	require.NoError(t, err)
 	noType := res.EnvelopeID
 	unknown := b.insert(t, "standard", "msg_unknown", "invoice.created", []byte(`{"type":"invoice.created"}`))
-	eventually(t, 10*time.Second, "both ignored", func() bool {
-		return b.status(t, noType) == "ignored" && b.status(t, unknown) == "ignored"
+	pgtest.Eventually(t, 10*time.Second, "both ignored", func() (bool, string) {
+		a, c := b.status(t, noType), b.status(t, unknown)
+		return a == "ignored" && c == "ignored", fmt.Sprintf("envelope %d is %s, envelope %d is %s", noType, a, unknown, c)
 	})
 
 	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{Status: envelope.StatusIgnored}})

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // snapshot fingerprints every row a replay could touch.
@@ -100,7 +102,7 @@ func TestReplayByIDs(t *testing.T) {
 		require.Equal(t, map[string]any{"ids": []any{float64(ids[0]), float64(ids[2])}}, filter)
 		require.Equal(t, res.BatchID, batchID)
 		require.Equal(t, "failed", prior)
-		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'available' AND (args->>'envelope_id')::bigint = $2`, jobID, id))
+		require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'available' AND (args->>'envelope_id')::bigint = $2`, jobID, id))
 	}
 	require.Equal(t, "failed", b.status(t, ids[1]))
 	require.Equal(t, map[int64]int{ids[0]: 1, ids[2]: 1}, b.jobsPerEnvelope(t))
@@ -163,10 +165,10 @@ func TestReplayByFilterInBatches(t *testing.T) {
 	}
 	require.Equal(t, []int{0, 10, 20, 24}, []int{progress[0].Replayed, progress[1].Replayed, progress[2].Replayed, progress[3].Replayed})
 
-	require.Equal(t, 24, b.count(t, `SELECT count(*) FROM envelope WHERE source = 'gh' AND status = 'pending'`))
+	require.Equal(t, 24, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE source = 'gh' AND status = 'pending'`))
 	require.Equal(t, "done", b.status(t, target[24]))
-	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM envelope WHERE source = 'other' AND status = 'failed'`))
-	require.Equal(t, 24, b.count(t, `SELECT count(DISTINCT envelope_id) FROM envelope_replay WHERE batch_id = $1::uuid`, res.BatchID))
+	require.Equal(t, 5, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE source = 'other' AND status = 'failed'`))
+	require.Equal(t, 24, pgtest.Count(t, b.pool, `SELECT count(DISTINCT envelope_id) FROM envelope_replay WHERE batch_id = $1::uuid`, res.BatchID))
 	for _, id := range other {
 		require.Zero(t, b.jobsPerEnvelope(t)[id])
 	}
@@ -204,7 +206,7 @@ func TestReplayLimit(t *testing.T) {
 	require.Equal(t, 12, res.Replayed)
 	require.True(t, res.LimitReached)
 	require.Equal(t, 3, res.Batches)
-	require.Equal(t, 12, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'pending'`))
+	require.Equal(t, 12, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE status = 'pending'`))
 	require.Equal(t, "pending", b.status(t, ids[11]), "the first ids, in order")
 	require.Equal(t, "failed", b.status(t, ids[12]))
 
@@ -236,7 +238,7 @@ func TestReplaySkipsEnvelopeWithLiveJob(t *testing.T) {
 	require.Equal(t, 1, res.Replayed)
 	require.Equal(t, 1, res.Skipped)
 	require.Equal(t, []int64{queued}, res.SkippedIDs)
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay WHERE envelope_id = $1`, queued))
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE envelope_id = $1`, queued))
 
 	// Every live state counts; a finished job does not.
 	for _, state := range []string{"available", "retryable", "running", "pending"} {
@@ -283,7 +285,7 @@ func TestConcurrentReplaysSerialize(t *testing.T) {
 		require.Equal(t, 200, results[i].Replayed+results[i].Skipped)
 	}
 	require.Equal(t, 200, replayed)
-	require.Equal(t, 200, b.count(t, `SELECT count(*) FROM envelope_replay`))
+	require.Equal(t, 200, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
 	jobs := b.jobsPerEnvelope(t)
 	require.Len(t, jobs, 200)
 	for id, n := range jobs {
@@ -297,8 +299,8 @@ func TestReplayDonePaymentPostsOnce(t *testing.T) {
 	ctx := context.Background()
 	b.runWorker(t)
 	id := b.insert(t, "standard", "msg_1", "payment.succeeded", standardPayment("pay_1"))
-	eventually(t, 20*time.Second, "first processing", func() bool { return b.status(t, id) == "done" })
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM ledger_transaction`))
+	b.waitStatusIs(t, 20*time.Second, "first processing", id, "done")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`))
 
 	res, err := Replay(ctx, b.pool, b.jobs, req(Filter{IDs: []int64{id}}))
 	require.NoError(t, err)
@@ -306,14 +308,16 @@ func TestReplayDonePaymentPostsOnce(t *testing.T) {
 	var replayJob int64
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT job_id FROM envelope_replay WHERE envelope_id = $1 AND prior_status = 'done'`, id).Scan(&replayJob))
 
-	eventually(t, 20*time.Second, "the replay's job to complete", func() bool {
-		return b.count(t, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'completed'`, replayJob) == 1
+	pgtest.Eventually(t, 20*time.Second, "the replay's job to complete", func() (bool, string) {
+		var state string
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT coalesce((SELECT state::text FROM river_job WHERE id = $1), 'gone')`, replayJob).Scan(&state))
+		return state == "completed", fmt.Sprintf("job %d is %s", replayJob, state)
 	})
 	require.Equal(t, "done", b.status(t, id))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'done'`, id))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND job_id = $2`, id, replayJob))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM ledger_transaction`), "a replay must not post twice")
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM ledger_entry`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'done'`, id))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND job_id = $2`, id, replayJob))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`), "a replay must not post twice")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_entry`))
 	var result map[string]any
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT result FROM envelope WHERE id = $1`, id).Scan(&result))
 	require.Equal(t, false, result["posted"])
@@ -335,10 +339,13 @@ func TestReplayFailedProcessesIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	b.runWorker(t)
-	eventually(t, 20*time.Second, "processing", func() bool { return b.status(t, id) != "pending" })
+	pgtest.Eventually(t, 20*time.Second, "processing", func() (bool, string) {
+		s := b.status(t, id)
+		return s != "pending", fmt.Sprintf("envelope %d is %s", id, s)
+	})
 	require.Equal(t, "done", b.status(t, id))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1`, id))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'done'`, id))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1`, id))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'done'`, id))
 }
 
 // TestBulkReplayProcessesEachOnce replays 3000 failed envelopes in batches,
@@ -358,17 +365,17 @@ func TestBulkReplayProcessesEachOnce(t *testing.T) {
 	require.Equal(t, n/DefaultBatchSize, res.Batches)
 
 	b.runWorker(t)
-	eventually(t, 3*time.Minute, "3000 envelopes done", func() bool {
-		return b.count(t, `SELECT count(*) FROM envelope WHERE status = 'done'`) == n &&
-			b.count(t, `SELECT count(*) FROM river_job WHERE state = 'completed'`) == n
+	pgtest.Eventually(t, 3*time.Minute, "3000 envelopes done", func() (bool, string) {
+		done, completed := pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE status = 'done'`), pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE state = 'completed'`)
+		return done == n && completed == n, fmt.Sprintf("%d envelopes done, %d jobs completed, want %d", done, completed, n)
 	})
-	require.Equal(t, n, b.count(t, `SELECT count(*) FROM river_job`))
-	require.Zero(t, b.count(t, `
+	require.Equal(t, n, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`))
+	require.Zero(t, pgtest.Count(t, b.pool, `
 		SELECT count(*) FROM (SELECT (args->>'envelope_id')::bigint FROM river_job GROUP BY 1 HAVING count(*) <> 1) x`), "one job per envelope")
-	require.Zero(t, b.count(t, `
+	require.Zero(t, pgtest.Count(t, b.pool, `
 		SELECT count(*) FROM envelope e
 		 WHERE (SELECT count(*) FROM envelope_attempt a WHERE a.envelope_id = e.id AND a.outcome = 'done') <> 1`), "one done attempt per envelope")
-	require.Equal(t, n, b.count(t, `SELECT count(*) FROM envelope_attempt`))
+	require.Equal(t, n, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt`))
 }
 
 // partition checks that every envelope is either fully replayed (pending, one
@@ -516,5 +523,5 @@ func TestReplayRefusesPurgedEnvelopes(t *testing.T) {
 	require.Equal(t, 1, res.Replayed)
 	require.Equal(t, "done", b.status(t, ids[0]))
 	require.Equal(t, "pending", b.status(t, ids[1]))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE args->>'source' = 'src'`), "the replayed job carries its source")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE args->>'source' = 'src'`), "the replayed job carries its source")
 }

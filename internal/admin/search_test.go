@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
@@ -26,7 +28,7 @@ func TestStatsGroupsFailuresByCause(t *testing.T) {
 	}
 	b.runWorker(t)
 	waitStatus(t, b, ids, envelope.StatusFailed)
-	require.Equal(t, 3, b.count(t, `SELECT count(DISTINCT last_error) FROM envelope WHERE id = ANY($1)`, ids), "the messages differ")
+	require.Equal(t, 3, pgtest.Count(t, b.pool, `SELECT count(DISTINCT last_error) FROM envelope WHERE id = ANY($1)`, ids), "the messages differ")
 
 	st, err := GetStats(ctx, b.pool)
 	require.NoError(t, err)
@@ -41,9 +43,10 @@ func TestStatsGroupsFailuresByCause(t *testing.T) {
 // waitStatus waits until every envelope of ids has status.
 func waitStatus(t *testing.T, b *bundle, ids []int64, status envelope.Status) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND status = $2`, ids, status) == len(ids)
-	}, 20*time.Second, 10*time.Millisecond)
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("envelopes %v to be %s", ids, status), func() (bool, string) {
+		n := pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND status = $2`, ids, status)
+		return n == len(ids), fmt.Sprintf("%d of %d are", n, len(ids))
+	})
 }
 
 // searchSetup stores three envelopes to search: two Standard payments of
@@ -151,12 +154,13 @@ func TestSearchReplayByCauseDryRun(t *testing.T) {
 	other := b.insert(t, "standard", "x-3", "payment.succeeded", []byte(`{"type":"payment.succeeded","data":{}}`))
 	b.runWorker(t)
 	waitStatus(t, b, append([]int64{other}, bad...), envelope.StatusFailed)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND last_cause = 'invalid_payload'`, other))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND last_cause = 'invalid_payload'`, other))
 
 	// River records the cancelled jobs after the worker's commit.
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM river_job WHERE state = ANY($1::river_job_state[])`, envelope.LiveJobStates()) == 0
-	}, 20*time.Second, 10*time.Millisecond)
+	pgtest.Eventually(t, 20*time.Second, "no live jobs", func() (bool, string) {
+		n := pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE state = ANY($1::river_job_state[])`, envelope.LiveJobStates())
+		return n == 0, fmt.Sprintf("%d live jobs", n)
+	})
 	f := Filter{Status: envelope.StatusFailed, Cause: "unknown_currency"}
 	dry, err := DryRun(ctx, b.pool, f, 0)
 	require.NoError(t, err)
@@ -168,12 +172,12 @@ func TestSearchReplayByCauseDryRun(t *testing.T) {
 		require.Equal(t, "unknown_currency", *s.LastCause)
 	}
 	require.ElementsMatch(t, bad, sample)
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope_replay`), "a dry run changes nothing")
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`), "a dry run changes nothing")
 
 	res, err := Replay(ctx, b.pool, b.jobs, ReplayRequest{Filter: f, Actor: "alice", Reason: "currency table fixed"})
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Replayed)
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_replay WHERE filter->>'cause' = 'unknown_currency' AND envelope_id = ANY($1)`, bad))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE filter->>'cause' = 'unknown_currency' AND envelope_id = ANY($1)`, bad))
 	require.Equal(t, "failed", b.status(t, other), "another cause is not replayed")
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/backfill"
 	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
@@ -104,9 +105,7 @@ func TestStripeBackfillStoresMissingEventsOnly(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.sendStripe(t, events[50]))
 	late := b.envelopes(t, "stripe")[eventID(t, events[50])]
 	require.Equal(t, [3]any{1, 1, "backfill"}, [3]any{late.Dups, late.Jobs, late.Origin})
-	var conflicts int
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM envelope_conflict`).Scan(&conflicts))
-	require.Zero(t, conflicts)
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict`))
 	got = b.envelopes(t, "stripe")
 
 	// Run again: nothing is missing any more.
@@ -176,9 +175,7 @@ func TestStripeBackfillDryRunStoresNothing(t *testing.T) {
 	require.NotContains(t, ids, eventID(t, events[3]))
 	require.Equal(t, eventID(t, events[0]), ids[0])
 	require.Len(t, b.envelopes(t, "stripe"), 1)
-	var jobs int
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job`).Scan(&jobs))
-	require.Equal(t, 1, jobs, "only the delivered event's job")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`), "only the delivered event's job")
 	row := b.run(t, res.RunID)
 	require.True(t, row.DryRun)
 	require.Equal(t, [3]int{30, 29, 0}, [3]int{row.Listed, row.Found, row.Stored})
@@ -227,9 +224,7 @@ func TestStripeWebhookRacingTheBackfillIsStoredOnce(t *testing.T) {
 		}
 	}
 	require.Equal(t, res.Stored, backfilled)
-	var conflicts int
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM envelope_conflict`).Scan(&conflicts))
-	require.Zero(t, conflicts)
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict`))
 	require.Equal(t, 300, res.Listed)
 	require.Equal(t, res.Found, res.Stored+res.Raced, "every missing event is stored by the run or was by its webhook")
 	t.Logf("found %d, stored %d, raced %d", res.Found, res.Stored, res.Raced)
@@ -381,9 +376,7 @@ func TestShopifyCannotBeBackfilled(t *testing.T) {
 	_, err := b.runner.Run(context.Background(), backfill.Request{Source: b.cfg.Sources["shop"], Since: time.Now().Add(-time.Hour), Actor: "x"})
 	require.ErrorIs(t, err, backfill.ErrUnsupported)
 	require.Contains(t, err.Error(), "keeps no log")
-	var runs int
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM backfill_run`).Scan(&runs))
-	require.Zero(t, runs)
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM backfill_run`))
 }
 
 // events: only the types the endpoint is subscribed to are listed (types[],

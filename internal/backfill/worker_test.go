@@ -163,9 +163,7 @@ func TestReconcileRetryResumesItsRun(t *testing.T) {
 	require.Equal(t, observed{"stripe", "failed", 100, 100}, nextResult(t, results))
 	require.Equal(t, observed{"stripe", "done", 50, 50}, nextResult(t, results), "the retry's own counts: the first attempt's 100 were observed already")
 	require.Len(t, b.envelopes(t, "stripe"), 150)
-	var runs int
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM backfill_run`).Scan(&runs))
-	require.Equal(t, 1, runs)
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM backfill_run`))
 	firstPages := 0
 	for _, r := range fake.requests() {
 		if r.Query.Get("starting_after") == "" {

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/labels"
 )
@@ -36,13 +39,9 @@ func TestForwardDefaults(t *testing.T) {
         mode: instead
         timeout: 60s
 `)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fw := cfg.Sources["payments"].Forward
-	if len(fw) != 2 {
-		t.Fatalf("got %d destinations, want 2", len(fw))
-	}
+	require.Len(t, fw, 2, "destinations")
 	if fw[0].Mode != config.ForwardBesides || fw[0].Timeout != config.DefaultForwardTimeout || fw[0].Secret != forwardSecret || len(fw[0].Events) != 0 {
 		t.Errorf("first destination = %+v, want besides, 10s, the expanded secret, every event", *fw[0])
 	}
@@ -75,21 +74,16 @@ func TestForwardInvalid(t *testing.T) {
 	} {
 		// The bad entry is second: the error names its index.
 		_, err := parseForward("      - {url: \"http://h/ok\", secret: \"${FORWARD_SECRET}\"}\n      - " + tt.entry + "\n")
-		if err == nil {
-			t.Errorf("%s: accepted", tt.name)
+		if !assert.Error(t, err, "%s: accepted", tt.name) {
 			continue
 		}
 		msg := err.Error()
-		if !strings.Contains(msg, tt.want) {
-			t.Errorf("%s: error %q does not contain %q", tt.name, msg, tt.want)
-		}
-		if tt.name != "unknown key" && !strings.Contains(msg, `source "payments": forward[1]: `) {
-			t.Errorf("%s: error %q does not name the source and destination", tt.name, msg)
+		assert.Contains(t, msg, tt.want, tt.name)
+		if tt.name != "unknown key" {
+			assert.Contains(t, msg, `source "payments": forward[1]: `, "%s: the error names the source and destination", tt.name)
 		}
 		for _, secret := range []string{forwardSecret, strings.TrimPrefix(forwardSecret, "whsec_"), "c2VjcmV0", "p%zz"} {
-			if strings.Contains(msg, secret) {
-				t.Errorf("%s: error %q shows %q", tt.name, msg, secret)
-			}
+			assert.NotContains(t, msg, secret, "%s: the error shows a secret", tt.name)
 		}
 	}
 }
@@ -168,23 +162,16 @@ sources:
 `, []string{"line 9: cannot unmarshal !!str a value into []string"}},
 	} {
 		_, err := config.Parse([]byte(tt.doc), func(string) string { return tt.value })
-		if err == nil {
-			t.Errorf("%s: accepted", tt.name)
+		if !assert.Error(t, err, "%s: accepted", tt.name) {
 			continue
 		}
 		msg := err.Error()
 		for _, w := range tt.want {
-			if !strings.Contains(msg, w) {
-				t.Errorf("%s: error %q does not contain %q", tt.name, msg, w)
-			}
+			assert.Contains(t, msg, w, tt.name)
 		}
-		if strings.Contains(msg, "`") {
-			t.Errorf("%s: error %q quotes a value", tt.name, msg)
-		}
+		assert.NotContains(t, msg, "`", "%s: the error quotes a value", tt.name)
 		for _, leak := range []string{tt.value[:4], "S3cr3t", short, "b`c", "d` into x"} {
-			if strings.Contains(msg, leak) {
-				t.Errorf("%s: error %q shows %q of the value", tt.name, msg, leak)
-			}
+			assert.NotContains(t, msg, leak, "%s: the error shows part of the value", tt.name)
 		}
 	}
 }
@@ -199,25 +186,20 @@ sources:
     provider: standard
     secrets: ["`+forwardSecret+`"]
 `), func(string) string { return "" })
-	if err == nil {
-		t.Fatal(`a source named "unknown" was accepted`)
+	require.Error(t, err, `a source named "unknown" was accepted`)
+	for _, want := range []string{`source "unknown"`, "reserved", "metrics"} { // the source, that the name is reserved, and why
+		assert.ErrorContains(t, err, want)
 	}
-	if msg := err.Error(); !strings.Contains(msg, `source "unknown"`) || !strings.Contains(msg, "reserved") || !strings.Contains(msg, "metrics") {
-		t.Errorf("error %q: want the source, that the name is reserved, and why", msg)
-	}
-	if config.ReservedSourceName != labels.UnknownSourceName {
-		t.Errorf("ReservedSourceName = %q, labels.UnknownSourceName = %q", config.ReservedSourceName, labels.UnknownSourceName)
-	}
+	assert.Equal(t, labels.UnknownSourceName, config.ReservedSourceName, "ReservedSourceName and labels.UnknownSourceName")
 
 	// Names that merely contain it are fine.
-	if _, err := config.Parse([]byte(`
+	_, err = config.Parse([]byte(`
 sources:
   unknown-shop:
     provider: standard
     secrets: ["`+forwardSecret+`"]
-`), func(string) string { return "" }); err != nil {
-		t.Errorf("unknown-shop: %v", err)
-	}
+`), func(string) string { return "" })
+	assert.NoError(t, err, "unknown-shop")
 }
 
 func TestAccountID(t *testing.T) {
@@ -232,17 +214,11 @@ sources:
 `), func(string) string { return "" })
 	}
 	cfg, err := parse("acct_1Nv0FGQ9RKHgCVdK")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := cfg.Sources["stripe-a"].AccountID; got != "acct_1Nv0FGQ9RKHgCVdK" {
-		t.Errorf("AccountID = %q", got)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, "acct_1Nv0FGQ9RKHgCVdK", cfg.Sources["stripe-a"].AccountID)
 	for _, bad := range []string{"acct 1", " acct_1", "acct_\t1"} {
 		_, err := parse(bad)
-		if err == nil || !strings.Contains(err.Error(), `source "stripe-a": account_id`) {
-			t.Errorf("account_id %q: %v, want an error naming the source and key", bad, err)
-		}
+		assert.ErrorContains(t, err, `source "stripe-a": account_id`, "account_id %q: an error naming the source and key", bad)
 	}
 }
 
@@ -258,15 +234,10 @@ sources:
 `), func(string) string { return "" })
 	}
 	cfg, err := parse("96h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := cfg.Sources["stripe"].MaxAge; got != 96*time.Hour {
-		t.Errorf("MaxAge = %s", got)
-	}
-	if _, err := parse("-1h"); err == nil || !strings.Contains(err.Error(), "max_age") {
-		t.Errorf("negative max_age: %v", err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, 96*time.Hour, cfg.Sources["stripe"].MaxAge)
+	_, err = parse("-1h")
+	assert.ErrorContains(t, err, "max_age", "negative max_age")
 }
 
 // The generic HMAC source of docs/providers.md, written out, decodes
@@ -289,18 +260,14 @@ sources:
       event_type: {json: "type"}
 `
 	cfg, err := config.Parse([]byte(src), func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	h := cfg.Sources["acme"].HMAC
 	if h == nil || h.Pairs == nil || h.Pairs.Signature != "v1" || h.DeliveryID.Header != "X-Acme-Delivery" || h.EventType.JSON != "type" {
 		t.Fatalf("hmac = %+v", h)
 	}
-	if _, err := config.Parse([]byte(strings.Replace(src, "signed_content", "signed_contnet", 1)), func(string) string { return "" }); err == nil {
-		t.Error("a misspelt hmac key was accepted")
-	}
-	if _, err := config.Parse([]byte(strings.Replace(src, "delivery_id: {header: X-Acme-Delivery}", "", 1)), func(string) string { return "" }); err == nil ||
-		!strings.Contains(err.Error(), `source "acme"`) || !strings.Contains(err.Error(), "delivery_id") {
-		t.Errorf("hmac source without delivery_id: %v", err)
-	}
+	_, err = config.Parse([]byte(strings.Replace(src, "signed_content", "signed_contnet", 1)), func(string) string { return "" })
+	assert.Error(t, err, "a misspelt hmac key was accepted")
+	_, err = config.Parse([]byte(strings.Replace(src, "delivery_id: {header: X-Acme-Delivery}", "", 1)), func(string) string { return "" })
+	assert.ErrorContains(t, err, `source "acme"`, "hmac source without delivery_id")
+	assert.ErrorContains(t, err, "delivery_id", "hmac source without delivery_id")
 }

@@ -35,27 +35,17 @@ func ghDelivery(id, body string) envelope.NewDelivery {
 		Body: []byte(body), Payload: []byte(body), Headers: map[string]string{"X-GitHub-Event": "push"}}
 }
 
-func (b *storeBundle) count(t *testing.T, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
-}
-
 // holdInserts blocks every envelope insert until the returned func is
 // called, so that the deliveries sent meanwhile queue up and are committed
 // together once it is released.
 func (b *storeBundle) holdInserts(t *testing.T) (release func()) {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "LOCK TABLE envelope IN SHARE MODE")
+	tx := pgtest.Tx(t, b.pool)
+	_, err := tx.Exec(ctx, "LOCK TABLE envelope IN SHARE MODE")
 	require.NoError(t, err)
 	var once sync.Once
-	release = func() { once.Do(func() { require.NoError(t, tx.Rollback(ctx)) }) }
-	t.Cleanup(release)
-	return release
+	return func() { once.Do(func() { require.NoError(t, tx.Rollback(ctx)) }) }
 }
 
 type answer struct {
@@ -78,9 +68,9 @@ func (b *storeBundle) sendTogether(t *testing.T, ds []envelope.NewDelivery) []an
 		r, err := b.store.Insert(context.Background(), ds[0])
 		answers[0] = answer{r, err}
 	}()
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0
-	}, 10*time.Second, 5*time.Millisecond)
+	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "an envelope insert waiting on the lock", func() (bool, string) {
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
+	})
 	for i := 1; i < len(ds); i++ {
 		wg.Add(1)
 		go func(i int) {
@@ -167,11 +157,11 @@ func TestConcurrentDeliveriesShareATransactionAndEachGetsItsOwnAnswer(t *testing
 		require.Equal(t, `{"other":4}`, storedBody, "the copy answered 202 is the one stored")
 	}
 
-	require.Equal(t, 23, b.count(t, `SELECT count(*) FROM envelope`))
-	require.Equal(t, 23, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
-	require.Equal(t, 23, b.count(t, `SELECT count(DISTINCT (args->>'envelope_id')::bigint) FROM river_job WHERE kind = 'process_envelope'`))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_duplicate`))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_conflict`))
+	require.Equal(t, 23, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 23, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+	require.Equal(t, 23, pgtest.Count(t, b.pool, `SELECT count(DISTINCT (args->>'envelope_id')::bigint) FROM river_job WHERE kind = 'process_envelope'`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_duplicate`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict`))
 }
 
 func TestARowTheDatabaseRefusesFailsAloneAndItsNeighboursAreStored(t *testing.T) {
@@ -189,8 +179,8 @@ func TestARowTheDatabaseRefusesFailsAloneAndItsNeighboursAreStored(t *testing.T)
 		require.NoError(t, a.err, ds[i].DeliveryID)
 		require.NotZero(t, a.res.EnvelopeID)
 	}
-	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM envelope`))
-	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+	require.Equal(t, 3, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 3, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
 }
 
 func TestAJobThatCannotBeEnqueuedStoresNeitherItsEnvelopeNorFailsItsNeighbours(t *testing.T) {
@@ -211,9 +201,9 @@ func TestAJobThatCannotBeEnqueuedStoresNeitherItsEnvelopeNorFailsItsNeighbours(t
 	require.NoError(t, answers[0].err)
 	require.ErrorContains(t, answers[1].err, "job insert refused")
 	require.NoError(t, answers[2].err)
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope WHERE source = 'boom'`), "no envelope without its job")
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope`))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE source = 'boom'`), "no envelope without its job")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
 }
 
 func TestADeliveryWhoseContextEndsWhileQueuedIsNotStored(t *testing.T) {
@@ -222,15 +212,15 @@ func TestADeliveryWhoseContextEndsWhileQueuedIsNotStored(t *testing.T) {
 	release := b.holdInserts(t)
 	first := make(chan error, 1)
 	go func() { _, err := b.store.Insert(context.Background(), ghDelivery("first", `{}`)); first <- err }()
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0
-	}, 10*time.Second, 5*time.Millisecond)
+	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "an envelope insert waiting on the lock", func() (bool, string) {
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := b.store.Insert(ctx, ghDelivery("impatient", `{}`))
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "got %v", err)
 	release()
 	require.NoError(t, <-first)
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope WHERE delivery_id = 'impatient'`))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE delivery_id = 'impatient'`))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
 }

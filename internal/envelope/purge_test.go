@@ -9,6 +9,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // DeleteTombstones takes final envelopes processed before the cutoff in
@@ -35,7 +36,7 @@ func TestDeleteTombstones(t *testing.T) {
 	require.Equal(t, 1, n)
 	require.Equal(t, first, last.ID)
 	require.Equal(t, envelope.Deleted{Envelopes: 1, Duplicates: 2}, d)
-	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM envelope`), "a dry run deletes nothing")
+	require.Equal(t, 5, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`), "a dry run deletes nothing")
 
 	batch.DryRun, batch.Limit = false, 10
 	n, last, d, err = envelope.DeleteTombstones(ctx, b.pool, batch)
@@ -44,8 +45,8 @@ func TestDeleteTombstones(t *testing.T) {
 	require.Equal(t, second, last.ID)
 	require.True(t, last.ProcessedAt.Equal(base.Add(time.Second)), "the last one's position: %s", last.ProcessedAt)
 	require.Equal(t, envelope.Deleted{Envelopes: 2, Attempts: 1, Duplicates: 2}, d)
-	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM envelope`))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1`, young))
+	require.Equal(t, 3, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1`, young))
 
 	n, _, _, err = envelope.DeleteTombstones(ctx, b.pool, batch)
 	require.NoError(t, err)
@@ -68,7 +69,7 @@ func TestDropBodies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	require.Equal(t, c, last.ID)
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope WHERE body IS NULL`), "a dry run changes nothing")
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE body IS NULL`), "a dry run changes nothing")
 
 	batch.DryRun = false
 	batch.After = envelope.PurgeCursor{ProcessedAt: base, ID: a}
@@ -76,7 +77,7 @@ func TestDropBodies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "after the cursor only")
 	require.Equal(t, c, last.ID)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE body IS NULL AND payload IS NULL AND body_purged_at IS NOT NULL AND id = $1`, c))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE body IS NULL AND payload IS NULL AND body_purged_at IS NOT NULL AND id = $1`, c))
 
 	n, _, err = envelope.DropBodies(ctx, b.pool, batch)
 	require.NoError(t, err)

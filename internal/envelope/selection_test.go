@@ -11,6 +11,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 func summaryIDs(s []envelope.Summary) []int64 {
@@ -104,7 +105,7 @@ func TestLockForReplayAndRecordReplays(t *testing.T) {
 		return envelope.RecordReplays(ctx, tx, []envelope.Replayed{{EnvelopeID: done, PriorStatus: envelope.StatusDone, JobID: 42}},
 			envelope.ReplayAudit{Actor: "alice", Reason: "why", Filter: []byte(`{"ids":[1]}`), BatchID: "6f1c2b8e-0000-4000-8000-000000000000"})
 	}))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'pending' AND processed_at IS NULL`, done))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'pending' AND processed_at IS NULL`, done))
 	rows, err := envelope.Replays(ctx, b.pool, done)
 	require.NoError(t, err)
 	require.Len(t, rows, 1)

@@ -26,13 +26,6 @@ func setup(t *testing.T) *bundle {
 	return &bundle{pool: pool, store: envelope.NewStore(pool, rc)}
 }
 
-func (b *bundle) count(t *testing.T, q string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), q, args...).Scan(&n))
-	return n
-}
-
 func (b *bundle) exec(t *testing.T, q string, args ...any) {
 	t.Helper()
 	_, err := b.pool.Exec(context.Background(), q, args...)
@@ -77,8 +70,8 @@ func TestInsertStoresNothingWhenTheEnqueueFails(t *testing.T) {
 	_, err := b.store.Insert(ctx, delivery("msg_atomic"))
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "enqueue refused")
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope WHERE delivery_id = 'msg_atomic'`), "no envelope without its job")
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM river_job`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE delivery_id = 'msg_atomic'`), "no envelope without its job")
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`))
 
 	// Other deliveries are unaffected while the trigger is in place.
 	other, err := b.store.Insert(ctx, delivery("msg_other"))
@@ -89,8 +82,8 @@ func TestInsertStoresNothingWhenTheEnqueueFails(t *testing.T) {
 	res, err := b.store.Insert(ctx, delivery("msg_atomic"))
 	require.NoError(t, err)
 	require.False(t, res.Duplicate, "the retry is a new delivery, not a duplicate of an envelope without a job")
-	require.Equal(t, 1, b.count(t, jobsFor, "msg_atomic"))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1 AND state = 'available'`, res.EnvelopeID))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, jobsFor, "msg_atomic"))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1 AND state = 'available'`, res.EnvelopeID))
 }
 
 // The job is written in the envelope's transaction, not beside it: when the
@@ -115,8 +108,8 @@ func TestInsertLeavesNoJobWhenTheCommitFails(t *testing.T) {
 	_, err := b.store.Insert(ctx, delivery("msg_commit"))
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "commit refused")
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope`))
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM river_job`), "a job committed without its envelope")
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`), "a job committed without its envelope")
 }
 
 // Body is the raw bytes as received, byte for byte; the jsonb Payload is

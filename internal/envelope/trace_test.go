@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // TestInsertKeepsTraceContext: a delivery's trace context is stored with
@@ -50,10 +51,7 @@ func TestInsertKeepsTraceContext(t *testing.T) {
 		require.Equal(t, want, *stored)
 		require.Equal(t, want, e.TraceContext)
 	}
-	tx, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	envs, _, err := envelope.LockMany(ctx, tx, ids, false)
+	envs, _, err := envelope.LockMany(ctx, pgtest.Tx(t, b.pool), ids, false) // read-only
 	require.NoError(t, err)
 	require.Equal(t, tp(0), envs[ids[0]].TraceContext)
 	require.Empty(t, envs[ids[1]].TraceContext)

@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -64,9 +66,7 @@ type receiver struct {
 func newReceiver(t *testing.T, respond http.HandlerFunc) *receiver {
 	t.Helper()
 	v, err := provider.New(provider.Config{Provider: provider.Standard, Secrets: []string{forwardSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rc := &receiver{}
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -94,9 +94,7 @@ func (rc *receiver) requests() []received {
 func newForwarder(t *testing.T, url string, timeout time.Duration) *forward.Handler {
 	t.Helper()
 	f, err := forward.NewHandler(&config.Forward{URL: url, Secret: forwardSecret, Timeout: timeout}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return f
 }
 
@@ -113,27 +111,16 @@ func TestForwardDelivers(t *testing.T) {
 	// Twice, as a retry would: the receiver must see the same keys.
 	for range 2 {
 		res, err := f.Handle(context.Background(), nil, env)
-		if err != nil {
-			t.Fatalf("Handle: %v", err)
-		}
+		require.NoError(t, err, "Handle")
 		var got forward.Result
-		if err := json.Unmarshal(res, &got); err != nil {
-			t.Fatalf("result %s: %v", res, err)
-		}
-		want := forward.Result{URL: rc.URL + "/hooks/payments", Status: http.StatusAccepted, Response: long[:1024]}
-		if got != want {
-			t.Fatalf("result = %+v, want %+v", got, want)
-		}
+		require.NoError(t, json.Unmarshal(res, &got), "result %s", res)
+		require.Equal(t, forward.Result{URL: rc.URL + "/hooks/payments", Status: http.StatusAccepted, Response: long[:1024]}, got)
 	}
 
 	reqs := rc.requests()
-	if len(reqs) != 2 {
-		t.Fatalf("receiver got %d requests, want 2", len(reqs))
-	}
+	require.Len(t, reqs, 2, "receiver requests")
 	for _, r := range reqs {
-		if r.err != nil {
-			t.Fatalf("receiver rejected the signature: %v", r.err)
-		}
+		require.NoError(t, r.err, "the receiver verifies the signature")
 		for name, want := range map[string]string{
 			"Idempotency-Key":     "payments:msg_2KWPBgLlAfxdpx2AI54pPJ85f4W",
 			"Content-Type":        "application/json; charset=utf-8",
@@ -142,16 +129,11 @@ func TestForwardDelivers(t *testing.T) {
 			"X-Inbox-Event-Type":  "payment.succeeded",
 			"X-Inbox-Envelope-Id": "42",
 		} {
-			if got := r.header.Get(name); got != want {
-				t.Errorf("%s = %q, want %q", name, got, want)
-			}
+			assert.Equal(t, want, r.header.Get(name), name)
 		}
-		if r.delivery.DeliveryID != "payments:msg_2KWPBgLlAfxdpx2AI54pPJ85f4W" || r.delivery.EventType != "payment.succeeded" {
-			t.Errorf("verified delivery = %q %q", r.delivery.DeliveryID, r.delivery.EventType)
-		}
-		if string(r.body) != forwardBody {
-			t.Errorf("body = %q, want the original bytes %q", r.body, forwardBody)
-		}
+		assert.Equal(t, "payments:msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", r.delivery.DeliveryID, "verified delivery id")
+		assert.Equal(t, "payment.succeeded", r.delivery.EventType, "verified event type")
+		assert.Equal(t, forwardBody, string(r.body), "the original bytes")
 	}
 }
 
@@ -163,20 +145,17 @@ func TestForwardPayloadWhenBodyDropped(t *testing.T) {
 	env.Body = nil // retention dropped it
 	env.Payload = json.RawMessage(`{"data": {"a": "é", "z": 1}, "type": "payment.succeeded"}`)
 	env.Headers = map[string]string{}
-	if _, err := f.Handle(context.Background(), nil, env); err != nil {
-		t.Fatalf("Handle: %v", err)
-	}
+	_, err := f.Handle(context.Background(), nil, env)
+	require.NoError(t, err, "Handle")
 	r := rc.requests()[0]
-	if r.err != nil || string(r.body) != string(env.Payload) || r.header.Get("Content-Type") != "application/json" {
-		t.Fatalf("receiver got body %q, content type %q, verify error %v", r.body, r.header.Get("Content-Type"), r.err)
-	}
+	require.NoError(t, r.err, "verify")
+	require.Equal(t, string(env.Payload), string(r.body))
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
 
 	env.Payload = nil
-	_, err := f.Handle(context.Background(), nil, env)
+	_, err = f.Handle(context.Background(), nil, env)
 	var pe *handlers.PermanentError
-	if !errors.As(err, &pe) {
-		t.Fatalf("no body and no payload: err = %v, want permanent", err)
-	}
+	require.ErrorAs(t, err, &pe, "no body and no payload")
 }
 
 // class names how the worker's outcome map treats an error.
@@ -260,24 +239,16 @@ func TestForwardOutcomes(t *testing.T) {
 			})
 			_, err := newForwarder(t, rc.URL, 0).Handle(context.Background(), nil, forwardEnvelope())
 			got, after := classOf(err)
-			if got != tt.want {
-				t.Fatalf("error %v is %s, want %s", err, got, tt.want)
+			require.Equal(t, tt.want, got, "class of %v", err)
+			assert.True(t, after >= tt.after[0] && after <= tt.after[1], "After = %s, want within %s", after, tt.after)
+			assert.Equal(t, tt.cause, handlers.CauseOf(err), "cause of %v", err)
+			if tt.inError != "" {
+				assert.ErrorContains(t, err, tt.inError)
 			}
-			if after < tt.after[0] || after > tt.after[1] {
-				t.Errorf("After = %s, want within %s", after, tt.after)
+			if err != nil {
+				assert.LessOrEqual(t, len(err.Error()), 512, "the excerpt is bounded")
 			}
-			if c := handlers.CauseOf(err); c != tt.cause {
-				t.Errorf("cause of %v is %q, want %q", err, c, tt.cause)
-			}
-			if tt.inError != "" && !strings.Contains(err.Error(), tt.inError) {
-				t.Errorf("error %q does not contain %q", err, tt.inError)
-			}
-			if err != nil && len(err.Error()) > 512 {
-				t.Errorf("error is %d bytes long: the excerpt is not bounded", len(err.Error()))
-			}
-			if n := len(rc.requests()); n != 1 {
-				t.Errorf("receiver got %d requests, want 1", n)
-			}
+			assert.Len(t, rc.requests(), 1, "receiver requests")
 		})
 	}
 }
@@ -295,18 +266,12 @@ func TestForwardTimeout(t *testing.T) {
 
 	start := time.Now()
 	_, err := newForwarder(t, rc.URL, 100*time.Millisecond).Handle(context.Background(), nil, forwardEnvelope())
-	if c, _ := classOf(err); c != classRetry {
-		t.Fatalf("error %v is %s, want %s", err, c, classRetry)
-	}
-	if c := handlers.CauseOf(err); c != labels.CauseTimeout {
-		t.Errorf("cause of %v is %q, want timeout", err, c)
-	}
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no response within 100ms") {
-		t.Errorf("error %q: want a deadline naming the timeout", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Handle took %s with a 100ms timeout", d)
-	}
+	c, _ := classOf(err)
+	require.Equal(t, classRetry, c, "class of %v", err)
+	assert.Equal(t, labels.CauseTimeout, handlers.CauseOf(err), "cause of %v", err)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "no response within 100ms", "a deadline naming the timeout")
+	assert.LessOrEqual(t, time.Since(start), 5*time.Second, "Handle with a 100ms timeout")
 }
 
 func TestForwardConnectionRefused(t *testing.T) {
@@ -315,15 +280,10 @@ func TestForwardConnectionRefused(t *testing.T) {
 	url := srv.URL + "/hook?token=s3cr3t-token"
 	srv.Close()
 	_, err := newForwarder(t, url, 0).Handle(context.Background(), nil, forwardEnvelope())
-	if c, _ := classOf(err); c != classRetry {
-		t.Fatalf("error %v is %s, want %s", err, c, classRetry)
-	}
-	if strings.Contains(err.Error(), "s3cr3t-token") {
-		t.Errorf("error %q shows the URL's query", err)
-	}
-	if c := handlers.CauseOf(err); c != labels.CauseForwardUnreachable {
-		t.Errorf("cause of %v is %q, want forward_unreachable", err, c)
-	}
+	c, _ := classOf(err)
+	require.Equal(t, classRetry, c, "class of %v", err)
+	assert.NotContains(t, err.Error(), "s3cr3t-token", "the error shows the URL's query")
+	assert.Equal(t, labels.CauseForwardUnreachable, handlers.CauseOf(err), "cause of %v", err)
 }
 
 // The URL's user info is used (basic auth) but never shown, nor its query,
@@ -335,37 +295,27 @@ func TestForwardRedacts(t *testing.T) {
 	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(int(status.Load())) })
 	dest := strings.Replace(rc.URL, "http://", "http://hookuser:hook-pass-9@", 1) + "/in?token=tok-7781#frag"
 	f := newForwarder(t, dest, 0)
-	if want := rc.URL + "/in"; f.URL() != want {
-		t.Errorf("URL() = %q, want %q", f.URL(), want)
-	}
+	assert.Equal(t, rc.URL+"/in", f.URL())
 
 	res, err := f.Handle(context.Background(), nil, forwardEnvelope())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r := rc.requests()[0]
-	if r.user != "hookuser" || r.password != "hook-pass-9" || r.err != nil {
-		t.Errorf("receiver got basic auth %q:%q, verify error %v", r.user, r.password, r.err)
-	}
+	assert.Equal(t, [2]string{"hookuser", "hook-pass-9"}, [2]string{r.user, r.password}, "basic auth")
+	assert.NoError(t, r.err, "verify")
 	status.Store(http.StatusForbidden)
 	_, err = f.Handle(context.Background(), nil, forwardEnvelope())
-	if err == nil {
-		t.Fatal("403 succeeded")
-	}
+	require.Error(t, err, "403 succeeded")
 	for _, text := range []string{string(res), err.Error()} {
 		for _, secret := range []string{"hook-pass-9", "tok-7781", "frag", forwardSecret, strings.TrimPrefix(forwardSecret, "whsec_")} {
-			if strings.Contains(text, secret) {
-				t.Errorf("%q shows %q", text, secret)
-			}
+			assert.NotContains(t, text, secret)
 		}
 	}
 }
 
 func TestNewHandlerRejects(t *testing.T) {
 	t.Parallel()
-	if _, err := forward.NewHandler(nil, nil); err == nil {
-		t.Error("nil destination accepted")
-	}
+	_, err := forward.NewHandler(nil, nil)
+	assert.Error(t, err, "nil destination accepted")
 	for name, dest := range map[string]config.Forward{
 		"relative url":   {URL: "/hook", Secret: forwardSecret},
 		"ftp url":        {URL: "ftp://example.com/hook", Secret: forwardSecret},
@@ -377,23 +327,18 @@ func TestNewHandlerRejects(t *testing.T) {
 		"inner wildcard": {URL: "http://example.com", Secret: forwardSecret, Events: []string{"pay*.x"}},
 	} {
 		_, err := forward.NewHandler(&dest, nil)
-		if err == nil {
-			t.Errorf("%s: accepted", name)
+		if !assert.Error(t, err, "%s: accepted", name) {
 			continue
 		}
-		if strings.Contains(err.Error(), "not*base64") {
-			t.Errorf("%s: error %q shows the secret", name, err)
-		}
+		assert.NotContains(t, err.Error(), "not*base64", "%s: the error shows the secret", name)
 	}
 
 	// Defaults are the forwarder's; the caller's value is left alone.
 	dest := &config.Forward{URL: "https://example.com/hook", Secret: forwardSecret}
-	if _, err := forward.NewHandler(dest, nil); err != nil {
-		t.Fatal(err)
-	}
-	if dest.Mode != "" || dest.Timeout != 0 {
-		t.Errorf("NewHandler changed its argument: %+v", dest)
-	}
+	_, err = forward.NewHandler(dest, nil)
+	require.NoError(t, err)
+	assert.Empty(t, dest.Mode, "NewHandler changed its argument: %+v", dest)
+	assert.Zero(t, dest.Timeout, "NewHandler changed its argument: %+v", dest)
 }
 
 // recorder is a test handler that records the order of calls.
@@ -456,40 +401,25 @@ func TestRouterRoutes(t *testing.T) {
 		env := &envelope.Envelope{Source: tt.source, Provider: "standard", EventType: tt.event}
 		h, ok := r.Route(env)
 		if !ok {
-			if tt.want != "" {
-				t.Errorf("%s %s: no handler, want %s", tt.source, tt.event, tt.want)
-			}
+			assert.Empty(t, tt.want, "%s %s: no handler", tt.source, tt.event)
 			continue
 		}
-		if _, err := h.Handle(context.Background(), nil, env); err != nil {
-			t.Fatal(err)
-		}
-		if got := rec.got(); got != tt.want {
-			t.Errorf("%s %s: calls %q, want %q", tt.source, tt.event, got, tt.want)
-		}
+		_, err := h.Handle(context.Background(), nil, env)
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, rec.got(), "%s %s: calls", tt.source, tt.event)
 	}
 
 	// The registry decorated is left without source routes.
-	if _, ok := reg.Lookup("standard", "payment.refunded"); ok {
-		t.Error("Lookup found a handler for an event only a source route takes")
-	}
+	_, ok := reg.Lookup("standard", "payment.refunded")
+	assert.False(t, ok, "Lookup found a handler for an event only a source route takes")
 	// Outbound: the sources with routes of their own.
-	if !r.Outbound("payments") || !r.Outbound("billing") || r.Outbound("other") {
-		t.Errorf("Outbound = payments %v, billing %v, other %v; want true, true, false",
-			r.Outbound("payments"), r.Outbound("billing"), r.Outbound("other"))
-	}
+	assert.Equal(t, [3]bool{true, true, false}, [3]bool{r.Outbound("payments"), r.Outbound("billing"), r.Outbound("other")},
+		"Outbound of payments, billing, other")
 	for name, add := range map[string]func(){
 		"an inner wildcard": func() { r.Add("payments", []string{"a*b"}, config.ForwardBesides, rec.handler("x", nil)) },
 		"an unknown mode":   func() { r.Add("payments", nil, "sometimes", rec.handler("x", nil)) },
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("Add with %s did not panic", name)
-				}
-			}()
-			add()
-		}()
+		assert.Panics(t, add, "Add with %s", name)
 	}
 }
 
@@ -519,8 +449,8 @@ func TestRouterResults(t *testing.T) {
 		r.Add("s", nil, config.ForwardBesides, fwd)
 		h, _ := r.Route(env)
 		res, err := h.Handle(context.Background(), nil, env)
-		if err != nil || string(res) != tt.want {
-			t.Errorf("%s: result %s, %v; want %s", tt.name, res, err, tt.want)
+		if assert.NoError(t, err, tt.name) {
+			assert.Equal(t, tt.want, string(res), tt.name)
 		}
 	}
 }
@@ -540,9 +470,7 @@ sources:
     provider: standard
     secrets: ["`+forwardSecret+`"]
 `), func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return cfg
 }
 
@@ -573,16 +501,14 @@ func TestFromConfig(t *testing.T) {
         events: ["payment.succeeded"]
         mode: `+mode)
 		reg, err := forward.FromConfig(b.builtin, cfg, b.rc.Client())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		b.reg = reg
 		// The registry given is left as it was.
-		if h, ok := b.builtin.Route(forwardEnvelope()); !ok {
-			t.Fatal("builtin lost its handler")
-		} else if _, err := h.Handle(context.Background(), nil, forwardEnvelope()); err != nil || b.rec.got() != "builtin" {
-			t.Fatalf("builtin registry routes to %q (%v), want the built-in handler only", b.rec.got(), err)
-		}
+		h, ok := b.builtin.Route(forwardEnvelope())
+		require.True(t, ok, "builtin lost its handler")
+		_, err = h.Handle(context.Background(), nil, forwardEnvelope())
+		require.NoError(t, err)
+		require.Equal(t, "builtin", b.rec.got(), "the builtin registry routes to the built-in handler only")
 		b.rec.mu.Lock()
 		b.rec.calls = nil
 		b.rec.mu.Unlock()
@@ -591,9 +517,7 @@ func TestFromConfig(t *testing.T) {
 	run := func(t *testing.T, b *bundle, env *envelope.Envelope) (json.RawMessage, error) {
 		t.Helper()
 		h, ok := b.reg.Route(env)
-		if !ok {
-			t.Fatalf("no handler for %s %s", env.Source, env.EventType)
-		}
+		require.True(t, ok, "no handler for %s %s", env.Source, env.EventType)
 		return h.Handle(context.Background(), nil, env)
 	}
 
@@ -601,21 +525,16 @@ func TestFromConfig(t *testing.T) {
 		t.Parallel()
 		b := setup(t, "besides", http.StatusOK)
 		res, err := run(t, b, forwardEnvelope())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := b.rec.got(); got != "builtin,forward:/one,forward:/two" {
-			t.Errorf("calls %q, want the built-in handler, then both forwards", got)
-		}
+		require.NoError(t, err)
+		assert.Equal(t, "builtin,forward:/one,forward:/two", b.rec.got(), "calls: the built-in handler, then both forwards")
 		var out struct {
 			Handler   string           `json:"handler"`
 			Forwarded []forward.Result `json:"forwarded"`
 		}
-		if err := json.Unmarshal(res, &out); err != nil {
-			t.Fatal(err)
-		}
-		if out.Handler != "builtin" || len(out.Forwarded) != 2 || out.Forwarded[0].URL != b.rc.URL+"/one" || out.Forwarded[1].Status != 200 {
-			t.Errorf("result %s", res)
+		require.NoError(t, json.Unmarshal(res, &out))
+		if assert.Equal(t, "builtin", out.Handler, "result %s", res) && assert.Len(t, out.Forwarded, 2, "result %s", res) {
+			assert.Equal(t, b.rc.URL+"/one", out.Forwarded[0].URL, "result %s", res)
+			assert.Equal(t, 200, out.Forwarded[1].Status, "result %s", res)
 		}
 	})
 
@@ -624,39 +543,27 @@ func TestFromConfig(t *testing.T) {
 		b := setup(t, "besides", http.StatusOK)
 		env := forwardEnvelope()
 		env.EventType = "payment.refunded"
-		if _, err := run(t, b, env); err != nil {
-			t.Fatal(err)
-		}
-		if got := b.rec.got(); got != "forward:/one" {
-			t.Errorf("calls %q, want the matching forward only", got)
-		}
+		_, err := run(t, b, env)
+		require.NoError(t, err)
+		assert.Equal(t, "forward:/one", b.rec.got(), "calls: the matching forward only")
 	})
 
 	t.Run("instead", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, "instead", http.StatusOK)
 		res, err := run(t, b, forwardEnvelope())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := b.rec.got(); got != "forward:/one,forward:/two" {
-			t.Errorf("calls %q, want the forwards only", got)
-		}
-		if strings.Contains(string(res), "builtin") {
-			t.Errorf("result %s has the built-in handler's", res)
-		}
+		require.NoError(t, err)
+		assert.Equal(t, "forward:/one,forward:/two", b.rec.got(), "calls: the forwards only")
+		assert.NotContains(t, string(res), "builtin", "the result has the built-in handler's")
 	})
 
 	t.Run("forward fails", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, "besides", http.StatusBadGateway)
 		_, err := run(t, b, forwardEnvelope())
-		if c, _ := classOf(err); c != classRetry {
-			t.Fatalf("error %v is %s, want %s", err, c, classRetry)
-		}
-		if got := b.rec.got(); got != "builtin,forward:/one" {
-			t.Errorf("calls %q, want the built-in handler, then the first forward only", got)
-		}
+		c, _ := classOf(err)
+		require.Equal(t, classRetry, c, "class of %v", err)
+		assert.Equal(t, "builtin,forward:/one", b.rec.got(), "calls: the built-in handler, then the first forward only")
 	})
 
 	t.Run("built-in handler fails", func(t *testing.T) {
@@ -672,16 +579,10 @@ func TestFromConfig(t *testing.T) {
 			b.rec.mu.Unlock()
 			b.builtin.Register("standard", "payment.succeeded", b.rec.handler("builtin", berr)) // seen through the Router
 			_, err := run(t, b, forwardEnvelope())
-			if !errors.Is(err, berr) {
-				t.Fatalf("error %v, want the built-in handler's %v", err, berr)
-			}
-			if got := b.rec.got(); got != "builtin" {
-				t.Errorf("built-in error %v: calls %q, want no forward", berr, got)
-			}
+			require.ErrorIs(t, err, berr, "the built-in handler's error")
+			assert.Equal(t, "builtin", b.rec.got(), "built-in error %v: calls, want no forward", berr)
 		}
-		if n := len(b.rc.requests()); n != 0 {
-			t.Errorf("receiver got %d requests, want none", n)
-		}
+		assert.Empty(t, b.rc.requests(), "receiver requests")
 	})
 
 	t.Run("other source and unmatched events", func(t *testing.T) {
@@ -689,20 +590,15 @@ func TestFromConfig(t *testing.T) {
 		b := setup(t, "instead", http.StatusOK)
 		env := forwardEnvelope()
 		env.Source = "other"
-		if _, err := run(t, b, env); err != nil {
-			t.Fatal(err)
-		}
+		_, err := run(t, b, env)
+		require.NoError(t, err)
 		env = forwardEnvelope()
 		env.EventType = "refund.created"
-		if _, ok := b.reg.Route(env); ok {
-			t.Error("an unmatched event without a built-in handler found one")
-		}
-		if _, ok := b.builtin.Lookup("standard", "payment.succeeded"); !ok {
-			t.Error("Lookup lost the built-in handler")
-		}
-		if got := b.rec.got(); got != "builtin" {
-			t.Errorf("calls %q, want the built-in handler only", got)
-		}
+		_, ok := b.reg.Route(env)
+		assert.False(t, ok, "an unmatched event without a built-in handler found one")
+		_, ok = b.builtin.Lookup("standard", "payment.succeeded")
+		assert.True(t, ok, "Lookup lost the built-in handler")
+		assert.Equal(t, "builtin", b.rec.got(), "calls: the built-in handler only")
 	})
 }
 
@@ -714,23 +610,15 @@ func TestFromConfigErrors(t *testing.T) {
 	// Break the parsed destination, as code building a config could.
 	cfg.Sources["payments"].Forward = append(cfg.Sources["payments"].Forward, &config.Forward{URL: "http://example.com", Secret: "whsec_????"})
 	_, err := forward.FromConfig(handlers.Builtin(), cfg, nil)
-	if err == nil {
-		t.Fatal("a bad secret was accepted")
-	}
-	if msg := err.Error(); !strings.Contains(msg, `source "payments": forward[1]`) || strings.Contains(msg, "????") {
-		t.Errorf("error %q: want the source and index, not the secret", msg)
-	}
+	require.Error(t, err, "a bad secret was accepted")
+	assert.ErrorContains(t, err, `source "payments": forward[1]`, "the source and index")
+	assert.NotContains(t, err.Error(), "????", "not the secret")
 
 	reg, err := forward.FromConfig(handlers.Builtin(), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := reg.Route(&envelope.Envelope{Source: "payments", Provider: "stripe", EventType: "charge.refunded"}); !ok {
-		t.Error("FromConfig without config lost the built-in handlers")
-	}
-	if reg.Outbound("payments") {
-		t.Error("FromConfig without config has outbound routes")
-	}
+	require.NoError(t, err)
+	_, ok := reg.Route(&envelope.Envelope{Source: "payments", Provider: "stripe", EventType: "charge.refunded"})
+	assert.True(t, ok, "FromConfig without config lost the built-in handlers")
+	assert.False(t, reg.Outbound("payments"), "FromConfig without config has outbound routes")
 }
 
 // In mode besides the built-in handler runs first, in the same transaction:
@@ -742,11 +630,7 @@ func TestForwardBesidesAfterBuiltinHandler(t *testing.T) {
 	ctx, pool := context.Background(), pgtest.NewPool(t)
 	ledgerTransactions := func() int {
 		t.Helper()
-		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM ledger_transaction").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return pgtest.Count(t, pool, "SELECT count(*) FROM ledger_transaction")
 	}
 	var status atomic.Int32
 	status.Store(http.StatusOK)
@@ -754,17 +638,13 @@ func TestForwardBesidesAfterBuiltinHandler(t *testing.T) {
 	reg, err := forward.FromConfig(handlers.Builtin(), forwardConfig(t, `
       - url: `+rc.URL+`
         secret: `+forwardSecret), rc.Client())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// run is one attempt, as the worker makes it: the handler in a
 	// transaction that commits only when it succeeds.
 	run := func(env *envelope.Envelope) error {
 		t.Helper()
 		h, ok := handlers.Resolve(reg, env)
-		if !ok {
-			t.Fatalf("no handler for %s %s", env.Source, env.EventType)
-		}
+		require.True(t, ok, "no handler for %s %s", env.Source, env.EventType)
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			_, err := h.Handle(ctx, tx, env)
 			return err
@@ -780,37 +660,23 @@ func TestForwardBesidesAfterBuiltinHandler(t *testing.T) {
 
 	refund := newEnvelope(t, pool, "payments", "standard", "payment.refunded", webhooktest.StandardRefund("rfd_1", "pay_1", "merch_acme", 2345, "EUR"))
 	for attempt := range 3 { // the refund snoozes, and is tried again
-		if c, _ := classOf(run(refund)); c != "not-ready" {
-			t.Fatalf("attempt %d of the refund: %s, want not-ready", attempt+1, c)
-		}
+		c, _ := classOf(run(refund))
+		require.Equal(t, class("not-ready"), c, "attempt %d of the refund", attempt+1)
 	}
-	if got := events(); got != "" {
-		t.Fatalf("forwarded %q while the refund was not ready, want nothing", got)
-	}
+	require.Empty(t, events(), "forwarded while the refund was not ready")
 
 	// A forward that fails undoes the payment's posting: retried as a whole.
 	payment := newEnvelope(t, pool, "payments", "standard", "payment.succeeded", webhooktest.StandardPayment("pay_1", "merch_acme", 12345, "EUR"))
 	status.Store(http.StatusBadGateway)
-	if c, _ := classOf(run(payment)); c != classRetry {
-		t.Fatalf("payment with a failing forward: %s, want %s", c, classRetry)
-	}
-	if n := ledgerTransactions(); n != 0 {
-		t.Fatalf("ledger transactions after a failed forward = %d, want 0", n)
-	}
+	c, _ := classOf(run(payment))
+	require.Equal(t, classRetry, c, "payment with a failing forward")
+	require.Zero(t, ledgerTransactions(), "ledger transactions after a failed forward")
 
 	status.Store(http.StatusOK)
-	if err := run(payment); err != nil {
-		t.Fatalf("payment: %v", err)
-	}
-	if err := run(refund); err != nil {
-		t.Fatalf("refund once the payment is posted: %v", err)
-	}
-	if got := events(); got != "payment.succeeded,payment.succeeded,payment.refunded" {
-		t.Errorf("forwarded events = %q, want payment.succeeded,payment.succeeded,payment.refunded", got)
-	}
-	if n := ledgerTransactions(); n != 2 {
-		t.Errorf("ledger transactions = %d, want 2", n)
-	}
+	require.NoError(t, run(payment), "payment")
+	require.NoError(t, run(refund), "refund once the payment is posted")
+	assert.Equal(t, "payment.succeeded,payment.succeeded,payment.refunded", events(), "forwarded events")
+	assert.Equal(t, 2, ledgerTransactions(), "ledger transactions")
 }
 
 // newEnvelope stores a pending envelope for body in pool and returns it as
@@ -819,8 +685,6 @@ func newEnvelope(t *testing.T, pool *pgxpool.Pool, source, provider, eventType s
 	t.Helper()
 	id := envelopetest.Insert(t, pool, envelopetest.Row{Source: source, Provider: provider, EventType: eventType, Body: body})
 	env, err := envelope.Get(context.Background(), pool, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return env
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/labels"
@@ -37,18 +39,12 @@ func TestCauseOf(t *testing.T) {
 		{"explicit wins", handlers.Permanent(handlers.WithCause(fmt.Errorf("x: %w", ledger.ErrUnknownCurrency), labels.CauseInvalidPayload)), labels.CauseInvalidPayload},
 		{"outermost explicit wins", handlers.WithCause(handlers.WithCause(plain, labels.CauseTimeout), labels.CauseForward5xx), labels.CauseForward5xx},
 	} {
-		if got := handlers.CauseOf(tt.err); got != tt.want {
-			t.Errorf("%s: CauseOf(%v) = %q, want %q", tt.name, tt.err, got, tt.want)
-		}
+		assert.Equal(t, tt.want, handlers.CauseOf(tt.err), "%s: CauseOf(%v)", tt.name, tt.err)
 	}
 	for _, c := range labels.Causes {
-		if !labels.KnownCause(c) {
-			t.Errorf("%q is not known", c)
-		}
+		assert.True(t, labels.KnownCause(c), "%q is not known", c)
 	}
-	if labels.KnownCause("exhausted") {
-		t.Error(`"exhausted" is known`)
-	}
+	assert.False(t, labels.KnownCause("exhausted"), `"exhausted" is known`)
 }
 
 // WithCause changes neither the message nor the classification.
@@ -56,10 +52,7 @@ func TestWithCauseKeepsMessageAndClass(t *testing.T) {
 	t.Parallel()
 	err := handlers.WithCause(handlers.Permanent(errors.New("no")), labels.CauseForward4xx)
 	var perm *handlers.PermanentError
-	if !errors.As(err, &perm) || err.Error() != "no" {
-		t.Fatalf("%v: want a *PermanentError saying no", err)
-	}
-	if handlers.WithCause(nil, labels.CauseTimeout) != nil {
-		t.Error("WithCause(nil) is not nil")
-	}
+	require.ErrorAs(t, err, &perm)
+	require.EqualError(t, err, "no")
+	assert.NoError(t, handlers.WithCause(nil, labels.CauseTimeout), "WithCause(nil) is not nil")
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
@@ -44,9 +46,7 @@ func (b *bundle) envelope(t *testing.T, source, provider, eventType string, body
 	}
 	id := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: source, Provider: provider, EventType: eventType, Body: body, Headers: headers})
 	env, err := envelope.Get(b.ctx, b.pool, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return env
 }
 
@@ -55,9 +55,7 @@ func (b *bundle) envelope(t *testing.T, source, provider, eventType string, body
 func (b *bundle) handle(t *testing.T, env *envelope.Envelope) (json.RawMessage, error) {
 	t.Helper()
 	h, ok := b.reg.Lookup(env.Provider, env.EventType)
-	if !ok {
-		t.Fatalf("no handler for %s %s", env.Provider, env.EventType)
-	}
+	require.True(t, ok, "no handler for %s %s", env.Provider, env.EventType)
 	var res json.RawMessage
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
@@ -70,9 +68,7 @@ func (b *bundle) handle(t *testing.T, env *envelope.Envelope) (json.RawMessage, 
 func (b *bundle) mustHandle(t *testing.T, env *envelope.Envelope) handlers.PostingResult {
 	t.Helper()
 	raw, err := b.handle(t, env)
-	if err != nil {
-		t.Fatalf("handle %s %s: %v", env.Provider, env.EventType, err)
-	}
+	require.NoError(t, err, "handle %s %s", env.Provider, env.EventType)
 	return decodeResult(t, raw)
 }
 
@@ -82,19 +78,8 @@ func decodeResult(t *testing.T, raw json.RawMessage) handlers.PostingResult {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var r handlers.PostingResult
-	if err := dec.Decode(&r); err != nil {
-		t.Fatalf("result %s: %v", raw, err)
-	}
+	require.NoError(t, dec.Decode(&r), "result %s", raw)
 	return r
-}
-
-func (b *bundle) count(t *testing.T, table string) int {
-	t.Helper()
-	var n int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 type txRow struct {
@@ -111,9 +96,7 @@ func (b *bundle) transaction(t *testing.T, key string) txRow {
 		SELECT id, envelope_id, kind, merchant, payment_key, currency, amount_minor
 		  FROM ledger_transaction WHERE idempotency_key = $1`, key,
 	).Scan(&r.ID, &r.EnvelopeID, &r.Kind, &r.Merchant, &r.PaymentKey, &r.Currency, &r.AmountMinor)
-	if err != nil {
-		t.Fatalf("ledger transaction %q: %v", key, err)
-	}
+	require.NoError(t, err, "ledger transaction %q", key)
 	return r
 }
 
@@ -121,9 +104,7 @@ func (b *bundle) transaction(t *testing.T, key string) txRow {
 func (b *bundle) balances(t *testing.T, merchant string) []string {
 	t.Helper()
 	bs, err := ledger.Balances(b.ctx, b.pool, merchant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var out []string
 	for _, bal := range bs {
 		out = append(out, fmt.Sprintf("%s %s %d", bal.Account, bal.Currency, bal.BalanceMinor))
@@ -131,19 +112,10 @@ func (b *bundle) balances(t *testing.T, merchant string) []string {
 	return out
 }
 
-func equal[T comparable](t *testing.T, what string, got, want T) {
-	t.Helper()
-	if got != want {
-		t.Fatalf("%s = %+v\nwant %+v", what, got, want)
-	}
-}
-
 func fixture(t *testing.T, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return b
 }
 
@@ -157,16 +129,12 @@ func edit(t *testing.T, body []byte, path string, v any) []byte {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var root map[string]any
-	if err := dec.Decode(&root); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, dec.Decode(&root))
 	m := root
 	parts := strings.Split(path, ".")
 	for _, p := range parts[:len(parts)-1] {
 		next, ok := m[p].(map[string]any)
-		if !ok {
-			t.Fatalf("edit: %s is not an object", p)
-		}
+		require.True(t, ok, "edit: %s is not an object", p)
 		m = next
 	}
 	if v == remove {
@@ -175,9 +143,7 @@ func edit(t *testing.T, body []byte, path string, v any) []byte {
 		m[parts[len(parts)-1]] = v
 	}
 	out, err := json.Marshal(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return out
 }
 
@@ -190,12 +156,12 @@ func TestStripePaymentIntentSucceeded(t *testing.T) {
 
 	res := b.mustHandle(t, env)
 	tr := b.transaction(t, "stripe:payment:pi_3PmB2xLkdIwHu7ix0rQXk1aB")
-	equal(t, "ledger transaction", tr, txRow{tr.ID, env.ID, "payment", "stripe", "stripe:payment:pi_3PmB2xLkdIwHu7ix0rQXk1aB", "USD", 1000})
-	equal(t, "result", res, handlers.PostingResult{
+	require.Equal(t, txRow{tr.ID, env.ID, "payment", "stripe", "stripe:payment:pi_3PmB2xLkdIwHu7ix0rQXk1aB", "USD", 1000}, tr, "ledger transaction")
+	require.Equal(t, handlers.PostingResult{
 		Posted: true, LedgerTransactionID: tr.ID, Kind: "payment", IdempotencyKey: "stripe:payment:pi_3PmB2xLkdIwHu7ix0rQXk1aB",
 		Merchant: "stripe", AmountMinor: 1000, Currency: "USD",
-	})
-	equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 1000 sales USD -1000]")
+	}, res, "result")
+	require.Equal(t, "[psp_clearing USD 1000 sales USD -1000]", fmt.Sprint(b.balances(t, "stripe")), "balances")
 }
 
 func TestStripeConnectPaymentInJPY(t *testing.T) {
@@ -204,9 +170,9 @@ func TestStripeConnectPaymentInJPY(t *testing.T) {
 	env := b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", fixture(t, "stripe_payment_intent_succeeded_connect.json"), nil)
 	res := b.mustHandle(t, env)
 	tr := b.transaction(t, "stripe:payment:pi_3PnK7sQ9RKHgCVdK1kT2pLmN")
-	equal(t, "ledger transaction", tr, txRow{tr.ID, env.ID, "payment", "acct_1Nv0FGQ9RKHgCVdK", "stripe:payment:pi_3PnK7sQ9RKHgCVdK1kT2pLmN", "JPY", 5000})
-	equal(t, "result.posted", res.Posted, true)
-	equal(t, "result.merchant", res.Merchant, "acct_1Nv0FGQ9RKHgCVdK")
+	require.Equal(t, txRow{tr.ID, env.ID, "payment", "acct_1Nv0FGQ9RKHgCVdK", "stripe:payment:pi_3PnK7sQ9RKHgCVdK1kT2pLmN", "JPY", 5000}, tr, "ledger transaction")
+	require.Equal(t, true, res.Posted, "result.posted")
+	require.Equal(t, "acct_1Nv0FGQ9RKHgCVdK", res.Merchant, "result.merchant")
 }
 
 func TestStripePartialRefundsPostCumulativeDeltas(t *testing.T) {
@@ -219,31 +185,31 @@ func TestStripePartialRefundsPostCumulativeDeltas(t *testing.T) {
 	first := b.envelope(t, "stripe", "stripe", "charge.refunded", refund300, nil)
 	res := b.mustHandle(t, first)
 	tr := b.transaction(t, "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:300:evt_3PmB2xLkdIwHu7ix0sVv9QwE")
-	equal(t, "first refund", tr, txRow{tr.ID, first.ID, "refund", "stripe", payKey, "USD", 300})
-	equal(t, "first result", res, handlers.PostingResult{
+	require.Equal(t, txRow{tr.ID, first.ID, "refund", "stripe", payKey, "USD", 300}, tr, "first refund")
+	require.Equal(t, handlers.PostingResult{
 		Posted: true, LedgerTransactionID: tr.ID, Kind: "refund", IdempotencyKey: "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:300:evt_3PmB2xLkdIwHu7ix0sVv9QwE",
 		Merchant: "stripe", AmountMinor: 300, Currency: "USD",
-	})
+	}, res, "first result")
 
 	second := b.envelope(t, "stripe", "stripe", "charge.refunded", fixture(t, "stripe_charge_refunded_500.json"), nil)
 	res = b.mustHandle(t, second)
 	tr = b.transaction(t, "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:500:evt_3PmB2xLkdIwHu7ix0dM4rY2k")
-	equal(t, "second refund", tr, txRow{tr.ID, second.ID, "refund", "stripe", payKey, "USD", 200})
-	equal(t, "second result amount", res.AmountMinor, int64(200))
+	require.Equal(t, txRow{tr.ID, second.ID, "refund", "stripe", payKey, "USD", 200}, tr, "second refund")
+	require.Equal(t, int64(200), res.AmountMinor, "second result amount")
 
 	// The first event again under a new delivery: already covered.
 	res = b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded", refund300, nil))
-	equal(t, "late duplicate", res, handlers.PostingResult{Kind: "refund", Merchant: "stripe", Currency: "USD", Reason: "nothing new refunded"})
+	require.Equal(t, handlers.PostingResult{Kind: "refund", Merchant: "stripe", Currency: "USD", Reason: "nothing new refunded"}, res, "late duplicate")
 
 	// The second envelope replayed: reports its own posting.
 	res = b.mustHandle(t, second)
-	equal(t, "replay", res, handlers.PostingResult{
+	require.Equal(t, handlers.PostingResult{
 		LedgerTransactionID: tr.ID, Kind: "refund", IdempotencyKey: "stripe:refund:ch_3PmB2xLkdIwHu7ix0fOHUb1q:500:evt_3PmB2xLkdIwHu7ix0dM4rY2k",
 		Merchant: "stripe", AmountMinor: 200, Currency: "USD", Reason: ledger.ReasonEnvelopePosted,
-	})
+	}, res, "replay")
 
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 3)
-	equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 500 refunds USD 500 sales USD -1000]")
+	require.Equal(t, 3, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
+	require.Equal(t, "[psp_clearing USD 500 refunds USD 500 sales USD -1000]", fmt.Sprint(b.balances(t, "stripe")), "balances")
 }
 
 func TestStripeRefundBeforePaymentIsNotReady(t *testing.T) {
@@ -251,10 +217,10 @@ func TestStripeRefundBeforePaymentIsNotReady(t *testing.T) {
 	b := setup(t)
 	_, err := b.handle(t, b.envelope(t, "stripe", "stripe", "charge.refunded", fixture(t, "stripe_charge_refunded_300.json"), nil))
 	var nr *handlers.NotReadyError
-	if !errors.As(err, &nr) || !errors.Is(err, ledger.ErrPaymentNotPosted) || nr.Wait != 0 {
-		t.Fatalf("handle = %v, want a *NotReadyError wrapping ErrPaymentNotPosted with the default wait", err)
-	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	require.ErrorAs(t, err, &nr)
+	require.ErrorIs(t, err, ledger.ErrPaymentNotPosted)
+	require.Zero(t, nr.Wait, "the default wait")
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestStandardPaymentAndRefund(t *testing.T) {
@@ -264,20 +230,20 @@ func TestStandardPaymentAndRefund(t *testing.T) {
 	pay := b.envelope(t, "payments", "standard", "payment.succeeded", fixture(t, "standard_payment_succeeded.json"), nil)
 	res := b.mustHandle(t, pay)
 	tr := b.transaction(t, payKey)
-	equal(t, "payment", tr, txRow{tr.ID, pay.ID, "payment", "merch_acme", payKey, "EUR", 12345})
-	equal(t, "payment result", res, handlers.PostingResult{
+	require.Equal(t, txRow{tr.ID, pay.ID, "payment", "merch_acme", payKey, "EUR", 12345}, tr, "payment")
+	require.Equal(t, handlers.PostingResult{
 		Posted: true, LedgerTransactionID: tr.ID, Kind: "payment", IdempotencyKey: payKey, Merchant: "merch_acme", AmountMinor: 12345, Currency: "EUR",
-	})
+	}, res, "payment result")
 
 	ref := b.envelope(t, "payments", "standard", "payment.refunded", fixture(t, "standard_payment_refunded.json"), nil)
 	res = b.mustHandle(t, ref)
 	const refKey = "standard:merch_acme:refund:rfd_01J5H2K3L4M5N6P7Q8R9S0T1V2"
 	tr = b.transaction(t, refKey)
-	equal(t, "refund", tr, txRow{tr.ID, ref.ID, "refund", "merch_acme", payKey, "EUR", 2345})
-	equal(t, "refund result", res, handlers.PostingResult{
+	require.Equal(t, txRow{tr.ID, ref.ID, "refund", "merch_acme", payKey, "EUR", 2345}, tr, "refund")
+	require.Equal(t, handlers.PostingResult{
 		Posted: true, LedgerTransactionID: tr.ID, Kind: "refund", IdempotencyKey: refKey, Merchant: "merch_acme", AmountMinor: 2345, Currency: "EUR",
-	})
-	equal(t, "balances", fmt.Sprint(b.balances(t, "merch_acme")), "[psp_clearing EUR 10000 refunds EUR 2345 sales EUR -12345]")
+	}, res, "refund result")
+	require.Equal(t, "[psp_clearing EUR 10000 refunds EUR 2345 sales EUR -12345]", fmt.Sprint(b.balances(t, "merch_acme")), "balances")
 }
 
 func TestStandardMerchantDefaultsToSource(t *testing.T) {
@@ -285,8 +251,8 @@ func TestStandardMerchantDefaultsToSource(t *testing.T) {
 	b := setup(t)
 	body := edit(t, fixture(t, "standard_payment_succeeded.json"), "data.merchant_id", remove)
 	res := b.mustHandle(t, b.envelope(t, "payments", "standard", "payment.succeeded", body, nil))
-	equal(t, "merchant", res.Merchant, "payments")
-	equal(t, "key", res.IdempotencyKey, "standard:payments:payment:pay_01J5C7Y8Z9QK3M4N5P6R7S8T9V")
+	require.Equal(t, "payments", res.Merchant, "merchant")
+	require.Equal(t, "standard:payments:payment:pay_01J5C7Y8Z9QK3M4N5P6R7S8T9V", res.IdempotencyKey, "key")
 	b.transaction(t, res.IdempotencyKey)
 }
 
@@ -305,9 +271,9 @@ func TestSamePaymentUnderTwoEnvelopesPostsOnce(t *testing.T) {
 		want := first
 		want.Posted = false
 		want.Reason = fmt.Sprintf("business key already posted by envelope %d", firstEnv)
-		equal(t, tt.provider+" second result", second, want)
+		require.Equal(t, want, second, tt.provider+" second result")
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 3)
+	require.Equal(t, 3, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestShopifyOrderPaidAndRefund(t *testing.T) {
@@ -319,10 +285,10 @@ func TestShopifyOrderPaidAndRefund(t *testing.T) {
 	order := b.envelope(t, "shop", "shopify", "orders/paid", fixture(t, "shopify_orders_paid.json"), headers)
 	res := b.mustHandle(t, order)
 	tr := b.transaction(t, orderKey)
-	equal(t, "payment", tr, txRow{tr.ID, order.ID, "payment", "jsmith.myshopify.com", orderKey, "USD", 19965})
-	equal(t, "payment result", res, handlers.PostingResult{
+	require.Equal(t, txRow{tr.ID, order.ID, "payment", "jsmith.myshopify.com", orderKey, "USD", 19965}, tr, "payment")
+	require.Equal(t, handlers.PostingResult{
 		Posted: true, LedgerTransactionID: tr.ID, Kind: "payment", IdempotencyKey: orderKey, Merchant: "jsmith.myshopify.com", AmountMinor: 19965, Currency: "USD",
-	})
+	}, res, "payment result")
 
 	// Header names as a proxy might have lowercased them.
 	refund := b.envelope(t, "shop", "shopify", "refunds/create", fixture(t, "shopify_refunds_create.json"),
@@ -331,9 +297,9 @@ func TestShopifyOrderPaidAndRefund(t *testing.T) {
 	const refundKey = "shopify:refund:929361462"
 	tr = b.transaction(t, refundKey)
 	// 41.94 + 10.00 succeeded; the failed 5.00 is not money moved.
-	equal(t, "refund", tr, txRow{tr.ID, refund.ID, "refund", "jsmith.myshopify.com", orderKey, "USD", 5194})
-	equal(t, "refund result.posted", res.Posted, true)
-	equal(t, "balances", fmt.Sprint(b.balances(t, "jsmith.myshopify.com")), "[psp_clearing USD 14771 refunds USD 5194 sales USD -19965]")
+	require.Equal(t, txRow{tr.ID, refund.ID, "refund", "jsmith.myshopify.com", orderKey, "USD", 5194}, tr, "refund")
+	require.Equal(t, true, res.Posted, "refund result.posted")
+	require.Equal(t, "[psp_clearing USD 14771 refunds USD 5194 sales USD -19965]", fmt.Sprint(b.balances(t, "jsmith.myshopify.com")), "balances")
 }
 
 func TestShopifyFallbacks(t *testing.T) {
@@ -344,10 +310,10 @@ func TestShopifyFallbacks(t *testing.T) {
 	body = edit(t, body, "presentment_currency", "JPY")
 	body = edit(t, body, "total_price", "1500")
 	res := b.mustHandle(t, b.envelope(t, "shop", "shopify", "orders/paid", body, nil))
-	equal(t, "result", res, handlers.PostingResult{
+	require.Equal(t, handlers.PostingResult{
 		Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "payment", IdempotencyKey: "shopify:order:820982911946154508",
 		Merchant: "shop", AmountMinor: 1500, Currency: "JPY",
-	})
+	}, res, "result")
 }
 
 // Shopify signs the body only, not X-Shopify-Shop-Domain: a signed body
@@ -365,7 +331,7 @@ func TestShopifyReplayUnderAnotherShopPostsOnce(t *testing.T) {
 	} {
 		body := fixture(t, tt.file)
 		first := b.mustHandle(t, b.envelope(t, "shop", "shopify", tt.event, body, shop("jsmith.myshopify.com")))
-		equal(t, tt.event+" first posted", first.Posted, true)
+		require.Equal(t, true, first.Posted, tt.event+" first posted")
 
 		raw, err := b.handle(t, b.envelope(t, "shop", "shopify", tt.event, body, shop("other.myshopify.com")))
 		// ledger.Post finds the key posted for another merchant: a permanent
@@ -381,8 +347,8 @@ func TestShopifyReplayUnderAnotherShopPostsOnce(t *testing.T) {
 			t.Fatalf("%s replayed under another shop: %v, want a permanent error or a no-op", tt.event, err)
 		}
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 2)
-	equal(t, "other shop's balances", fmt.Sprint(b.balances(t, "other.myshopify.com")), "[]")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
+	require.Equal(t, "[]", fmt.Sprint(b.balances(t, "other.myshopify.com")), "other shop's balances")
 }
 
 // A free order (or one paid by gift card) has total_price "0.00": no money
@@ -393,9 +359,9 @@ func TestShopifyZeroTotalIsNoop(t *testing.T) {
 	for _, total := range []string{"0.00", "0"} {
 		body := edit(t, fixture(t, "shopify_orders_paid.json"), "total_price", total)
 		res := b.mustHandle(t, b.envelope(t, "shop", "shopify", "orders/paid", body, nil))
-		equal(t, "result of total "+total, res, handlers.PostingResult{Kind: "payment", Merchant: "shop", Currency: "USD", Reason: "zero amount"})
+		require.Equal(t, handlers.PostingResult{Kind: "payment", Merchant: "shop", Currency: "USD", Reason: "zero amount"}, res, "result of total "+total)
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestShopifyRefundWithoutMoneyIsNoop(t *testing.T) {
@@ -404,8 +370,8 @@ func TestShopifyRefundWithoutMoneyIsNoop(t *testing.T) {
 	body := edit(t, fixture(t, "shopify_refunds_create.json"), "transactions", []any{})
 	// No payment posted either: a refund that moves no money needs none.
 	res := b.mustHandle(t, b.envelope(t, "shop", "shopify", "refunds/create", body, nil))
-	equal(t, "result", res, handlers.PostingResult{Kind: "refund", Merchant: "shop", Reason: "nothing refunded"})
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	require.Equal(t, handlers.PostingResult{Kind: "refund", Merchant: "shop", Reason: "nothing refunded"}, res, "result")
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestShopifyRefundBeforeOrderIsNotReady(t *testing.T) {
@@ -413,10 +379,9 @@ func TestShopifyRefundBeforeOrderIsNotReady(t *testing.T) {
 	b := setup(t)
 	_, err := b.handle(t, b.envelope(t, "shop", "shopify", "refunds/create", fixture(t, "shopify_refunds_create.json"), nil))
 	var nr *handlers.NotReadyError
-	if !errors.As(err, &nr) || !errors.Is(err, ledger.ErrPaymentNotPosted) {
-		t.Fatalf("handle = %v, want a *NotReadyError wrapping ErrPaymentNotPosted", err)
-	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	require.ErrorAs(t, err, &nr)
+	require.ErrorIs(t, err, ledger.ErrPaymentNotPosted)
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestGitHubEventsAreRecorded(t *testing.T) {
@@ -424,12 +389,10 @@ func TestGitHubEventsAreRecorded(t *testing.T) {
 	b := setup(t)
 	for _, event := range []string{"push", "issues.opened", "ping"} {
 		got, err := b.handle(t, b.envelope(t, "gh", "github", event, fixture(t, "github_push.json"), nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		equal(t, event+" result", string(got), fmt.Sprintf(`{"recorded":true,"event":%q}`, event))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf(`{"recorded":true,"event":%q}`, event), string(got), event+" result")
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestOverRefundIsPermanent(t *testing.T) {
@@ -440,10 +403,10 @@ func TestOverRefundIsPermanent(t *testing.T) {
 	_, err := b.handle(t, b.envelope(t, "payments", "standard", "payment.refunded", body, nil))
 	var pe *handlers.PermanentError
 	var le *ledger.PostingError
-	if !errors.As(err, &pe) || !errors.As(err, &le) || !strings.Contains(le.Reason, "over-refund") {
-		t.Fatalf("handle = %v, want a *PermanentError wrapping an over-refund", err)
-	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 1)
+	require.ErrorAs(t, err, &pe)
+	require.ErrorAs(t, err, &le)
+	require.Contains(t, le.Reason, "over-refund")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestBadPayloadsArePermanent(t *testing.T) {
@@ -454,7 +417,7 @@ func TestBadPayloadsArePermanent(t *testing.T) {
 	b.mustHandle(t, b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", fixture(t, "stripe_payment_intent_succeeded.json"), nil))
 	b.mustHandle(t, b.envelope(t, "payments", "standard", "payment.succeeded", fixture(t, "standard_payment_succeeded.json"), nil))
 	b.mustHandle(t, b.envelope(t, "shop", "shopify", "orders/paid", fixture(t, "shopify_orders_paid.json"), nil))
-	before := b.count(t, "ledger_transaction")
+	before := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction")
 
 	stripePay := fixture(t, "stripe_payment_intent_succeeded.json")
 	stripeRefund := fixture(t, "stripe_charge_refunded_300.json")
@@ -507,15 +470,14 @@ func TestBadPayloadsArePermanent(t *testing.T) {
 		env := b.envelope(t, tt.source, tt.provider, tt.event, tt.body, nil)
 		res, err := b.handle(t, env)
 		var pe *handlers.PermanentError
-		if !errors.As(err, &pe) {
-			t.Errorf("%s: handle = %s, %v; want a *PermanentError", tt.name, res, err)
+		if !assert.ErrorAs(t, err, &pe, "%s: handle = %s", tt.name, res) {
 			continue
 		}
-		if tt.is != nil && !errors.Is(err, tt.is) {
-			t.Errorf("%s: handle = %v; want it to wrap %v", tt.name, err, tt.is)
+		if tt.is != nil {
+			assert.ErrorIs(t, err, tt.is, tt.name)
 		}
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), before)
+	require.Equal(t, before, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestUnknownCurrencyIsPermanent(t *testing.T) {
@@ -532,9 +494,9 @@ func TestUnknownCurrencyIsPermanent(t *testing.T) {
 	} {
 		_, err := b.handle(t, b.envelope(t, tt.source, tt.provider, tt.event, tt.body, nil))
 		var pe *handlers.PermanentError
-		if !errors.As(err, &pe) || !errors.Is(err, ledger.ErrUnknownCurrency) {
-			t.Errorf("%s %s: handle = %v; want a *PermanentError wrapping ErrUnknownCurrency", tt.provider, tt.event, err)
+		if assert.ErrorAs(t, err, &pe, "%s %s", tt.provider, tt.event) {
+			assert.ErrorIs(t, err, ledger.ErrUnknownCurrency, "%s %s", tt.provider, tt.event)
 		}
 	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }

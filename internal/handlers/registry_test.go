@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
@@ -40,34 +42,25 @@ func TestRegistryLookup(t *testing.T) {
 	} {
 		h, ok := r.Lookup(tt.provider, tt.event)
 		if tt.want == "" {
-			if ok {
-				t.Errorf("Lookup(%s, %s) found a handler, want none", tt.provider, tt.event)
-			}
+			assert.False(t, ok, "Lookup(%s, %s) found a handler, want none", tt.provider, tt.event)
 			continue
 		}
-		if !ok {
-			t.Errorf("Lookup(%s, %s) found none, want %s", tt.provider, tt.event, tt.want)
+		if !assert.True(t, ok, "Lookup(%s, %s) found none, want %s", tt.provider, tt.event, tt.want) {
 			continue
 		}
 		got, err := h.Handle(context.Background(), nil, &envelope.Envelope{})
-		if err != nil || string(got) != fmt.Sprintf("%q", tt.want) {
-			t.Errorf("Lookup(%s, %s) = %s, want %s", tt.provider, tt.event, got, tt.want)
+		if assert.NoError(t, err) {
+			assert.Equal(t, fmt.Sprintf("%q", tt.want), string(got), "Lookup(%s, %s)", tt.provider, tt.event)
 		}
 	}
 
 	// A later registration replaces an earlier one.
 	r.Register("acme", "order.paid", named("replaced"))
 	h, _ := r.Lookup("acme", "order.paid")
-	if got, _ := h.Handle(context.Background(), nil, nil); string(got) != `"replaced"` {
-		t.Errorf("after re-Register, handler = %s, want replaced", got)
-	}
+	got, _ := h.Handle(context.Background(), nil, nil)
+	assert.Equal(t, `"replaced"`, string(got), "after re-Register")
 
-	defer func() {
-		if recover() == nil {
-			t.Error("Register with a nil handler did not panic")
-		}
-	}()
-	r.Register("acme", "x", nil)
+	assert.Panics(t, func() { r.Register("acme", "x", nil) }, "Register with a nil handler")
 }
 
 func TestBuiltinRoutes(t *testing.T) {
@@ -79,52 +72,48 @@ func TestBuiltinRoutes(t *testing.T) {
 		{"shopify", "orders/paid"}, {"shopify", "refunds/create"},
 		{"github", "push"}, {"github", "pull_request.opened"},
 	} {
-		if _, ok := r.Lookup(route[0], route[1]); !ok {
-			t.Errorf("Builtin has no handler for %s %s", route[0], route[1])
-		}
+		_, ok := r.Lookup(route[0], route[1])
+		assert.True(t, ok, "Builtin has no handler for %s %s", route[0], route[1])
 	}
 	for _, route := range [][2]string{{"stripe", "customer.created"}, {"shopify", "orders/create"}, {"standard", "payment.failed"}} {
-		if _, ok := r.Lookup(route[0], route[1]); ok {
-			t.Errorf("Builtin handles %s %s, want it ignored", route[0], route[1])
-		}
+		_, ok := r.Lookup(route[0], route[1])
+		assert.False(t, ok, "Builtin handles %s %s, want it ignored", route[0], route[1])
 	}
 	// Each call is a fresh registry: extending one leaves the others alone.
 	r.Register("stripe", "customer.created", named("x"))
-	if _, ok := handlers.Builtin().Lookup("stripe", "customer.created"); ok {
-		t.Error("Register on one Builtin registry changed another")
-	}
+	_, ok := handlers.Builtin().Lookup("stripe", "customer.created")
+	assert.False(t, ok, "Register on one Builtin registry changed another")
 }
 
 func TestErrorClassification(t *testing.T) {
 	t.Parallel()
 	cause := errors.New("cause")
-	if handlers.Permanent(nil) != nil || handlers.NotReady(nil) != nil || handlers.RetryAfter(nil, time.Second) != nil {
-		t.Fatal("wrapping nil must give nil")
-	}
+	require.NoError(t, handlers.Permanent(nil), "wrapping nil must give nil")
+	require.NoError(t, handlers.NotReady(nil), "wrapping nil must give nil")
+	require.NoError(t, handlers.RetryAfter(nil, time.Second), "wrapping nil must give nil")
 
 	p := handlers.Permanent(fmt.Errorf("context: %w", cause))
 	var pe *handlers.PermanentError
-	if !errors.As(p, &pe) || !errors.Is(p, cause) || p.Error() != "context: cause" {
-		t.Fatalf("Permanent = %#v (%v)", p, p)
-	}
+	require.ErrorAs(t, p, &pe)
+	require.ErrorIs(t, p, cause)
+	require.EqualError(t, p, "context: cause")
 
 	n := handlers.NotReady(cause)
 	var ne *handlers.NotReadyError
-	if !errors.As(n, &ne) || ne.Wait != 0 || !errors.Is(n, cause) || n.Error() != "cause" {
-		t.Fatalf("NotReady = %#v", n)
-	}
+	require.ErrorAs(t, n, &ne)
+	require.Zero(t, ne.Wait, "NotReady = %#v", n)
+	require.ErrorIs(t, n, cause)
+	require.EqualError(t, n, "cause")
 
 	r := handlers.RetryAfter(cause, 30*time.Second)
 	var re *handlers.RetryAfterError
-	if !errors.As(r, &re) || re.After != 30*time.Second || !errors.Is(r, cause) {
-		t.Fatalf("RetryAfter = %#v", r)
-	}
+	require.ErrorAs(t, r, &re)
+	require.Equal(t, 30*time.Second, re.After, "RetryAfter = %#v", r)
+	require.ErrorIs(t, r, cause)
 
 	// An error keeps the first classification it was given.
-	if got := handlers.Permanent(n); got != n {
-		t.Fatalf("Permanent(NotReady(err)) = %#v, want the NotReadyError unchanged", got)
-	}
-	if got := handlers.NotReady(fmt.Errorf("more context: %w", p)); !errors.As(got, &pe) || errors.As(got, &ne) {
-		t.Fatalf("NotReady(wrapped Permanent) = %#v, want it still permanent only", got)
-	}
+	require.Same(t, n, handlers.Permanent(n), "Permanent(NotReady(err)): the NotReadyError unchanged")
+	got := handlers.NotReady(fmt.Errorf("more context: %w", p))
+	require.ErrorAs(t, got, &pe, "NotReady(wrapped Permanent) is still permanent")
+	require.NotErrorAs(t, got, &ne, "NotReady(wrapped Permanent) is permanent only")
 }

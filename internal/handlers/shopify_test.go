@@ -3,19 +3,19 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
@@ -24,17 +24,13 @@ import (
 func (b *bundle) run(t *testing.T, r handlers.Router, env *envelope.Envelope) json.RawMessage {
 	t.Helper()
 	h, ok := handlers.Resolve(r, env)
-	if !ok {
-		t.Fatalf("no handler for %s %s", env.Provider, env.EventType)
-	}
+	require.True(t, ok, "no handler for %s %s", env.Provider, env.EventType)
 	var raw json.RawMessage
-	if err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
 		raw, err = h.Handle(b.ctx, tx, env)
 		return err
-	}); err != nil {
-		t.Fatalf("handle: %v", err)
-	}
+	}), "handle")
 	return raw
 }
 
@@ -63,19 +59,17 @@ func TestShopifyEventUnderTwoWebhookIDsIsProcessedOnce(t *testing.T) {
 
 	// The second is processed first: it still defers to the first.
 	var dup handlers.DuplicateResult
-	if err := json.Unmarshal(b.run(t, reg, second), &dup); err != nil {
-		t.Fatal(err)
-	}
-	equal(t, "duplicate", dup, handlers.DuplicateResult{DuplicateOf: first.ID,
-		Reason: "same X-Shopify-Event-Id as envelope " + itoa(first.ID) + ": the event is processed once"})
-	equal(t, "forwarded by the duplicate", forwarded.Load(), int64(0))
-	equal(t, "postings by the duplicate", b.count(t, "ledger_transaction"), 0)
+	require.NoError(t, json.Unmarshal(b.run(t, reg, second), &dup))
+	require.Equal(t, handlers.DuplicateResult{DuplicateOf: first.ID,
+		Reason: "same X-Shopify-Event-Id as envelope " + itoa(first.ID) + ": the event is processed once"}, dup, "duplicate")
+	require.Equal(t, int64(0), forwarded.Load(), "forwarded by the duplicate")
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "postings by the duplicate")
 
 	b.run(t, reg, first)
 	b.run(t, reg, other)
-	equal(t, "forwarded", forwarded.Load(), int64(2))
-	equal(t, "postings", b.count(t, "ledger_transaction"), 2)
-	equal(t, "envelopes kept", b.count(t, "envelope"), 3)
+	require.Equal(t, int64(2), forwarded.Load(), "forwarded")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "postings")
+	require.Equal(t, 3, pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope"), "envelopes kept")
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -91,7 +85,7 @@ func TestShopifyPresentmentCurrencyRefundsPostInThePaymentsCurrency(t *testing.T
 	order := []byte(`{"id":5001,"name":"#5001","currency":"USD","presentment_currency":"EUR","total_price":"110.00",
 		"total_price_set":{"shop_money":{"amount":"110.00","currency_code":"USD"},"presentment_money":{"amount":"100.00","currency_code":"EUR"}}}`)
 	res := b.mustHandle(t, b.envelope(t, "shopify", "shopify", "orders/paid", order, shop))
-	equal(t, "payment", [2]any{res.AmountMinor, res.Currency}, [2]any{int64(11000), "USD"})
+	require.Equal(t, [2]any{int64(11000), "USD"}, [2]any{res.AmountMinor, res.Currency}, "payment")
 
 	refund := func(id int64, eur string) []byte {
 		return fmt.Appendf(nil, `{"id":%d,"order_id":5001,"transactions":[{"id":%d,"kind":"refund","status":"success","amount":%q,"currency":"EUR"}]}`, id, id+1, eur)
@@ -106,21 +100,18 @@ func TestShopifyPresentmentCurrencyRefundsPostInThePaymentsCurrency(t *testing.T
 		{603, "16.67", 1834}, // the rest: 100.00 EUR = 110.00 USD exactly
 	} {
 		res := b.mustHandle(t, b.envelope(t, "shopify", "shopify", "refunds/create", refund(c.id, c.eur), shop))
-		equal(t, fmt.Sprintf("refund %d", c.id), [3]any{res.Posted, res.AmountMinor, res.Currency}, [3]any{true, c.want, "USD"})
+		require.Equal(t, [3]any{true, c.want, "USD"}, [3]any{res.Posted, res.AmountMinor, res.Currency}, fmt.Sprintf("refund %d", c.id))
 	}
-	equal(t, "balances", fmt.Sprint(b.balances(t, "eu-shop.myshopify.com")), "[psp_clearing USD 0 refunds USD 11000 sales USD -11000]")
+	require.Equal(t, "[psp_clearing USD 0 refunds USD 11000 sales USD -11000]", fmt.Sprint(b.balances(t, "eu-shop.myshopify.com")), "balances")
 	var eur int64
-	if err := b.pool.QueryRow(b.ctx, `SELECT sum(p.amount_minor) FROM ledger_presentment p JOIN ledger_transaction t ON t.id = p.transaction_id WHERE t.kind = 'refund'`).Scan(&eur); err != nil {
-		t.Fatal(err)
-	}
-	equal(t, "presentment refunded", eur, int64(10000))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT sum(p.amount_minor) FROM ledger_presentment p JOIN ledger_transaction t ON t.id = p.transaction_id WHERE t.kind = 'refund'`).Scan(&eur))
+	require.Equal(t, int64(10000), eur, "presentment refunded")
 
 	// One cent more is an over-refund, in the presentment currency.
 	_, err := b.handle(t, b.envelope(t, "shopify", "shopify", "refunds/create", refund(604, "0.01"), shop))
 	var pe *handlers.PermanentError
-	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "over-refund") {
-		t.Fatalf("refund past the order = %v, want a permanent over-refund", err)
-	}
+	require.ErrorAs(t, err, &pe, "refund past the order")
+	require.ErrorContains(t, err, "over-refund", "refund past the order")
 }
 
 // Shopify Payments refunds are "pending" when refunds/create is sent
@@ -135,5 +126,5 @@ func TestShopifyPendingRefundTransactionsCount(t *testing.T) {
 		{"id":2,"kind":"refund","status":"failure","amount":"50.00","currency":"USD"},
 		{"id":3,"kind":"refund","status":"success","amount":"5.00","currency":"USD"}]}`)
 	res := b.mustHandle(t, b.envelope(t, "shopify", "shopify", "refunds/create", refund, shop))
-	equal(t, "refunded", [2]any{res.Posted, res.AmountMinor}, [2]any{true, int64(3500)})
+	require.Equal(t, [2]any{true, int64(3500)}, [2]any{res.Posted, res.AmountMinor}, "refunded")
 }

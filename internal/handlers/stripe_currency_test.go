@@ -1,12 +1,13 @@
 package handlers_test
 
 import (
-	"errors"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/ledger"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // A Stripe refund in another currency than its payment is refused by the
@@ -19,13 +20,13 @@ func TestStripeRefundInAnotherCurrencyIsPermanentEvenWithNothingNew(t *testing.T
 	b.mustHandle(t, b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", fixture(t, "stripe_payment_intent_succeeded.json"), nil))
 	refund300 := fixture(t, "stripe_charge_refunded_300.json")
 	b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded", refund300, nil))
-	before := b.count(t, "ledger_transaction")
+	before := pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction")
 
 	res, err := b.handle(t, b.envelope(t, "stripe", "stripe", "charge.refunded", edit(t, refund300, "data.object.currency", "eur"), nil))
 	var pe *handlers.PermanentError
 	var le *ledger.PostingError
-	if !errors.As(err, &pe) || !errors.As(err, &le) || !strings.Contains(le.Reason, "refund currency EUR differs") {
-		t.Fatalf("handle = %s, %v; want a *PermanentError for the refund's currency", res, err)
-	}
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), before)
+	require.ErrorAs(t, err, &pe, "handle = %s", res)
+	require.ErrorAs(t, err, &le, "handle = %s", res)
+	require.Contains(t, le.Reason, "refund currency EUR differs")
+	require.Equal(t, before, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }

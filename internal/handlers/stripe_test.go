@@ -1,16 +1,17 @@
 package handlers_test
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/ledger"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
@@ -56,11 +57,7 @@ func stripeRefundObject(evt, typ, re, ch, pi, status string, amount int64) []byt
 // refunded is the sum of the payment's refunds less their reversals.
 func (b *bundle) refunded(t *testing.T, paymentKey string) int64 {
 	t.Helper()
-	var n int64
-	if err := b.pool.QueryRow(b.ctx, `SELECT refunded_minor FROM ledger_payment_audit WHERE payment_key = $1`, paymentKey).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return pgtest.Scalar[int64](t, b.pool, `SELECT refunded_minor FROM ledger_payment_audit WHERE payment_key = $1`, paymentKey)
 }
 
 // Authorize 1000, capture 600, refund 100: the ledger holds a payment of 600
@@ -84,14 +81,14 @@ func TestStripePartialCaptureIsNotARefund(t *testing.T) {
 			if c.afterCapture > 0 {
 				res := b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
 					stripeCharge("evt_release", "charge.refunded", c.version, ch, pi, 1000, 600, c.afterCapture, true), nil))
-				equal(t, "release", res.Reason, "nothing new refunded")
+				require.Equal(t, "nothing new refunded", res.Reason, "release")
 			}
 			res := b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
 				stripeCharge("evt_refund", "charge.refunded", c.version, ch, pi, 1000, 600, c.afterRefund, true), nil))
-			equal(t, "refund posted", res.Posted, true)
-			equal(t, "refund amount", res.AmountMinor, int64(100))
-			equal(t, "refunded", b.refunded(t, "stripe:payment:"+pi), int64(100))
-			equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 500 refunds USD 100 sales USD -600]")
+			require.Equal(t, true, res.Posted, "refund posted")
+			require.Equal(t, int64(100), res.AmountMinor, "refund amount")
+			require.Equal(t, int64(100), b.refunded(t, "stripe:payment:"+pi), "refunded")
+			require.Equal(t, "[psp_clearing USD 500 refunds USD 100 sales USD -600]", fmt.Sprint(b.balances(t, "stripe")), "balances")
 		})
 	}
 }
@@ -104,11 +101,11 @@ func TestStripeSmallCaptureThenFullRefund(t *testing.T) {
 	b.mustHandle(t, b.envelope(t, "stripe", "stripe", "payment_intent.succeeded", stripePI("evt_pi", "pi_small", preBasil, 1000, 300), nil))
 	res := b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
 		stripeCharge("evt_release", "charge.refunded", preBasil, "ch_small", "pi_small", 1000, 300, 700, true), nil))
-	equal(t, "release", res.Reason, "nothing new refunded")
+	require.Equal(t, "nothing new refunded", res.Reason, "release")
 	res = b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
 		stripeCharge("evt_full", "charge.refunded", preBasil, "ch_small", "pi_small", 1000, 300, 1000, true), nil))
-	equal(t, "full refund", res.AmountMinor, int64(300))
-	equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 0 refunds USD 300 sales USD -300]")
+	require.Equal(t, int64(300), res.AmountMinor, "full refund")
+	require.Equal(t, "[psp_clearing USD 0 refunds USD 300 sales USD -300]", fmt.Sprint(b.balances(t, "stripe")), "balances")
 }
 
 // An authorization cancelled or expired before capture: Stripe (before
@@ -119,8 +116,8 @@ func TestStripeCancelledAuthorizationIsANoOp(t *testing.T) {
 	b := setup(t)
 	res := b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
 		stripeCharge("evt_cancel", "charge.refunded", preBasil, "ch_cancel", "pi_cancel", 1000, 0, 1000, false), nil))
-	equal(t, "result", res, handlers.PostingResult{Kind: "refund", Merchant: "stripe", Currency: "USD", Reason: "authorization released, never captured: not a refund"})
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 0)
+	require.Equal(t, handlers.PostingResult{Kind: "refund", Merchant: "stripe", Currency: "USD", Reason: "authorization released, never captured: not a refund"}, res, "result")
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 // A refund that fails is reversed, once, whichever event reports it; a
@@ -136,33 +133,32 @@ func TestStripeFailedRefundIsReversed(t *testing.T) {
 	failed := stripeRefundObject("evt_failed", "charge.refund.updated", "re_1", ch, pi, "failed", 300)
 	_, err := b.handle(t, b.envelope(t, "stripe", "stripe", "charge.refund.updated", failed, nil))
 	var nr *handlers.NotReadyError
-	if !errors.As(err, &nr) || !errors.Is(err, ledger.ErrRefundNotPosted) {
-		t.Fatalf("failure before its refund = %v, want a NotReadyError wrapping ErrRefundNotPosted", err)
-	}
+	require.ErrorAs(t, err, &nr, "failure before its refund")
+	require.ErrorIs(t, err, ledger.ErrRefundNotPosted, "failure before its refund")
 
 	b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
 		stripeCharge("evt_r1", "charge.refunded", preBasil, ch, pi, 1000, 1000, 300, true), nil))
 	// Still pending, not failed: a no-op.
 	res := b.mustHandle(t, b.envelope(t, "stripe", "stripe", "refund.updated",
 		stripeRefundObject("evt_pending", "refund.updated", "re_1", ch, pi, "pending", 300), nil))
-	equal(t, "pending", res.Reason, "refund re_1 is pending: nothing to reverse")
+	require.Equal(t, "refund re_1 is pending: nothing to reverse", res.Reason, "pending")
 
 	res = b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refund.updated", failed, nil))
-	equal(t, "reversal", res, handlers.PostingResult{Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "refund_reversal",
-		IdempotencyKey: "stripe:refund_failed:re_1", Merchant: "stripe", AmountMinor: 300, Currency: "USD"})
-	equal(t, "refunded after the failure", b.refunded(t, payKey), int64(0))
+	require.Equal(t, handlers.PostingResult{Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "refund_reversal",
+		IdempotencyKey: "stripe:refund_failed:re_1", Merchant: "stripe", AmountMinor: 300, Currency: "USD"}, res, "reversal")
+	require.Equal(t, int64(0), b.refunded(t, payKey), "refunded after the failure")
 	// The same failure as refund.failed (another event type): once.
 	res = b.mustHandle(t, b.envelope(t, "stripe", "stripe", "refund.failed",
 		stripeRefundObject("evt_failed2", "refund.failed", "re_1", ch, pi, "failed", 300), nil))
-	equal(t, "second report", res.Posted, false)
-	equal(t, "refunded", b.refunded(t, payKey), int64(0))
+	require.Equal(t, false, res.Posted, "second report")
+	require.Equal(t, int64(0), b.refunded(t, payKey), "refunded")
 
 	// A new refund of 300: the charge reports 300 again, which is new money.
 	res = b.mustHandle(t, b.envelope(t, "stripe", "stripe", "charge.refunded",
 		stripeCharge("evt_r2", "charge.refunded", preBasil, ch, pi, 1000, 1000, 300, true), nil))
-	equal(t, "refund after the failure", res.AmountMinor, int64(300))
-	equal(t, "refunded", b.refunded(t, payKey), int64(300))
-	equal(t, "balances", fmt.Sprint(b.balances(t, "stripe")), "[psp_clearing USD 700 refunds USD 300 sales USD -1000]")
+	require.Equal(t, int64(300), res.AmountMinor, "refund after the failure")
+	require.Equal(t, int64(300), b.refunded(t, payKey), "refunded")
+	require.Equal(t, "[psp_clearing USD 700 refunds USD 300 sales USD -1000]", fmt.Sprint(b.balances(t, "stripe")), "balances")
 }
 
 // handleVia runs env through r (source account ids included), as the
@@ -170,18 +166,14 @@ func TestStripeFailedRefundIsReversed(t *testing.T) {
 func (b *bundle) handleVia(t *testing.T, r handlers.Router, env *envelope.Envelope) handlers.PostingResult {
 	t.Helper()
 	h, ok := handlers.Resolve(r, env)
-	if !ok {
-		t.Fatalf("no handler for %s %s", env.Provider, env.EventType)
-	}
+	require.True(t, ok, "no handler for %s %s", env.Provider, env.EventType)
 	var raw []byte
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
 		raw, err = h.Handle(b.ctx, tx, env)
 		return err
 	})
-	if err != nil {
-		t.Fatalf("handle %s on %s: %v", env.EventType, env.Source, err)
-	}
+	require.NoError(t, err, "handle %s on %s", env.EventType, env.Source)
 	return decodeResult(t, raw)
 }
 
@@ -198,17 +190,17 @@ func TestStripeSourcesOfOneAccountShareALedger(t *testing.T) {
 	reg := handlers.WithAccounts(handlers.Builtin(), cfg)
 	pay := stripePI("evt_pi", "pi_shared", preBasil, 1000, 1000)
 	res := b.handleVia(t, reg, b.envelope(t, "stripe-pi", "stripe", "payment_intent.succeeded", pay, nil))
-	equal(t, "payment merchant", res.Merchant, "acct_shared")
+	require.Equal(t, "acct_shared", res.Merchant, "payment merchant")
 	// The same event at the other source: the business key's no-op.
 	res = b.handleVia(t, reg, b.envelope(t, "stripe-ch", "stripe", "payment_intent.succeeded", pay, nil))
-	equal(t, "second source posted", res.Posted, false)
+	require.Equal(t, false, res.Posted, "second source posted")
 
 	res = b.handleVia(t, reg, b.envelope(t, "stripe-ch", "stripe", "charge.refunded",
 		stripeCharge("evt_r", "charge.refunded", preBasil, "ch_shared", "pi_shared", 1000, 1000, 250, true), nil))
-	equal(t, "refund", res, handlers.PostingResult{Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "refund",
-		IdempotencyKey: "stripe:refund:ch_shared:250:evt_r", Merchant: "acct_shared", AmountMinor: 250, Currency: "USD"})
-	equal(t, "balances", fmt.Sprint(b.balances(t, "acct_shared")), "[psp_clearing USD 750 refunds USD 250 sales USD -1000]")
-	equal(t, "ledger transactions", b.count(t, "ledger_transaction"), 2)
+	require.Equal(t, handlers.PostingResult{Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "refund",
+		IdempotencyKey: "stripe:refund:ch_shared:250:evt_r", Merchant: "acct_shared", AmountMinor: 250, Currency: "USD"}, res, "refund")
+	require.Equal(t, "[psp_clearing USD 750 refunds USD 250 sales USD -1000]", fmt.Sprint(b.balances(t, "acct_shared")), "balances")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 // Without an account id, a refund is still posted for its payment's
@@ -220,6 +212,6 @@ func TestStripeRefundPostsForThePaymentsMerchant(t *testing.T) {
 	b.mustHandle(t, b.envelope(t, "stripe-old", "stripe", "payment_intent.succeeded", webhooktest.StripePayment("evt_old", "pi_renamed", 1000, "usd"), nil))
 	res := b.mustHandle(t, b.envelope(t, "stripe-new", "stripe", "charge.refunded",
 		stripeCharge("evt_r", "charge.refunded", preBasil, "ch_renamed", "pi_renamed", 1000, 1000, 400, true), nil))
-	equal(t, "refund merchant", res.Merchant, "stripe-old")
-	equal(t, "refund amount", res.AmountMinor, int64(400))
+	require.Equal(t, "stripe-old", res.Merchant, "refund merchant")
+	require.Equal(t, int64(400), res.AmountMinor, "refund amount")
 }

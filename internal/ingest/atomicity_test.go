@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -36,16 +37,11 @@ func startWorker(t *testing.T, pool *pgxpool.Pool) {
 // waitStatus waits until envelope id has status want.
 func (b *bundle) waitStatus(t *testing.T, id int64, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("envelope %d to be %s", id, want), func() (bool, string) {
 		var status string
 		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status FROM envelope WHERE id = $1`, id).Scan(&status))
-		if status == want {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "envelope %d is %s, want %s", id, status, want)
-		time.Sleep(10 * time.Millisecond)
-	}
+		return status == want, fmt.Sprintf("envelope %d is %s, want %s", id, status, want)
+	})
 }
 
 // The envelope and its River job are one transaction: when the job's insert
@@ -59,10 +55,8 @@ func TestStalledEnqueueIs503AndTheRetryIsProcessed(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	b := serve(t, pool, ingest.Options{StoreTimeout: 2 * time.Second})
 	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck
-	_, err = tx.Exec(ctx, "LOCK TABLE river_job IN ACCESS EXCLUSIVE MODE")
+	tx := pgtest.Tx(t, pool)
+	_, err := tx.Exec(ctx, "LOCK TABLE river_job IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
 
 	source, d := sample(provider.Standard, "msg_stalled_enqueue")
@@ -78,10 +72,10 @@ func TestStalledEnqueueIs503AndTheRetryIsProcessed(t *testing.T) {
 	r = b.send(t, source, d)
 	require.Equal(t, http.StatusAccepted, r.code, r.raw)
 	require.Equal(t, "accepted", r.Status)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND (args->>'envelope_id')::bigint = $1`, r.EnvelopeID))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND (args->>'envelope_id')::bigint = $1`, r.EnvelopeID))
 	startWorker(t, pool)
 	b.waitStatus(t, r.EnvelopeID, "done")
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1`, r.EnvelopeID))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1`, r.EnvelopeID))
 }
 
 // When the transaction fails at COMMIT, after both the envelope and its job

@@ -149,16 +149,9 @@ func do(t *testing.T, req *http.Request) response {
 	return r
 }
 
-func (b *bundle) count(t *testing.T, query string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), query, args...).Scan(&n))
-	return n
-}
-
 // stored returns (envelopes, River jobs, conflicts) in the database.
 func (b *bundle) stored(t *testing.T) (int, int, int) {
-	return b.count(t, "SELECT count(*) FROM envelope"), b.count(t, "SELECT count(*) FROM river_job"), b.count(t, "SELECT count(*) FROM envelope_conflict")
+	return pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope"), pgtest.Count(t, b.pool, "SELECT count(*) FROM river_job"), pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope_conflict")
 }
 
 func sample(providerName, id string) (string, webhooktest.Delivery) {
@@ -214,7 +207,7 @@ func TestAcceptedStoresEnvelopeAndJobForEachProvider(t *testing.T) {
 					require.Equal(t, "[redacted]", v)
 				}
 			}
-			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND (args->>'envelope_id')::bigint = $1 AND state = 'available'`, r.EnvelopeID))
+			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND (args->>'envelope_id')::bigint = $1 AND state = 'available'`, r.EnvelopeID))
 		})
 	}
 }
@@ -237,7 +230,7 @@ func TestDuplicateSameBodyAnswers200AndStoresNothingNew(t *testing.T) {
 	require.Equal(t, first.EnvelopeID, second.EnvelopeID)
 	env, jobs, conflicts := b.stored(t)
 	require.Equal(t, [3]int{1, 1, 0}, [3]int{env, jobs, conflicts})
-	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM envelope_duplicate WHERE envelope_id = $1", first.EnvelopeID))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope_duplicate WHERE envelope_id = $1", first.EnvelopeID))
 }
 
 // A verified same-id delivery with another body is the provider's own
@@ -265,9 +258,9 @@ func TestSameDeliveryIDDifferentBodyIs200DuplicateAndRecorded(t *testing.T) {
 	env, jobs, conflicts := b.stored(t)
 	require.Equal(t, [3]int{1, 1, 1}, [3]int{env, jobs, conflicts})
 	// The original is untouched.
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND body = $2`, first.EnvelopeID, webhooktest.GitHubPush("refs/heads/main")))
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope_duplicate`), "a conflict is not a duplicate")
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1 AND body = $2 AND body_sha256 = sha256($2)`, first.EnvelopeID, d.Body))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND body = $2`, first.EnvelopeID, webhooktest.GitHubPush("refs/heads/main")))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_duplicate`), "a conflict is not a duplicate")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1 AND body = $2 AND body_sha256 = sha256($2)`, first.EnvelopeID, d.Body))
 
 	mu.Lock()
 	require.Equal(t, map[labels.IngestOutcome]int{labels.Accepted: 1, labels.Conflict: 1}, outcomes, "counted as a conflict, not a duplicate")
@@ -335,7 +328,7 @@ func TestVerifiedDeliveryIsStoredWhateverItsBody(t *testing.T) {
 				require.NotNil(t, payload)
 				require.JSONEq(t, c.wantPayload, *payload)
 			}
-			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, r.EnvelopeID))
+			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, r.EnvelopeID))
 		})
 	}
 }
@@ -476,9 +469,8 @@ func TestOverloadedDatabaseTimesOutWith503AndStoresNothing(t *testing.T) {
 	b := serve(t, pool, ingest.Options{StoreTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	// Hold a lock that blocks every insert, as an overloaded database would.
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "LOCK TABLE envelope IN ACCESS EXCLUSIVE MODE")
+	tx := pgtest.Tx(t, pool)
+	_, err := tx.Exec(ctx, "LOCK TABLE envelope IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
 	source, d := sample(provider.Stripe, "evt_slow")
 	start := time.Now()
@@ -546,7 +538,7 @@ func TestConcurrentIdenticalDeliveriesStoreOnce(t *testing.T) {
 	require.Equal(t, n-1, dups)
 	env, jobs, _ := b.stored(t)
 	require.Equal(t, [2]int{1, 1}, [2]int{env, jobs})
-	require.Equal(t, n-1, b.count(t, "SELECT count(*) FROM envelope_duplicate"))
+	require.Equal(t, n-1, pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope_duplicate"))
 }
 
 func TestHealthAndReady(t *testing.T) {
@@ -586,10 +578,7 @@ func TestDuplicateWhileWorkerHoldsEnvelope(t *testing.T) {
 	first := b.send(t, source, d)
 	require.Equal(t, http.StatusAccepted, first.code)
 	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)                               //nolint:errcheck
-	_, _, err = envelope.Lock(ctx, tx, first.EnvelopeID) // what the worker does
+	_, _, err := envelope.Lock(ctx, pgtest.Tx(t, pool), first.EnvelopeID) // what the worker does
 	require.NoError(t, err)
 
 	start := time.Now()

@@ -21,16 +21,14 @@ import (
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
-// waitFor polls cond until it holds, failing the test after 30 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitFor waits up to 30 s for the server's in-flight body bytes to satisfy
+// cond.
+func waitFor(t *testing.T, srv *ingest.Server, what string, cond func(inflight int64) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	pgtest.Eventually(t, 30*time.Second, what, func() (bool, string) {
+		n := srv.InflightBodyBytes()
+		return cond(n), fmt.Sprintf("%d body bytes in flight", n)
+	})
 }
 
 func heapInuse() uint64 {
@@ -83,7 +81,7 @@ func TestStalledUploadsCannotPinMemory(t *testing.T) {
 	})
 	// Every upload is either sent (and held by the server or refused) or
 	// blocked by the kernel because the server stopped reading it.
-	waitFor(t, "the body budget to fill", func() bool { return srv.InflightBodyBytes() >= budget })
+	waitFor(t, srv, "the body budget to fill", func(n int64) bool { return n >= budget })
 	held := srv.InflightBodyBytes()
 	require.LessOrEqual(t, held, int64(budget+stalled*ingest.FreeBodyBytes), "bodies held beyond the budget")
 	grown := int64(heapInuse()) - int64(base)
@@ -101,7 +99,7 @@ func TestStalledUploadsCannotPinMemory(t *testing.T) {
 		c.Close()
 	}
 	wg.Wait()
-	waitFor(t, "the body budget to drain", func() bool { return srv.InflightBodyBytes() == 0 })
+	waitFor(t, srv, "the body budget to drain", func(n int64) bool { return n == 0 })
 }
 
 // A body past the free 16 KiB waits for body memory while the budget is
@@ -127,7 +125,7 @@ func TestFullBodyBudgetAnswers503(t *testing.T) {
 	fmt.Fprintf(c, "POST /webhooks/github HTTP/1.1\r\nHost: x\r\nX-GitHub-Delivery: stall\r\nX-GitHub-Event: push\r\nX-Hub-Signature-256: sha256=00\r\nContent-Length: %d\r\n\r\n", size)
 	_, err = c.Write(bytes.Repeat([]byte("x"), size-1))
 	require.NoError(t, err)
-	waitFor(t, "the stalled upload to be held", func() bool { return srv.InflightBodyBytes() == size })
+	waitFor(t, srv, "the stalled upload to be held", func(n int64) bool { return n == size })
 
 	big := webhooktest.Delivery{Provider: provider.GitHub, Secret: githubSecret, DeliveryID: "big-during-stall", EventType: "push",
 		Body: []byte(`{"ref":"refs/heads/main","pad":"` + strings.Repeat("p", 100<<10) + `"}`)}
@@ -135,17 +133,17 @@ func TestFullBodyBudgetAnswers503(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, r.code, r.raw)
 	require.Equal(t, "overloaded", r.Status)
 	require.NotEmpty(t, r.header.Get("Retry-After"))
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
 	// A small one needs no budget.
 	source, d := sample(provider.GitHub, "small-during-stall")
 	r = b.send(t, source, d)
 	require.Equal(t, http.StatusAccepted, r.code, r.raw)
 
 	c.Close()
-	waitFor(t, "the body budget to drain", func() bool { return srv.InflightBodyBytes() == 0 })
+	waitFor(t, srv, "the body budget to drain", func(n int64) bool { return n == 0 })
 	r = b.send(t, "github", big)
 	require.Equal(t, http.StatusAccepted, r.code, r.raw)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE delivery_id = 'big-during-stall' AND body = $1`, big.Body))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE delivery_id = 'big-during-stall' AND body = $1`, big.Body))
 }
 
 // Bodies read through the budget arrive byte-exact whatever their size and
@@ -169,7 +167,7 @@ func TestBudgetedBodiesAreExact(t *testing.T) {
 			}
 			r := do(t, req)
 			require.Equal(t, http.StatusAccepted, r.code, "%d bytes chunked=%v: %s", len(body), chunked, r.raw)
-			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE delivery_id = $1 AND body = $2`, id, body))
+			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE delivery_id = $1 AND body = $2`, id, body))
 		}
 	}
 	over := webhooktest.Delivery{Provider: provider.GitHub, Secret: githubSecret, DeliveryID: "over", EventType: "push",

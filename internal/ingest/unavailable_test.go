@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -31,10 +32,8 @@ func TestSessionEndedOrCancelledMidRequestIs503(t *testing.T) {
 			b := serve(t, pool, ingest.Options{StoreTimeout: 20 * time.Second})
 			ctx := context.Background()
 			// Hold the insert at a lock, so it is mid-statement when ended.
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			defer tx.Rollback(ctx) //nolint:errcheck
-			_, err = tx.Exec(ctx, "LOCK TABLE envelope IN ACCESS EXCLUSIVE MODE")
+			tx := pgtest.Tx(t, pool)
+			_, err := tx.Exec(ctx, "LOCK TABLE envelope IN ACCESS EXCLUSIVE MODE")
 			require.NoError(t, err)
 
 			source, d := sample(provider.Standard, tc.id)
@@ -50,18 +49,13 @@ func TestSessionEndedOrCancelledMidRequestIs503(t *testing.T) {
 				done <- answer{resp, err}
 			}()
 			var pid int
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			pgtest.Eventually(t, 10*time.Second, "ingest's insert to wait on the lock", func() (bool, string) {
 				// Not in tx: a transaction sees one snapshot of pg_stat_activity.
 				err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
 					WHERE datname = current_database()
 					  AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO envelope%'`).Scan(&pid)
-				if err == nil {
-					break
-				}
-				require.True(t, time.Now().Before(deadline), "ingest's insert never waited on the lock: %v", err)
-				time.Sleep(10 * time.Millisecond)
-			}
+				return err == nil, fmt.Sprintf("ingest's insert never waited on the lock: %v", err)
+			})
 			var ok bool
 			require.NoError(t, pool.QueryRow(ctx, `SELECT `+tc.fn+`($1)`, pid).Scan(&ok))
 			require.True(t, ok)

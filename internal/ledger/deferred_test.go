@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/ledger"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 func TestDeferredPaymentsAreWrittenTogetherWithTheIDsPostAnswered(t *testing.T) {
@@ -23,17 +24,15 @@ func TestDeferredPaymentsAreWrittenTogetherWithTheIDsPostAnswered(t *testing.T) 
 			results = append(results, res)
 		}
 		require.Equal(t, 3, d.Len())
-		var n int
-		require.NoError(t, tx.QueryRow(b.ctx, `SELECT count(*) FROM ledger_transaction`).Scan(&n))
-		require.Zero(t, n, "deferred: nothing written before Flush")
+		require.Zero(t, pgtest.Count(t, tx, `SELECT count(*) FROM ledger_transaction`), "deferred: nothing written before Flush")
 		// A refund of a deferred payment does not see it yet.
 		_, err := ledger.Post(ctx, tx, e3, ledger.Posting{Kind: ledger.KindRefund, IdempotencyKey: "re_d", PaymentKey: "pay_da", Merchant: "m_d", Currency: "EUR", AmountMinor: 10})
 		require.ErrorIs(t, err, ledger.ErrPaymentNotPosted)
 		return d.Flush(b.ctx)
 	})
 	require.NoError(t, err)
-	require.Equal(t, 3, b.count(t, "ledger_transaction"))
-	require.Equal(t, 6, b.count(t, "ledger_entry"))
+	require.Equal(t, 3, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"))
+	require.Equal(t, 6, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_entry"))
 	for i, res := range results {
 		require.True(t, res.Created)
 		require.Equal(t, []entry{
@@ -63,6 +62,6 @@ func TestADeferredPostingThatConflictsMakesFlushRefuseSoTheCallerRetries(t *test
 			require.ErrorIs(t, err, ledger.ErrDeferredConflict)
 		})
 	}
-	require.Equal(t, 1, b.count(t, "ledger_transaction"), "the conflict rolled back with its transaction")
-	require.Equal(t, 2, b.count(t, "ledger_entry"))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "the conflict rolled back with its transaction")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_entry"))
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/ledger"
@@ -48,19 +50,8 @@ func (b *bundle) post(t *testing.T, envelopeID int64, p ledger.Posting) (ledger.
 func (b *bundle) mustPost(t *testing.T, envelopeID int64, p ledger.Posting) ledger.Result {
 	t.Helper()
 	res, err := b.post(t, envelopeID, p)
-	if err != nil {
-		t.Fatalf("Post(%d, %+v): %v", envelopeID, p, err)
-	}
+	require.NoError(t, err, "Post(%d, %+v)", envelopeID, p)
 	return res
-}
-
-func (b *bundle) count(t *testing.T, table string) int {
-	t.Helper()
-	var n int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-		t.Fatalf("count %s: %v", table, err)
-	}
-	return n
 }
 
 type entry struct {
@@ -75,13 +66,9 @@ func (b *bundle) entries(t *testing.T, transactionID int64) []entry {
 		  FROM ledger_entry e JOIN ledger_account a ON a.id = e.account_id
 		 WHERE e.transaction_id = $1
 		 ORDER BY e.amount_minor DESC`, transactionID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	es, err := pgx.CollectRows(rows, pgx.RowToStructByPos[entry])
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return es
 }
 
@@ -95,9 +82,7 @@ func refund(key, paymentKey, merchant, currency string, amount int64) ledger.Pos
 
 func equalEntries(t *testing.T, got, want []entry) {
 	t.Helper()
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("entries = %+v\nwant      %+v", got, want)
-	}
+	require.Equal(t, want, got, "entries")
 }
 
 func TestPostPaymentWritesTwoBalancedEntries(t *testing.T) {
@@ -106,26 +91,22 @@ func TestPostPaymentWritesTwoBalancedEntries(t *testing.T) {
 	env := b.envelope(t)
 
 	res := b.mustPost(t, env, payment("pay:1", "acme", "USD", 1234))
-	if !res.Created || res.TransactionID == 0 || res.Reason != "" {
-		t.Fatalf("Result = %+v, want a created transaction", res)
-	}
+	require.True(t, res.Created && res.TransactionID != 0 && res.Reason == "", "Result = %+v, want a created transaction", res)
 	equalEntries(t, b.entries(t, res.TransactionID), []entry{
 		{"acme", ledger.AccountPSPClearing, "USD", 1234},
 		{"acme", ledger.AccountSales, "USD", -1234},
 	})
 
 	tr, ok, err := ledger.ByEnvelope(b.ctx, b.pool, env)
-	if err != nil || !ok {
-		t.Fatalf("ByEnvelope = %v, %v", ok, err)
-	}
+	require.NoError(t, err)
+	require.True(t, ok, "ByEnvelope")
 	want := ledger.Transaction{ID: res.TransactionID, EnvelopeID: env, IdempotencyKey: "pay:1", Kind: ledger.KindPayment,
 		Merchant: "acme", PaymentKey: "pay:1", Currency: "USD", AmountMinor: 1234, Description: "test payment pay:1", PostedAt: tr.PostedAt}
-	if tr != want || tr.PostedAt.IsZero() {
-		t.Fatalf("transaction = %+v\nwant          %+v", tr, want)
-	}
-	if _, ok, err := ledger.ByEnvelope(b.ctx, b.pool, b.envelope(t)); ok || err != nil {
-		t.Fatalf("ByEnvelope of an envelope without posting = %v, %v; want false, nil", ok, err)
-	}
+	require.Equal(t, want, tr, "transaction")
+	require.False(t, tr.PostedAt.IsZero(), "transaction posted at")
+	_, ok, err = ledger.ByEnvelope(b.ctx, b.pool, b.envelope(t))
+	require.NoError(t, err)
+	require.False(t, ok, "ByEnvelope of an envelope without posting")
 }
 
 func TestBalances(t *testing.T) {
@@ -138,18 +119,15 @@ func TestBalances(t *testing.T) {
 	b.mustPost(t, b.envelope(t), payment("p4", "globex", "JPY", 3000))
 
 	got, err := ledger.Balances(b.ctx, b.pool, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	type row struct {
 		account, currency string
 		balance, entries  int64
 	}
 	var rows []row
 	for _, bal := range got {
-		if bal.Merchant != "acme" || bal.AccountID == 0 {
-			t.Fatalf("balance %+v: want merchant acme and an account id", bal)
-		}
+		require.Equal(t, "acme", bal.Merchant, "balance %+v", bal)
+		require.NotZero(t, bal.AccountID, "balance %+v", bal)
 		rows = append(rows, row{bal.Account, bal.Currency, bal.BalanceMinor, bal.Entries})
 	}
 	want := []row{
@@ -159,21 +137,16 @@ func TestBalances(t *testing.T) {
 		{"sales", "EUR", -700, 1},
 		{"sales", "USD", -1500, 2},
 	}
-	if fmt.Sprint(rows) != fmt.Sprint(want) {
-		t.Fatalf("Balances(acme) = %v\nwant              %v", rows, want)
-	}
+	require.Equal(t, want, rows, "Balances(acme)")
 
 	all, err := ledger.Balances(b.ctx, b.pool, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != len(want)+2 || all[len(all)-1].Merchant != "globex" || all[len(all)-1].BalanceMinor != -3000 {
-		t.Fatalf("Balances(all) = %+v, want acme's rows then globex's two", all)
-	}
+	require.NoError(t, err)
+	require.Len(t, all, len(want)+2, "Balances(all): acme's rows then globex's two")
+	require.Equal(t, "globex", all[len(all)-1].Merchant, "Balances(all) = %+v: acme's rows then globex's two", all)
+	require.Equal(t, int64(-3000), all[len(all)-1].BalanceMinor, "Balances(all) = %+v", all)
 	none, err := ledger.Balances(b.ctx, b.pool, "nobody")
-	if err != nil || len(none) != 0 {
-		t.Fatalf("Balances(nobody) = %v, %v; want none", none, err)
-	}
+	require.NoError(t, err)
+	require.Empty(t, none, "Balances(nobody)")
 }
 
 func TestPostIsIdempotentPerEnvelope(t *testing.T) {
@@ -185,17 +158,10 @@ func TestPostIsIdempotentPerEnvelope(t *testing.T) {
 	// Again, and again with another key: the envelope has its transaction.
 	for _, p := range []ledger.Posting{payment("pay:1", "acme", "USD", 100), payment("pay:other", "acme", "USD", 999)} {
 		res := b.mustPost(t, env, p)
-		want := ledger.Result{TransactionID: first.TransactionID, Reason: ledger.ReasonEnvelopePosted}
-		if res != want {
-			t.Fatalf("second Post(%s) = %+v, want %+v", p.IdempotencyKey, res, want)
-		}
+		require.Equal(t, ledger.Result{TransactionID: first.TransactionID, Reason: ledger.ReasonEnvelopePosted}, res, "second Post(%s)", p.IdempotencyKey)
 	}
-	if n := b.count(t, "ledger_transaction"); n != 1 {
-		t.Fatalf("%d ledger transactions, want 1", n)
-	}
-	if n := b.count(t, "ledger_entry"); n != 2 {
-		t.Fatalf("%d ledger entries, want 2", n)
-	}
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_entry"), "ledger entries")
 }
 
 func TestPostIsIdempotentPerBusinessKey(t *testing.T) {
@@ -205,13 +171,9 @@ func TestPostIsIdempotentPerBusinessKey(t *testing.T) {
 	first := b.mustPost(t, envA, payment("pay:1", "acme", "USD", 100))
 
 	res := b.mustPost(t, envB, payment("pay:1", "acme", "USD", 100))
-	want := ledger.Result{TransactionID: first.TransactionID, Reason: fmt.Sprintf("business key already posted by envelope %d", envA)}
-	if res != want {
-		t.Fatalf("Post under a second envelope = %+v, want %+v", res, want)
-	}
-	if n := b.count(t, "ledger_transaction"); n != 1 {
-		t.Fatalf("%d ledger transactions, want 1", n)
-	}
+	require.Equal(t, ledger.Result{TransactionID: first.TransactionID, Reason: fmt.Sprintf("business key already posted by envelope %d", envA)}, res,
+		"Post under a second envelope")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 
 	// The same key with other terms is not a duplicate but a conflict.
 	for _, p := range []ledger.Posting{
@@ -221,13 +183,10 @@ func TestPostIsIdempotentPerBusinessKey(t *testing.T) {
 	} {
 		_, err := b.post(t, b.envelope(t), p)
 		var pe *ledger.PostingError
-		if !errors.As(err, &pe) || !strings.Contains(pe.Reason, "different terms") {
-			t.Fatalf("Post(%+v) = %v, want a *PostingError about different terms", p, err)
-		}
+		require.ErrorAs(t, err, &pe, "Post(%+v)", p)
+		require.Contains(t, pe.Reason, "different terms", "Post(%+v)", p)
 	}
-	if n := b.count(t, "ledger_transaction"); n != 1 {
-		t.Fatalf("%d ledger transactions, want 1", n)
-	}
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestPostConcurrentSameKeyPostsOnce(t *testing.T) {
@@ -268,58 +227,36 @@ func TestPostConcurrentSameKeyPostsOnce(t *testing.T) {
 
 	created := 0
 	for i := range n {
-		if errs[i] != nil {
-			t.Fatalf("goroutine %d: %v", i, errs[i])
-		}
+		require.NoError(t, errs[i], "goroutine %d", i)
 		if results[i].Created {
 			created++
 		}
-		if results[i].TransactionID != results[0].TransactionID {
-			t.Fatalf("goroutine %d got transaction %d, goroutine 0 got %d", i, results[i].TransactionID, results[0].TransactionID)
-		}
+		require.Equal(t, results[0].TransactionID, results[i].TransactionID, "goroutine %d's transaction, and goroutine 0's", i)
 	}
-	if created != 1 {
-		t.Fatalf("%d goroutines created the transaction, want 1", created)
-	}
-	if got := b.count(t, "ledger_transaction"); got != 1 {
-		t.Fatalf("%d ledger transactions, want 1", got)
-	}
-	if got := b.count(t, "ledger_entry"); got != 2 {
-		t.Fatalf("%d ledger entries, want 2", got)
-	}
-	if got := b.count(t, "ledger_account"); got != 2 {
-		t.Fatalf("%d ledger accounts, want 2", got)
-	}
+	require.Equal(t, 1, created, "goroutines that created the transaction")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_entry"), "ledger entries")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_account"), "ledger accounts")
 }
 
 func TestRefundBeforePaymentWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ledger.Post(b.ctx, tx, b.envelope(t), refund("ref:1", "pay:missing", "acme", "USD", 100))
-	if !errors.Is(err, ledger.ErrPaymentNotPosted) || !strings.Contains(err.Error(), "pay:missing") {
-		t.Fatalf("Post(refund before payment) = %v, want ErrPaymentNotPosted naming the payment", err)
-	}
+	tx := pgtest.Tx(t, b.pool)
+	_, err := ledger.Post(b.ctx, tx, b.envelope(t), refund("ref:1", "pay:missing", "acme", "USD", 100))
+	require.ErrorIs(t, err, ledger.ErrPaymentNotPosted, "Post(refund before payment)")
+	require.ErrorContains(t, err, "pay:missing", "the error names the payment")
 	// Commit what Post left in the transaction: it must be nothing.
-	if err := tx.Commit(b.ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, tx.Commit(b.ctx))
 	for _, table := range []string{"ledger_transaction", "ledger_entry", "ledger_account"} {
-		if n := b.count(t, table); n != 0 {
-			t.Fatalf("%d rows in %s, want 0", n, table)
-		}
+		require.Zero(t, pgtest.Count(t, b.pool, "SELECT count(*) FROM "+table), "rows in %s", table)
 	}
 
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		_, err := ledger.Payment(b.ctx, tx, "pay:missing")
 		return err
 	})
-	if !errors.Is(err, ledger.ErrPaymentNotPosted) {
-		t.Fatalf("Payment(missing) = %v, want ErrPaymentNotPosted", err)
-	}
+	require.ErrorIs(t, err, ledger.ErrPaymentNotPosted, "Payment(missing)")
 }
 
 func TestRefundPosts(t *testing.T) {
@@ -327,9 +264,8 @@ func TestRefundPosts(t *testing.T) {
 	b := setup(t)
 	pay := b.mustPost(t, b.envelope(t), payment("pay:1", "acme", "EUR", 1000))
 	res := b.mustPost(t, b.envelope(t), refund("ref:1", "pay:1", "acme", "EUR", 300))
-	if !res.Created || res.TransactionID == pay.TransactionID {
-		t.Fatalf("refund Result = %+v, want a new transaction", res)
-	}
+	require.True(t, res.Created, "refund Result = %+v, want a new transaction", res)
+	require.NotEqual(t, pay.TransactionID, res.TransactionID, "refund Result = %+v, want a new transaction", res)
 	equalEntries(t, b.entries(t, res.TransactionID), []entry{
 		{"acme", ledger.AccountRefunds, "EUR", 300},
 		{"acme", ledger.AccountPSPClearing, "EUR", -300},
@@ -342,9 +278,9 @@ func TestRefundPosts(t *testing.T) {
 		return err
 	})
 	want := ledger.PaymentState{TransactionID: pay.TransactionID, Merchant: "acme", Currency: "EUR", AmountMinor: 1000, RefundedMinor: 300}
-	if err != nil || state != want || state.RefundableMinor() != 700 {
-		t.Fatalf("Payment = %+v, %v; want %+v", state, err, want)
-	}
+	require.NoError(t, err)
+	require.Equal(t, want, state, "Payment")
+	require.Equal(t, int64(700), state.RefundableMinor())
 }
 
 func TestOverRefundIsRejected(t *testing.T) {
@@ -357,9 +293,8 @@ func TestOverRefundIsRejected(t *testing.T) {
 		t.Helper()
 		_, err := b.post(t, b.envelope(t), p)
 		var pe *ledger.PostingError
-		if !errors.As(err, &pe) || !strings.Contains(pe.Reason, "over-refund") {
-			t.Fatalf("Post(%+v) = %v, want an over-refund *PostingError", p, err)
-		}
+		require.ErrorAs(t, err, &pe, "Post(%+v)", p)
+		require.Contains(t, pe.Reason, "over-refund", "Post(%+v)", p)
 	}
 	overRefund(refund("ref:2", "pay:1", "acme", "USD", 401))
 	b.mustPost(t, b.envelope(t), refund("ref:2", "pay:1", "acme", "USD", 400))
@@ -368,12 +303,9 @@ func TestOverRefundIsRejected(t *testing.T) {
 	// A fully refunded payment's refund, redelivered under another envelope,
 	// is a duplicate, not an over-refund.
 	res := b.mustPost(t, b.envelope(t), refund("ref:2", "pay:1", "acme", "USD", 400))
-	if res.Created || !strings.HasPrefix(res.Reason, "business key already posted") {
-		t.Fatalf("duplicate refund = %+v, want already posted", res)
-	}
-	if n := b.count(t, "ledger_transaction"); n != 3 {
-		t.Fatalf("%d ledger transactions, want 3", n)
-	}
+	require.False(t, res.Created, "duplicate refund = %+v", res)
+	require.True(t, strings.HasPrefix(res.Reason, "business key already posted"), "duplicate refund = %+v, want already posted", res)
+	require.Equal(t, 3, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestConcurrentRefundsCannotOverRefund(t *testing.T) {
@@ -402,16 +334,8 @@ func TestConcurrentRefundsCannotOverRefund(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if ok.Load() != 3 || over.Load() != n-3 {
-		t.Fatalf("%d refunds posted and %d rejected; want 3 and %d", ok.Load(), over.Load(), n-3)
-	}
-	var refunded int64
-	if err := b.pool.QueryRow(b.ctx, "SELECT sum(amount_minor) FROM ledger_transaction WHERE kind = 'refund'").Scan(&refunded); err != nil {
-		t.Fatal(err)
-	}
-	if refunded != 900 {
-		t.Fatalf("refunded %d, want 900", refunded)
-	}
+	require.Equal(t, [2]int64{3, n - 3}, [2]int64{ok.Load(), over.Load()}, "refunds posted and rejected")
+	require.Equal(t, int64(900), pgtest.Scalar[int64](t, b.pool, "SELECT sum(amount_minor) FROM ledger_transaction WHERE kind = 'refund'"), "refunded")
 }
 
 func TestRefundMustMatchPayment(t *testing.T) {
@@ -427,13 +351,11 @@ func TestRefundMustMatchPayment(t *testing.T) {
 	} {
 		_, err := b.post(t, b.envelope(t), tt.p)
 		var pe *ledger.PostingError
-		if !errors.As(err, &pe) || !strings.Contains(pe.Reason, tt.want) {
-			t.Errorf("Post(%+v) = %v, want a *PostingError containing %q", tt.p, err, tt.want)
+		if assert.ErrorAs(t, err, &pe, "Post(%+v)", tt.p) {
+			assert.Contains(t, pe.Reason, tt.want, "Post(%+v)", tt.p)
 		}
 	}
-	if n := b.count(t, "ledger_transaction"); n != 1 {
-		t.Fatalf("%d ledger transactions, want 1", n)
-	}
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestPostValidates(t *testing.T) {
@@ -464,18 +386,12 @@ func TestPostValidates(t *testing.T) {
 		_, err := b.post(t, env, tt.p)
 		switch target := tt.target.(type) {
 		case error:
-			if !errors.Is(err, target) {
-				t.Errorf("%s: Post = %v, want %v", name, err, target)
-			}
+			assert.ErrorIs(t, err, target, name)
 		default:
-			if err == nil || !errors.As(err, target) {
-				t.Errorf("%s: Post = %v, want %T", name, err, target)
-			}
+			assert.ErrorAs(t, err, target, name)
 		}
 	}
-	if n := b.count(t, "ledger_transaction"); n != 0 {
-		t.Fatalf("%d ledger transactions, want 0", n)
-	}
+	require.Zero(t, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions")
 }
 
 func TestPostAmountsByCurrencyExponent(t *testing.T) {
@@ -490,9 +406,8 @@ func TestPostAmountsByCurrencyExponent(t *testing.T) {
 		{"1.234", "KWD", 1234},
 	} {
 		minor, err := ledger.ParseDecimal(tt.amount, tt.currency)
-		if err != nil || minor != tt.want {
-			t.Fatalf("ParseDecimal(%q, %s) = %d, %v; want %d", tt.amount, tt.currency, minor, err, tt.want)
-		}
+		require.NoError(t, err, "ParseDecimal(%q, %s)", tt.amount, tt.currency)
+		require.Equal(t, tt.want, minor, "ParseDecimal(%q, %s)", tt.amount, tt.currency)
 		res := b.mustPost(t, b.envelope(t), payment(fmt.Sprintf("pay:%d", i), "acme", tt.currency, minor))
 		equalEntries(t, b.entries(t, res.TransactionID), []entry{
 			{"acme", ledger.AccountPSPClearing, tt.currency, tt.want},
@@ -515,14 +430,9 @@ func TestRefundReversal(t *testing.T) {
 		return p
 	}
 
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ledger.Post(b.ctx, tx, b.envelope(t), reversal("rev:too-much", 401))
-	if !errors.Is(err, ledger.ErrRefundNotPosted) {
-		t.Fatalf("reversal of 401 after a refund of 400: %v, want ErrRefundNotPosted", err)
-	}
+	tx := pgtest.Tx(t, b.pool)
+	_, err := ledger.Post(b.ctx, tx, b.envelope(t), reversal("rev:too-much", 401))
+	require.ErrorIs(t, err, ledger.ErrRefundNotPosted, "reversal of 401 after a refund of 400")
 	_ = tx.Rollback(b.ctx)
 
 	res := b.mustPost(t, b.envelope(t), reversal("rev:r1", 400))
@@ -530,24 +440,17 @@ func TestRefundReversal(t *testing.T) {
 		{"acme", ledger.AccountPSPClearing, "USD", 400},
 		{"acme", ledger.AccountRefunds, "USD", -400},
 	})
-	tx, err = b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx = pgtest.Tx(t, b.pool)
 	pay, err := ledger.Payment(b.ctx, tx, "p1")
 	_ = tx.Rollback(b.ctx)
-	if err != nil || pay.RefundedMinor != 0 || pay.RefundableMinor() != 1000 {
-		t.Fatalf("Payment after the reversal = %+v, %v; want nothing refunded", pay, err)
-	}
+	require.NoError(t, err, "Payment after the reversal")
+	require.Zero(t, pay.RefundedMinor, "Payment after the reversal = %+v, want nothing refunded", pay)
+	require.Equal(t, int64(1000), pay.RefundableMinor(), "Payment after the reversal = %+v, want nothing refunded", pay)
 	// The whole payment may be refunded now.
 	b.mustPost(t, b.envelope(t), refund("r2", "p1", "acme", "USD", 1000))
 
 	var refunded, reversed, remaining int64
-	if err := b.pool.QueryRow(b.ctx, `SELECT refunded_minor, reversed_minor, remaining_minor FROM ledger_payment_audit WHERE payment_key = 'p1'`).
-		Scan(&refunded, &reversed, &remaining); err != nil {
-		t.Fatal(err)
-	}
-	if refunded != 1000 || reversed != 400 || remaining != 0 {
-		t.Fatalf("ledger_payment_audit: refunded %d, reversed %d, remaining %d; want 1000, 400, 0", refunded, reversed, remaining)
-	}
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT refunded_minor, reversed_minor, remaining_minor FROM ledger_payment_audit WHERE payment_key = 'p1'`).
+		Scan(&refunded, &reversed, &remaining))
+	require.Equal(t, [3]int64{1000, 400, 0}, [3]int64{refunded, reversed, remaining}, "ledger_payment_audit: refunded, reversed, remaining")
 }

@@ -6,6 +6,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // These tests write the ledger with raw SQL, bypassing Post, to show that the
@@ -23,12 +27,8 @@ func TestDatabaseRefusesUnbalancedTransactions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var usd, sales int64
-	if err := b.pool.QueryRow(b.ctx, "INSERT INTO ledger_account (merchant, name) VALUES ('acme', 'psp_clearing') RETURNING id").Scan(&usd); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.pool.QueryRow(b.ctx, "INSERT INTO ledger_account (merchant, name) VALUES ('acme', 'sales') RETURNING id").Scan(&sales); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, b.pool.QueryRow(b.ctx, "INSERT INTO ledger_account (merchant, name) VALUES ('acme', 'psp_clearing') RETURNING id").Scan(&usd))
+	require.NoError(t, b.pool.QueryRow(b.ctx, "INSERT INTO ledger_account (merchant, name) VALUES ('acme', 'sales') RETURNING id").Scan(&sales))
 
 	for _, tt := range []struct {
 		name    string
@@ -41,29 +41,20 @@ func TestDatabaseRefusesUnbalancedTransactions(t *testing.T) {
 	} {
 		env := b.envelope(t)
 		tx, err := b.pool.Begin(b.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var id int64
 		err = tx.QueryRow(b.ctx, `
 			INSERT INTO ledger_transaction (envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor)
 			VALUES ($1, $2, 'payment', 'acme', $2, 'USD', 100) RETURNING id`, env, "raw:"+tt.name).Scan(&id)
-		if err != nil {
-			t.Fatalf("%s: %v", tt.name, err)
-		}
+		require.NoError(t, err, tt.name)
 		for _, e := range tt.entries {
-			if _, err := tx.Exec(b.ctx, "INSERT INTO ledger_entry (transaction_id, account_id, currency, amount_minor) VALUES ($1, $2, $3, $4)", id, e[0], e[1], e[2]); err != nil {
-				t.Fatalf("%s: insert entry (the check must wait for COMMIT): %v", tt.name, err)
-			}
+			_, err := tx.Exec(b.ctx, "INSERT INTO ledger_entry (transaction_id, account_id, currency, amount_minor) VALUES ($1, $2, $3, $4)", id, e[0], e[1], e[2])
+			require.NoError(t, err, "%s: insert entry (the check must wait for COMMIT)", tt.name)
 		}
 		err = tx.Commit(b.ctx)
-		if code := pgCode(err); code != "23514" {
-			t.Errorf("%s: COMMIT = %v, want check_violation 23514", tt.name, err)
-		}
+		assert.Equal(t, "23514", pgCode(err), "%s: COMMIT = %v, want check_violation", tt.name, err)
 	}
-	if n := b.count(t, "ledger_transaction"); n != 0 {
-		t.Fatalf("%d ledger transactions committed, want 0", n)
-	}
+	require.Zero(t, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "ledger transactions committed")
 }
 
 func TestDatabaseRefusesChangesToPostedRows(t *testing.T) {
@@ -81,9 +72,7 @@ func TestDatabaseRefusesChangesToPostedRows(t *testing.T) {
 			_, err := tx.Exec(b.ctx, stmt, res.TransactionID)
 			return err
 		})
-		if code := pgCode(err); code != "42501" {
-			t.Errorf("%s: %v, want insufficient_privilege 42501 from the append-only trigger", stmt, err)
-		}
+		assert.Equal(t, "42501", pgCode(err), "%s: %v, want insufficient_privilege from the append-only trigger", stmt, err)
 	}
 	equalEntries(t, b.entries(t, res.TransactionID), []entry{
 		{"acme", "psp_clearing", "USD", 100},

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestClusterSurvivesImmediateStop(t *testing.T) {
@@ -15,81 +17,46 @@ func TestClusterSurvivesImmediateStop(t *testing.T) {
 	defer cancel()
 
 	conn, err := pgx.Connect(ctx, c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for setting, want := range map[string]string{
 		"fsync": "on", "synchronous_commit": "on", "listen_addresses": "127.0.0.1",
 	} {
 		var got string
-		if err := conn.QueryRow(ctx, "SELECT current_setting($1)", setting).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got != want {
-			t.Errorf("%s = %q, want %q", setting, got, want)
-		}
+		require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting($1)", setting).Scan(&got))
+		assert.Equal(t, want, got, setting)
 	}
-	if _, err := conn.Exec(ctx, "CREATE TABLE acked (id int PRIMARY KEY); INSERT INTO acked SELECT generate_series(1, 100)"); err != nil {
-		t.Fatal(err)
-	}
+	_, err = conn.Exec(ctx, "CREATE TABLE acked (id int PRIMARY KEY); INSERT INTO acked SELECT generate_series(1, 100)")
+	require.NoError(t, err)
 	port := c.Port()
 
 	// A crash: the committed rows must survive it.
-	if err := c.Stop(StopImmediate); err != nil {
-		t.Fatal(err)
-	}
-	if c.Running() {
-		t.Fatal("Running() after Stop")
-	}
-	if _, err := conn.Exec(ctx, "SELECT 1"); err == nil {
-		t.Fatal("query on a stopped cluster succeeded")
-	}
+	require.NoError(t, c.Stop(StopImmediate))
+	require.False(t, c.Running(), "Running() after Stop")
+	_, err = conn.Exec(ctx, "SELECT 1")
+	require.Error(t, err, "query on a stopped cluster succeeded")
 	conn.Close(ctx)
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if c.Port() != port {
-		t.Fatalf("port changed across restart: %d then %d", port, c.Port())
-	}
+	require.NoError(t, c.Start())
+	require.Equal(t, port, c.Port(), "port across restart")
 	conn, err = pgx.Connect(ctx, c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer conn.Close(ctx)
-	var n int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM acked").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 100 {
-		t.Fatalf("%d committed rows after an immediate stop, want 100", n)
-	}
+	require.Equal(t, 100, Count(t, conn, "SELECT count(*) FROM acked"), "committed rows after an immediate stop")
 	// Stop and Start are idempotent.
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Stop(StopFast); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Stop(StopFast); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Start())
+	require.NoError(t, c.Stop(StopFast))
+	require.NoError(t, c.Stop(StopFast))
 }
 
 func TestClustersAreSeparate(t *testing.T) {
 	t.Parallel()
 	a, b := StartCluster(t), StartCluster(t)
-	if a.Port() == b.Port() || a.DataDir() == b.DataDir() {
-		t.Fatalf("two clusters share port %d/%d or data %s/%s", a.Port(), b.Port(), a.DataDir(), b.DataDir())
-	}
-	if err := a.Stop(StopImmediate); err != nil {
-		t.Fatal(err)
-	}
+	require.NotEqual(t, a.Port(), b.Port(), "two clusters share a port")
+	require.NotEqual(t, a.DataDir(), b.DataDir(), "two clusters share a data directory")
+	require.NoError(t, a.Stop(StopImmediate))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, b.URL())
-	if err != nil {
-		t.Fatalf("b after a stopped: %v", err)
-	}
+	require.NoError(t, err, "b after a stopped")
 	conn.Close(ctx)
 }
 
@@ -98,8 +65,6 @@ func TestClustersAreSeparate(t *testing.T) {
 func TestInCI(t *testing.T) {
 	for v, want := range map[string]bool{"true": true, "1": true, "TRUE": true, "": false, "false": false, "0": false, "nope": false} {
 		t.Setenv("CI", v)
-		if got := InCI(); got != want {
-			t.Errorf("CI=%q: InCI() = %v, want %v", v, got, want)
-		}
+		assert.Equal(t, want, InCI(), "CI=%q: InCI()", v)
 	}
 }

@@ -1,5 +1,12 @@
 // Package pgtest gives tests a real, migrated PostgreSQL database of their
-// own. It is for tests only.
+// own, and the scaffolding the module's tests share: Eventually, the one way
+// a test waits for a condition; Count and Scalar for a query of one value;
+// Tx, a transaction rolled back when the test ends. It is for tests only.
+//
+// The waiting helper lives here rather than in a package of its own because
+// nearly every test that waits is waiting for the database (a status, a
+// job, a lock) and already imports pgtest; packages whose tests need no
+// database (groupcommit) keep testify's require.Eventually.
 //
 // The first call in a test binary makes sure a template database migrated to
 // the current schema exists (its name carries a hash of the migration files,

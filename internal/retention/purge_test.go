@@ -153,13 +153,6 @@ func (b *bundle) deps(t *testing.T, id int64) string {
 	return strings.Join(out, " ")
 }
 
-func (b *bundle) count(t *testing.T, q string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(b.ctx, q, args...).Scan(&n))
-	return n
-}
-
 func purge(t *testing.T, b *bundle, cfg retention.Config) retention.Report {
 	t.Helper()
 	rep, err := retention.Purge(b.ctx, b.worker, cfg)
@@ -281,7 +274,7 @@ func TestPurgeWorksInBatches(t *testing.T) {
 			}
 			require.Equal(t, tc.want, counts(purge(t, b, retention.Config{BatchSize: tc.batch})))
 			if tc.wantAll {
-				require.Zero(t, b.count(t, `SELECT count(*) FROM envelope WHERE body IS NOT NULL`))
+				require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE body IS NOT NULL`))
 			}
 		})
 	}
@@ -335,10 +328,8 @@ func TestPurgeSkipsRowsLockedByOthers(t *testing.T) {
 	locked := b.seed(t, row{status: "done", age: 100})
 	free := b.seed(t, row{status: "done", age: 100})
 
-	tx, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(b.ctx) //nolint:errcheck
-	_, err = tx.Exec(b.ctx, `SELECT 1 FROM envelope WHERE id = $1 FOR UPDATE`, locked)
+	tx := pgtest.Tx(t, b.pool)
+	_, err := tx.Exec(b.ctx, `SELECT 1 FROM envelope WHERE id = $1 FOR UPDATE`, locked)
 	require.NoError(t, err)
 
 	done := make(chan retention.Report, 1)
@@ -429,13 +420,13 @@ func TestTombstoneStillBlocksARedeliveredID(t *testing.T) {
 	tomb := b.envelopeJSON(t, first.EnvelopeID)
 	require.Nil(t, tomb["body"])
 	require.NotNil(t, tomb["body_purged_at"])
-	jobs := b.count(t, `SELECT count(*) FROM river_job`)
+	jobs := pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`)
 
 	again, err := store.Insert(b.ctx, delivery)
 	require.NoError(t, err)
 	require.Equal(t, envelope.InsertResult{EnvelopeID: first.EnvelopeID, Duplicate: true}, again)
-	require.Equal(t, jobs, b.count(t, `SELECT count(*) FROM river_job`), "a redelivery enqueued a job")
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_duplicate WHERE envelope_id = $1`, first.EnvelopeID))
+	require.Equal(t, jobs, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`), "a redelivery enqueued a job")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_duplicate WHERE envelope_id = $1`, first.EnvelopeID))
 
 	other := delivery
 	other.Body = []byte(`{"ref":"refs/heads/evil","repository":{"full_name":"octo/repo"},"commits":[]}`)
@@ -444,9 +435,9 @@ func TestTombstoneStillBlocksARedeliveredID(t *testing.T) {
 	var conflict *envelope.ConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, first.EnvelopeID, conflict.EnvelopeID)
-	require.Equal(t, jobs, b.count(t, `SELECT count(*) FROM river_job`))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope`))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1`, first.EnvelopeID))
+	require.Equal(t, jobs, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1`, first.EnvelopeID))
 	require.Nil(t, b.envelopeJSON(t, first.EnvelopeID)["body"], "the conflict restored a body")
 
 	// Once the tombstone window is over too, the id is forgotten.
@@ -484,25 +475,22 @@ func startClient(t *testing.T, b *bundle, cfg *river.Config) *river.Client[pgx.T
 // recorded output.
 func (b *bundle) waitJob(t *testing.T, id int64) (string, retention.Report) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var state string
-		var output []byte
+	var state string
+	var output []byte
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("purge job %d to finish", id), func() (bool, string) {
 		err := b.pool.QueryRow(b.ctx, `SELECT state::text, metadata->'output' FROM river_job WHERE id = $1`, id).Scan(&state, &output)
 		require.NoError(t, err)
 		switch state {
 		case "completed", "cancelled", "discarded":
-			var rep retention.Report
-			if len(output) > 0 && string(output) != "null" {
-				require.NoError(t, json.Unmarshal(output, &rep))
-			}
-			return state, rep
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("purge job %d still %s", id, state)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false, fmt.Sprintf("purge job %d still %s", id, state)
+	})
+	var rep retention.Report
+	if len(output) > 0 && string(output) != "null" {
+		require.NoError(t, json.Unmarshal(output, &rep))
 	}
+	return state, rep
 }
 
 func TestPurgeWorkerRunsAsARiverJob(t *testing.T) {
@@ -536,23 +524,19 @@ func TestPurgePeriodicJobRunsOnStart(t *testing.T) {
 	startClient(t, b, &river.Config{
 		PeriodicJobs: []*river.PeriodicJob{retention.PeriodicJob(time.Hour, retention.PurgeArgs{BatchSize: 10})},
 	})
-	deadline := time.Now().Add(30 * time.Second)
 	var jobID int64
-	for jobID == 0 {
+	pgtest.EventuallyEvery(t, 30*time.Second, 20*time.Millisecond, "a purge job inserted on start", func() (bool, string) {
 		err := b.pool.QueryRow(b.ctx, `SELECT id FROM river_job WHERE kind = 'purge_envelopes'`).Scan(&jobID)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			require.NoError(t, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no purge job was inserted on start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return jobID != 0, "no purge job was inserted on start"
+	})
 	state, rep := b.waitJob(t, jobID)
 	require.Equal(t, "completed", state)
 	require.Equal(t, int64(1), rep.BodiesDropped)
 	require.NotNil(t, b.envelopeJSON(t, id)["body_purged_at"])
-	require.Equal(t, 10, b.count(t, `SELECT (args->>'batch_size')::int FROM river_job WHERE id = $1`, jobID))
+	require.Equal(t, 10, pgtest.Count(t, b.pool, `SELECT (args->>'batch_size')::int FROM river_job WHERE id = $1`, jobID))
 }
 
 func TestPurgeArgsAreUniqueWhileOneIsLive(t *testing.T) {

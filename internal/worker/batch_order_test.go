@@ -15,6 +15,7 @@ import (
 	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
 )
@@ -49,9 +50,9 @@ func (b *bundle) gate(t *testing.T, cfg worker.Config, want int, fill func()) {
 	cfg.MaxWorkers = 100
 	cfg.Batching = worker.Batching{MaxBatch: 50, MaxConcurrent: 1}
 	b.runConfig(t, cfg)
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM river_job WHERE state = 'running' AND (args->>'envelope_id')::bigint = $1`, gate) == 1
-	}, 10*time.Second, 5*time.Millisecond)
+	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "the gate's job to run", func() (bool, string) {
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE state = 'running' AND (args->>'envelope_id')::bigint = $1`, gate) == 1, ""
+	})
 	fill()
 	close(filled)
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, gate).Status)
@@ -82,10 +83,10 @@ func TestARefundBatchedWithItsPaymentPostsAfterItWithoutWaiting(t *testing.T) {
 	}
 	all := append(append([]int64{}, payments...), refunds...)
 	require.Equal(t, 1, b.transactions(t, all), "payments and refunds were one batch")
-	require.Equal(t, n, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE kind = 'payment'`))
-	require.Equal(t, n, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE kind = 'refund'`))
-	require.Equal(t, n*700, b.count(t, `SELECT sum(balance_minor) FROM ledger_balance WHERE account = 'psp_clearing'`))
-	require.Equal(t, 0, b.count(t, `SELECT coalesce(sum(amount_minor), 0) FROM ledger_entry`))
+	require.Equal(t, n, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction WHERE kind = 'payment'`))
+	require.Equal(t, n, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction WHERE kind = 'refund'`))
+	require.Equal(t, n*700, pgtest.Count(t, b.pool, `SELECT sum(balance_minor) FROM ledger_balance WHERE account = 'psp_clearing'`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT coalesce(sum(amount_minor), 0) FROM ledger_entry`))
 }
 
 // A refund stored before its payment, with both in one batch, waits (a
@@ -112,9 +113,9 @@ func TestARefundAheadOfItsPaymentInOneBatchWaitsThenPosts(t *testing.T) {
 	require.Equal(t, 1, b.transactions(t, append([]int64{payment}, others...)))
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, refund).Status)
 	require.Equal(t, []string{"snoozed", "done"}, b.outcomes(t, refund), "the refund ran first, before its payment had posted")
-	require.Equal(t, 1, b.count(t, `SELECT attempts FROM envelope WHERE id = $1`, refund), "a snooze uses no attempt")
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE kind = 'refund'`))
-	require.Equal(t, 1000+1000-400, b.count(t, `SELECT sum(balance_minor) FROM ledger_balance WHERE account = 'psp_clearing'`))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT attempts FROM envelope WHERE id = $1`, refund), "a snooze uses no attempt")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction WHERE kind = 'refund'`))
+	require.Equal(t, 1000+1000-400, pgtest.Count(t, b.pool, `SELECT sum(balance_minor) FROM ledger_balance WHERE account = 'psp_clearing'`))
 }
 
 // Replaying many processed envelopes runs them again in shared batches: each
@@ -134,7 +135,7 @@ func TestReplayInBatchedModeRecordsEveryAttemptAndPostsNothingTwice(t *testing.T
 	for _, id := range ids {
 		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
 	}
-	ledgerBefore := b.count(t, `SELECT count(*) FROM ledger_entry`)
+	ledgerBefore := pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_entry`)
 
 	rc, err := envelope.NewInsertClient(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
@@ -144,15 +145,15 @@ func TestReplayInBatchedModeRecordsEveryAttemptAndPostsNothingTwice(t *testing.T
 	require.NoError(t, err)
 	require.Equal(t, n, res.Replayed)
 
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND status = 'done' AND attempts = 2`, ids) == n
-	}, 20*time.Second, 20*time.Millisecond)
+	pgtest.EventuallyEvery(t, 20*time.Second, 20*time.Millisecond, "the replayed envelopes to be done at their second attempt", func() (bool, string) {
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND status = 'done' AND attempts = 2`, ids) == n, ""
+	})
 	for _, id := range ids {
 		require.Equal(t, []string{"done", "done"}, b.outcomes(t, id))
 	}
 	require.Less(t, b.transactions(t, ids), n/2, "the replays were processed in shared transactions")
-	require.Equal(t, n, b.count(t, `SELECT count(*) FROM envelope_replay WHERE envelope_id = ANY($1) AND reason = 'batched replay'`, ids))
-	require.Equal(t, ledgerBefore, b.count(t, `SELECT count(*) FROM ledger_entry`))
-	require.Equal(t, n, b.count(t, `SELECT count(*) FROM ledger_transaction`))
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM river_job WHERE state NOT IN ('completed')`))
+	require.Equal(t, n, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE envelope_id = ANY($1) AND reason = 'batched replay'`, ids))
+	require.Equal(t, ledgerBefore, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_entry`))
+	require.Equal(t, n, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE state NOT IN ('completed')`))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
 )
@@ -38,7 +39,7 @@ func (b *bundle) waitPending(t *testing.T, id int64) *envelope.Envelope {
 // envelopes (the xmin of their rows): fewer than envelopes means batched.
 func (b *bundle) transactions(t *testing.T, ids []int64) int {
 	t.Helper()
-	return b.count(t, `SELECT count(DISTINCT xmin::text) FROM envelope WHERE id = ANY($1)`, ids)
+	return pgtest.Count(t, b.pool, `SELECT count(DISTINCT xmin::text) FROM envelope WHERE id = ANY($1)`, ids)
 }
 
 func TestBatchedProcessingIsolatesEachEnvelopesOutcome(t *testing.T) {
@@ -103,18 +104,18 @@ func TestBatchedProcessingIsolatesEachEnvelopesOutcome(t *testing.T) {
 	require.Contains(t, *e.LastError, "division by zero")
 
 	// The early refund snoozed (no attempt used) and is still waiting.
-	require.Eventually(t, func() bool { return len(b.outcomes(t, notReady)) > 0 }, 10*time.Second, 10*time.Millisecond)
+	pgtest.Eventually(t, 10*time.Second, "the early refund's first outcome", func() (bool, string) { return len(b.outcomes(t, notReady)) > 0, "" })
 	require.Equal(t, []string{"snoozed"}, b.outcomes(t, notReady))
-	require.Equal(t, 0, b.count(t, `SELECT attempts FROM envelope WHERE id = $1`, notReady))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT attempts FROM envelope WHERE id = $1`, notReady))
 
 	// Exactly the good payments and the recovered one are in the ledger,
 	// each once, and it balances.
-	require.Equal(t, 31, b.count(t, `SELECT count(*) FROM ledger_transaction`))
-	require.Equal(t, 62, b.count(t, `SELECT count(*) FROM ledger_entry`))
-	require.Equal(t, 0, b.count(t, `SELECT coalesce(sum(amount_minor), 0) FROM ledger_entry`))
-	require.Equal(t, 3700, b.count(t, `SELECT sum(balance_minor) FROM ledger_balance WHERE account = 'psp_clearing'`))
+	require.Equal(t, 31, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`))
+	require.Equal(t, 62, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_entry`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT coalesce(sum(amount_minor), 0) FROM ledger_entry`))
+	require.Equal(t, 3700, pgtest.Count(t, b.pool, `SELECT sum(balance_minor) FROM ledger_balance WHERE account = 'psp_clearing'`))
 	// One attempt row per attempt: 30 + ignored + permanent + 2 flaky + 2 panic + bad sql + snooze.
-	require.Equal(t, 38, b.count(t, `SELECT count(*) FROM envelope_attempt`))
+	require.Equal(t, 38, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt`))
 }
 
 func TestAnEnvelopeHeldByAnotherTransactionWaitsAloneWhileItsBatchGoesOn(t *testing.T) {
@@ -126,20 +127,18 @@ func TestAnEnvelopeHeldByAnotherTransactionWaitsAloneWhileItsBatchGoesOn(t *test
 			webhooktest.StandardPayment(fmt.Sprintf("pay_%d", i), "m_1", 100, "EUR"), 0))
 	}
 	ctx := context.Background()
-	tx, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `SELECT 1 FROM envelope WHERE id = $1 FOR UPDATE`, ids[0])
+	tx := pgtest.Tx(t, b.pool)
+	_, err := tx.Exec(ctx, `SELECT 1 FROM envelope WHERE id = $1 FOR UPDATE`, ids[0])
 	require.NoError(t, err)
 
 	b.runBatched(t, worker.Batching{})
 	for _, id := range ids[1:] {
 		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
 	}
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status <> 'pending'`, ids[0]))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND status <> 'pending'`, ids[0]))
 	require.NoError(t, tx.Rollback(ctx))
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, ids[0]).Status)
-	require.Equal(t, 10, b.count(t, `SELECT count(*) FROM ledger_transaction`))
+	require.Equal(t, 10, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`))
 }
 
 func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing.T) {
@@ -172,15 +171,13 @@ func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing
 	// Hold the first batch at its lock until every job waits behind it, so
 	// the culprit and its neighbours share the second one.
 	ctx := context.Background()
-	hold, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback(ctx) }()
-	_, err = hold.Exec(ctx, `LOCK TABLE envelope IN EXCLUSIVE MODE`)
+	hold := pgtest.Tx(t, b.pool)
+	_, err := hold.Exec(ctx, `LOCK TABLE envelope IN EXCLUSIVE MODE`)
 	require.NoError(t, err)
 	b.runBatched(t, worker.Batching{MaxBatch: 50, MaxConcurrent: 1})
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state = 'running'`) == 9
-	}, 10*time.Second, 5*time.Millisecond)
+	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "nine running process_envelope jobs", func() (bool, string) {
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state = 'running'`) == 9, ""
+	})
 	require.NoError(t, hold.Rollback(ctx))
 	for _, id := range ids {
 		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
@@ -196,8 +193,8 @@ func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing
 	e := b.waitPending(t, bad)
 	require.Empty(t, b.outcomes(t, bad), "a transaction that cannot commit records nothing")
 	require.Nil(t, e.LastError)
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE merchant = 'm_bad'`))
-	require.Equal(t, 8, b.count(t, `SELECT count(*) FROM ledger_transaction`))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction WHERE merchant = 'm_bad'`))
+	require.Equal(t, 8, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`))
 }
 
 func TestThrottleHoldsInBatchedMode(t *testing.T) {
@@ -225,9 +222,9 @@ func TestThrottleHoldsInBatchedMode(t *testing.T) {
 		SELECT max(n) FROM (SELECT count(*) AS n FROM envelope_attempt
 		  WHERE envelope_id = ANY($1) AND outcome = 'done' GROUP BY date_trunc('second', started_at)) x`, busy).Scan(&maxPerSecond))
 	require.LessOrEqual(t, maxPerSecond, perSecond+1, "more than the limit in one second")
-	require.Positive(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, busy),
+	require.Positive(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, busy),
 		"the burst over the limit waited")
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, quiet),
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, quiet),
 		"the quiet merchant was not held up")
 }
 
@@ -255,7 +252,7 @@ func TestForwardingSourcesGetATransactionPerEnvelopeWhileOthersBatch(t *testing.
 	}
 	require.Equal(t, len(fwd), b.transactions(t, fwd), "one transaction per forwarded envelope")
 	require.Less(t, b.transactions(t, other), len(other))
-	require.Equal(t, 6, b.count(t, `SELECT count(*) FROM ledger_transaction`), "mode instead: no posting for the forwarded ones")
+	require.Equal(t, 6, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`), "mode instead: no posting for the forwarded ones")
 }
 
 func TestADeliveryWithNoEventTypeIsIgnoredWithAReasonThatSaysSo(t *testing.T) {
@@ -285,10 +282,10 @@ func TestBatchedPaymentsPostOnceEvenWhenOneBatchHoldsThemTwice(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
 	}
-	require.Equal(t, 10, b.count(t, `SELECT count(*) FROM ledger_transaction`))
-	require.Equal(t, 1000, b.count(t, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'`))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND result->>'posted' = 'false'`, ids))
+	require.Equal(t, 10, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction`))
+	require.Equal(t, 1000, pgtest.Count(t, b.pool, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND result->>'posted' = 'false'`, ids))
 	// Every envelope's result names the transaction that records its payment.
-	require.Equal(t, 12, b.count(t, `SELECT count(*) FROM envelope e JOIN ledger_transaction t ON t.id = (e.result->>'ledger_transaction_id')::bigint
+	require.Equal(t, 12, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope e JOIN ledger_transaction t ON t.id = (e.result->>'ledger_transaction_id')::bigint
 		WHERE e.id = ANY($1) AND t.idempotency_key = 'standard:m_1:payment:' || (e.payload->'data'->>'payment_id')`, ids))
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
@@ -30,28 +32,21 @@ func TestMaxAgeCoversTheProvidersRetryWindow(t *testing.T) {
 		{"stripe", SourcePolicy{MaxAge: 5 * 24 * time.Hour}, 5 * 24 * time.Hour},
 		{"stripe", SourcePolicy{MaxAge: time.Hour}, time.Hour},
 	} {
-		if got := maxAge(p, c.sp, c.provider); got != c.want {
-			t.Errorf("maxAge(%s, %+v) = %s, want %s", c.provider, c.sp, got, c.want)
-		}
+		assert.Equal(t, c.want, maxAge(p, c.sp, c.provider), "maxAge(%s, %+v)", c.provider, c.sp)
 	}
 	long := p
 	long.MaxAge = 10 * 24 * time.Hour
-	if got := maxAge(long, SourcePolicy{}, "stripe"); got != long.MaxAge {
-		t.Errorf("a longer --max-age is kept: got %s", got)
-	}
+	assert.Equal(t, long.MaxAge, maxAge(long, SourcePolicy{}, "stripe"), "a longer --max-age is kept")
 
 	// Two and a half days in, a Stripe refund still snoozes; at 24 h it
 	// would have failed before.
 	notReady := &handlers.NotReadyError{Err: errors.New("payment not posted")}
 	w := &ProcessWorker{Policy: p}
 	act := decideFailure(notReady, 1, 25, 60*time.Hour, w.policyFor(&envelope.Envelope{Provider: "stripe", Source: "s"}))
-	if act.outcome != envelope.OutcomeSnoozed {
-		t.Errorf("stripe refund at 60 h: %s (%s), want snoozed", act.outcome, act.reason)
-	}
+	assert.Equal(t, envelope.OutcomeSnoozed, act.outcome, "stripe refund at 60 h (%s)", act.reason)
 	act = decideFailure(notReady, 1, 25, 74*time.Hour, w.policyFor(&envelope.Envelope{Provider: "stripe", Source: "s"}))
-	if act.outcome != envelope.OutcomeFailed || !act.final {
-		t.Errorf("stripe refund at 74 h: %s, want failed", act.outcome)
-	}
+	assert.Equal(t, envelope.OutcomeFailed, act.outcome, "stripe refund at 74 h")
+	assert.True(t, act.final, "stripe refund at 74 h: final")
 }
 
 // A not-ready envelope with no wait of its own waits a tenth of its age (at
@@ -69,20 +64,14 @@ func TestNotReadySnoozeGrowsWithAge(t *testing.T) {
 		{10 * time.Hour, p.MaxSnooze},
 	} {
 		act := decideFailure(notReady, 1, 25, c.age, p)
-		if act.outcome != envelope.OutcomeSnoozed {
-			t.Fatalf("age %s: %s", c.age, act.outcome)
-		}
-		if got := snoozeOf(t, act.river); got != c.want {
-			t.Errorf("age %s: snooze %s, want %s", c.age, got, c.want)
-		}
+		require.Equal(t, envelope.OutcomeSnoozed, act.outcome, "age %s", c.age)
+		assert.Equal(t, c.want, snoozeOf(t, act.river), "age %s: snooze", c.age)
 	}
 }
 
 func snoozeOf(t *testing.T, err error) time.Duration {
 	t.Helper()
 	var se *rivertype.JobSnoozeError
-	if !errors.As(err, &se) {
-		t.Fatalf("%v is not a snooze", err)
-	}
+	require.ErrorAs(t, err, &se, "a snooze")
 	return se.Duration
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/metrics"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
 )
@@ -36,9 +37,9 @@ func TestMetricsReplayedEnvelopeIsTimedAsAReplay(t *testing.T) {
 	res, err := admin.Replay(context.Background(), b.pool, rc, admin.ReplayRequest{Filter: admin.Filter{IDs: []int64{id}}, Actor: "test", Reason: "metrics"})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'done' AND attempts = 2`, id) == 1
-	}, 20*time.Second, 10*time.Millisecond)
+	pgtest.Eventually(t, 20*time.Second, "the replay to be done at the second attempt", func() (bool, string) {
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'done' AND attempts = 2`, id) == 1, ""
+	})
 
 	hist := func(kind string) (uint64, float64) {
 		mfs, err := reg.Gather()
@@ -61,7 +62,7 @@ func TestMetricsReplayedEnvelopeIsTimedAsAReplay(t *testing.T) {
 		return 0, 0
 	}
 	// The worker counts after its commit: wait for the replay's sample.
-	require.Eventually(t, func() bool { n, _ := hist(metrics.KindReplay); return n == 1 }, 10*time.Second, 10*time.Millisecond)
+	pgtest.Eventually(t, 10*time.Second, "one replay in the processing histogram", func() (bool, string) { n, _ := hist(metrics.KindReplay); return n == 1, "" })
 	n, sum := hist(metrics.KindFirst)
 	require.EqualValues(t, 1, n, "the replay is not a first processing")
 	require.Less(t, sum, 60.0)
@@ -86,7 +87,7 @@ func TestMetricsFailuresCountedByCause(t *testing.T) {
 		return counter(t, reg, "inbox_worker_failures_total", map[string]string{"source": "src", "cause": cause, "outcome": outcome})
 	}
 	// The worker counts after its commit.
-	require.Eventually(t, func() bool { return value("unknown_currency", "failed") == 2 }, 10*time.Second, 10*time.Millisecond)
+	pgtest.Eventually(t, 10*time.Second, "two unknown_currency failures counted", func() (bool, string) { return value("unknown_currency", "failed") == 2, "" })
 	require.Zero(t, value("internal", "failed"))
 	require.Zero(t, value("unknown_currency", "retry"))
 }
@@ -111,7 +112,7 @@ func TestMetricsLedgerPostingsCounted(t *testing.T) {
 		return counter(t, reg, "inbox_ledger_postings_total", map[string]string{"kind": kind, "result": result})
 	}
 	// The worker counts after its commit.
-	require.Eventually(t, func() bool { return value("payment", "posted")+value("payment", "skipped") == 2 }, 10*time.Second, 10*time.Millisecond)
+	pgtest.Eventually(t, 10*time.Second, "two payment ledger results counted", func() (bool, string) { return value("payment", "posted")+value("payment", "skipped") == 2, "" })
 	require.Equal(t, 1.0, value("payment", "posted"))
 	require.Equal(t, 1.0, value("payment", "skipped"))
 	require.Zero(t, value("refund", "posted"))

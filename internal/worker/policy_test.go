@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
 )
@@ -65,10 +66,10 @@ func TestThrottlePerMerchantAcrossWorkers(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT processed_at FROM envelope WHERE id = ANY($1) ORDER BY processed_at OFFSET $2 LIMIT 1`, burst, 2*perSecond).Scan(&thirdWindow))
 	require.True(t, quietDone.Before(thirdWindow), "the quiet merchant waited for the busy one")
 	// Every throttled wait is on the audit trail.
-	require.Positive(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed' AND error LIKE 'throttled: src/m_busy is over 3/s%'`, burst))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed' AND cause IS DISTINCT FROM 'throttled'`, burst), "a throttled wait's cause is throttled")
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, quiet))
-	require.Equal(t, 9, b.count(t, "SELECT count(*) FROM ledger_transaction WHERE merchant = 'm_busy'"))
+	require.Positive(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed' AND error LIKE 'throttled: src/m_busy is over 3/s%'`, burst))
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed' AND cause IS DISTINCT FROM 'throttled'`, burst), "a throttled wait's cause is throttled")
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1) AND outcome = 'snoozed'`, quiet))
+	require.Equal(t, 9, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction WHERE merchant = 'm_busy'"))
 }
 
 func TestReconcileFailsEnvelopeWhoseJobWasCancelled(t *testing.T) {
@@ -85,9 +86,9 @@ func TestReconcileFailsEnvelopeWhoseJobWasCancelled(t *testing.T) {
 	failed, enqueued, err := worker.Reconcile(ctx, b.worker, 0)
 	require.NoError(t, err)
 	require.Equal(t, [2]int{1, 1}, [2]int{failed, enqueued})
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'failed' AND last_error LIKE '%cancelled%without a recorded outcome%' AND last_cause = 'orphaned'`, cancelled))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1 AND state = 'available'`, orphan))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, healthy))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND status = 'failed' AND last_error LIKE '%cancelled%without a recorded outcome%' AND last_cause = 'orphaned'`, cancelled))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1 AND state = 'available'`, orphan))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, healthy))
 	// Safe to run again: nothing left to do.
 	failed, enqueued, err = worker.Reconcile(ctx, b.worker, 0)
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
 )
@@ -94,7 +95,7 @@ func TestStaleAttemptsFailureDoesNotOverwriteDone(t *testing.T) {
 			require.Nil(t, s.LastError, "a stale attempt's error was recorded on a done envelope")
 			require.Equal(t, 1, s.Attempts)
 			require.Equal(t, []string{"done"}, s.Outcomes)
-			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1`, id))
+			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1`, id))
 			var state string
 			require.NoError(t, b.pool.QueryRow(ctx, `SELECT state::text FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, id).Scan(&state))
 			require.Equal(t, "completed", state)

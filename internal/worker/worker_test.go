@@ -108,38 +108,31 @@ func (b *bundle) insert(t *testing.T, prov, deliveryID, eventType string, body [
 // waitFinal waits for the envelope to leave pending and returns it.
 func (b *bundle) waitFinal(t *testing.T, id int64) *envelope.Envelope {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		e, err := envelope.Get(context.Background(), b.pool, id)
+	var e *envelope.Envelope
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("envelope %d to leave pending", id), func() (bool, string) {
+		var err error
+		e, err = envelope.Get(context.Background(), b.pool, id)
 		require.NoError(t, err)
-		if e.Status != envelope.StatusPending {
-			return e
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("envelope %d still pending (attempts %d, last error %v)", id, e.Attempts, e.LastError)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return e.Status != envelope.StatusPending, fmt.Sprintf("still pending (attempts %d, last error %v)", e.Attempts, e.LastError)
+	})
+	return e
 }
 
 // jobState waits until the envelope's job reaches a final state and returns it.
 func (b *bundle) jobState(t *testing.T, id int64) (string, int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var state string
-		var attempt int
+	var state string
+	var attempt int
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("the job of envelope %d to finish", id), func() (bool, string) {
 		err := b.pool.QueryRow(context.Background(), `SELECT state::text, attempt FROM river_job WHERE (args->>'envelope_id')::bigint = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&state, &attempt)
 		require.NoError(t, err)
 		switch state {
 		case "completed", "cancelled", "discarded":
-			return state, attempt
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job of envelope %d still %s", id, state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, "still " + state
+	})
+	return state, attempt
 }
 
 func (b *bundle) outcomes(t *testing.T, id int64) []string {
@@ -169,13 +162,6 @@ func (b *bundle) lastCause(t *testing.T, id int64) string {
 	return c
 }
 
-func (b *bundle) count(t *testing.T, q string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), q, args...).Scan(&n))
-	return n
-}
-
 func TestDoneWritesLedgerResultAttemptAndCompletesJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -191,8 +177,8 @@ func TestDoneWritesLedgerResultAttemptAndCompletesJob(t *testing.T) {
 	require.Equal(t, []string{"done"}, b.outcomes(t, id))
 	state, _ := b.jobState(t, id)
 	require.Equal(t, "completed", state)
-	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1", id))
-	require.Equal(t, 1234, b.count(t, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1", id))
+	require.Equal(t, 1234, pgtest.Count(t, b.pool, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
 }
 
 func TestNoHandlerIgnores(t *testing.T) {
@@ -206,7 +192,7 @@ func TestNoHandlerIgnores(t *testing.T) {
 	require.Equal(t, []string{"ignored"}, b.outcomes(t, id))
 	state, _ := b.jobState(t, id)
 	require.Equal(t, "completed", state)
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_transaction"))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"))
 }
 
 func TestPermanentErrorFailsAndCancels(t *testing.T) {
@@ -224,7 +210,7 @@ func TestPermanentErrorFailsAndCancels(t *testing.T) {
 	state, attempt := b.jobState(t, id)
 	require.Equal(t, "cancelled", state)
 	require.Equal(t, 1, attempt)
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_entry"))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_entry"))
 }
 
 // flaky fails its first n calls with a transient error, after writing a
@@ -254,8 +240,8 @@ func TestRetryThenSuccessPostsOnce(t *testing.T) {
 	require.Equal(t, envelope.StatusDone, e.Status)
 	require.Equal(t, 3, e.Attempts)
 	require.Equal(t, []string{"retry", "retry", "done"}, b.outcomes(t, id))
-	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM ledger_transaction"), "rolled-back attempts post nothing")
-	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND error LIKE 'downstream hiccup%'", id))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "rolled-back attempts post nothing")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND error LIKE 'downstream hiccup%'", id))
 	state, attempt := b.jobState(t, id)
 	require.Equal(t, "completed", state)
 	require.Equal(t, 3, attempt)
@@ -275,7 +261,7 @@ func TestAttemptsExhaustedFails(t *testing.T) {
 	require.Equal(t, []string{"internal", "internal", "internal"}, b.causes(t, id), "the cause is what went wrong; outcome failed says it was the last")
 	state, _ := b.jobState(t, id)
 	require.Equal(t, "discarded", state)
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_transaction"))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"))
 }
 
 func TestRefundWaitsForPayment(t *testing.T) {
@@ -284,11 +270,9 @@ func TestRefundWaitsForPayment(t *testing.T) {
 	b.run(t, worker.Policy{SnoozeDefault: 50 * time.Millisecond})
 	refund := b.insert(t, "standard", "msg_ref", "payment.refunded", webhooktest.StandardRefund("re_1", "pay_1", "m_1", 300, "USD"), 0)
 	// Let the refund snooze at least once before its payment arrives.
-	deadline := time.Now().Add(10 * time.Second)
-	for b.count(t, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'snoozed'", refund) == 0 {
-		require.True(t, time.Now().Before(deadline), "refund never snoozed")
-		time.Sleep(10 * time.Millisecond)
-	}
+	pgtest.Eventually(t, 10*time.Second, "the refund to snooze", func() (bool, string) {
+		return pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'snoozed'", refund) > 0, "refund never snoozed"
+	})
 	payment := b.insert(t, "standard", "msg_pay", "payment.succeeded", webhooktest.StandardPayment("pay_1", "m_1", 1000, "USD"), 0)
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, payment).Status)
 	e := b.waitFinal(t, refund)
@@ -298,7 +282,7 @@ func TestRefundWaitsForPayment(t *testing.T) {
 	require.Equal(t, "done", outs[len(outs)-1])
 	state, _ := b.jobState(t, refund)
 	require.Equal(t, "completed", state)
-	require.Equal(t, 700, b.count(t, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
+	require.Equal(t, 700, pgtest.Count(t, b.pool, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
 }
 
 func TestSnoozeBoundedByAgeFails(t *testing.T) {
@@ -333,8 +317,8 @@ func TestSamePaymentUnderTwoDeliveryIDsPostsOnce(t *testing.T) {
 	c := b.insert(t, "standard", "msg_b", "payment.succeeded", body, 0)
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, a).Status)
 	require.Equal(t, envelope.StatusDone, b.waitFinal(t, c).Status)
-	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM ledger_transaction"))
-	require.Equal(t, 999, b.count(t, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_s' AND account = 'psp_clearing'"))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"))
+	require.Equal(t, 999, pgtest.Count(t, b.pool, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_s' AND account = 'psp_clearing'"))
 }
 
 func TestHandlerPanicIsRetried(t *testing.T) {
@@ -376,8 +360,8 @@ func TestStaleAttemptIsFencedOff(t *testing.T) {
 	e, err := envelope.Get(ctx, b.pool, id)
 	require.NoError(t, err)
 	require.Equal(t, envelope.StatusPending, e.Status)
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM ledger_transaction"))
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM envelope_attempt"))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"))
+	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope_attempt"))
 }
 
 // A forwarding destination that asks to wait (503 + Retry-After) snoozes the

@@ -8,6 +8,7 @@ package flowtest
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -128,26 +129,24 @@ func setup(t *testing.T) *fixture {
 // spans of traceID, and returns them.
 func waitSpans(t *testing.T, traceID trace.TraceID, want func([]tracetest.SpanStub) bool) []tracetest.SpanStub {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var spans []tracetest.SpanStub
+	var spans []tracetest.SpanStub
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("the spans of trace %s to complete", traceID), func() (bool, string) {
+		spans = nil
 		for _, s := range exporter.GetSpans() {
 			if s.SpanContext.TraceID() == traceID {
 				spans = append(spans, s)
 			}
 		}
 		if want(spans) {
-			return spans
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			var names []string
-			for _, s := range spans {
-				names = append(names, s.Name)
-			}
-			t.Fatalf("spans of trace %s never complete: have %v", traceID, names)
+		var names []string
+		for _, s := range spans {
+			names = append(names, s.Name)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("have %v", names)
+	})
+	return spans
 }
 
 // newTraceID returns a random trace id: the exporter is shared by every
@@ -193,18 +192,14 @@ func committedAttempts(spans []tracetest.SpanStub) int {
 
 func waitStatus(t *testing.T, pool *pgxpool.Pool, id int64, want envelope.Status) *envelope.Envelope {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		e, err := envelope.Get(context.Background(), pool, id)
+	var e *envelope.Envelope
+	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("envelope %d to be %s", id, want), func() (bool, string) {
+		var err error
+		e, err = envelope.Get(context.Background(), pool, id)
 		require.NoError(t, err)
-		if e.Status == want {
-			return e
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("envelope %d is %s, want %s", id, e.Status, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return e.Status == want, fmt.Sprintf("envelope %d is %s, want %s", id, e.Status, want)
+	})
+	return e
 }
 
 // TestTraceFromRequestToLedger sends a signed payment with a traceparent to
