@@ -198,19 +198,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	// waitText reloads nothing: the run page refreshes itself until done.
 	waitText := func(sel, want string) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		pgtest.EventuallyEvery(t, 60*time.Second, 200*time.Millisecond, sel+" showing "+want, func() (bool, string) {
 			tctx, tcancel := context.WithTimeout(bctx, 3*time.Second)
+			defer tcancel()
 			got, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
-			tcancel()
-			if err == nil && strings.Contains(got, want) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never showed %q (last: %q, %v)", sel, want, got, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return err == nil && strings.Contains(got, want), fmt.Sprintf("%q, %v", got, err)
+		})
 	}
 
 	// The list: every envelope, newest first.

@@ -80,22 +80,12 @@ func (b *bundle) exec(t *testing.T, q string, args ...any) {
 // waitDone polls a run's page until it says done, and returns it.
 func (b *bundle) waitDone(t *testing.T, run string) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, body, _ := b.get(t, run)
-		if strings.Contains(body, "<b>Done.</b>") {
-			return body
-		}
-		require.False(t, time.Now().After(deadline), "the run never finished: %s", body)
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (b *bundle) count(t *testing.T, q string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), q, args...).Scan(&n))
-	return n
+	var body string
+	pgtest.Eventually(t, 30*time.Second, "the replay run done", func() (bool, string) {
+		_, body, _ = b.get(t, run)
+		return strings.Contains(body, "<b>Done.</b>"), body
+	})
+	return body
 }
 
 // seed inserts n failed unknown_currency envelopes of source "stripe" and
@@ -282,8 +272,8 @@ func TestReplayNeedsTokenAndReason(t *testing.T) {
 	code, body, _ = b.post(t, "/console/replay", form)
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, body, "replaying everything is not allowed")
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`), "nothing was replayed")
-	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'failed'`), "nothing changed")
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`), "nothing was replayed")
+	require.Equal(t, 3, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE status = 'failed'`), "nothing changed")
 
 	form = hidden(t, page)
 	form.Set("reason", "INC-7: currency added")
@@ -296,9 +286,9 @@ func TestReplayNeedsTokenAndReason(t *testing.T) {
 	require.Contains(t, body, `<b id="replayed">2</b>`, "the limit holds")
 	require.Regexp(t, `(?s)id="outcome".*st-pending">pending</span></td><td>unknown_currency</td><td class="num">2</td>`, body, "what became of them: pending again (the cause is the last failure's)")
 	require.NotContains(t, body, `http-equiv="refresh"`, "a finished run stops refreshing")
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_replay WHERE actor = 'console:ops' AND reason = 'INC-7: currency added'`))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'pending' AND id = ANY($1)`, ids))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE actor = 'console:ops' AND reason = 'INC-7: currency added'`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE status = 'pending' AND id = ANY($1)`, ids))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
 
 	// The replays page and the envelope page show it.
 	_, body, _ = b.get(t, "/console/replays")
@@ -326,7 +316,7 @@ func TestReadOnlyConsoleRefusesReplay(t *testing.T) {
 	code, body, _ = b.post(t, "/console/replay", url.Values{"id": {fmt.Sprint(ids[0])}, "reason": {"x"}})
 	require.Equal(t, http.StatusForbidden, code)
 	require.Contains(t, body, "replay is off in this console: no privilege")
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`))
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
 }
 
 func TestFailuresGroupByCause(t *testing.T) {
@@ -374,16 +364,14 @@ func TestStopARunningReplay(t *testing.T) {
 	code, _, h = b.post(t, run+"/stop", url.Values{"csrf": {token(t, body)}})
 	require.Equal(t, http.StatusSeeOther, code)
 	require.Equal(t, run, h.Get("Location"))
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(body, "Stopped:") {
-		require.False(t, time.Now().After(deadline), "the run never stopped: %s", body)
-		time.Sleep(20 * time.Millisecond)
+	pgtest.Eventually(t, 30*time.Second, "the replay run stopped", func() (bool, string) {
 		_, body, _ = b.get(t, run)
-	}
+		return strings.Contains(body, "Stopped:"), body
+	})
 	require.Contains(t, body, "stopped on request")
 	require.NoError(t, hold.Rollback(ctx))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`), "the batch in flight rolled back")
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'failed'`))
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`), "the batch in flight rolled back")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE status = 'failed'`))
 	require.NotContains(t, body, `id="stop"`, "a finished run has nothing to stop")
 	code, _, _ = b.post(t, "/console/replays/nope/stop", url.Values{"csrf": {tok}})
 	require.Equal(t, http.StatusNotFound, code)
@@ -409,14 +397,14 @@ func TestReplayTakesWhatTheDryRunShowed(t *testing.T) {
 	// After the dry run: one more fails, one that was pending fails too.
 	seed(t, b.pool, 1)
 	b.exec(t, `UPDATE envelope SET status = 'failed', processed_at = now() WHERE id = $1`, pendingThen)
-	require.Equal(t, 4, b.count(t, `SELECT count(*) FROM envelope WHERE status = 'failed' AND last_cause = 'unknown_currency'`))
+	require.Equal(t, 4, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE status = 'failed' AND last_cause = 'unknown_currency'`))
 
 	form.Set("reason", "INC-8")
 	code, _, h := b.post(t, "/console/replay", form)
 	require.Equal(t, http.StatusSeeOther, code)
 	b.waitDone(t, h.Get("Location"))
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-8'`), "what the dry run showed, no more")
-	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-8' AND envelope_id = ANY($1)`, ids))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-8'`), "what the dry run showed, no more")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-8' AND envelope_id = ANY($1)`, ids))
 
 	// A form without its dry run's count is refused.
 	form.Del("expect")
@@ -450,7 +438,7 @@ func TestFormTokenIsTheOperators(t *testing.T) {
 	form.Set("reason", "mine")
 	code, _ := as("bob", http.MethodPost, "/console/replay", form)
 	require.Equal(t, http.StatusForbidden, code, "alice's token, bob's request")
-	require.Zero(t, b.count(t, `SELECT count(*) FROM envelope_replay`))
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
 	code, _ = as("alice", http.MethodPost, "/console/replay", form)
 	require.Equal(t, http.StatusSeeOther, code)
 }
