@@ -459,3 +459,35 @@ func TestStoredValuesAreEscaped(t *testing.T) {
 		require.NotContains(t, body, "<img src=x", path)
 	}
 }
+
+// At most two replays run at once per console; a third is refused with 429
+// and starts nothing.
+func TestAThirdConcurrentReplayIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 3)
+	ctx := context.Background()
+	hold := pgtest.Tx(t, b.pool) // holds every envelope: the runs wait on their first batch
+	_, err := hold.Exec(ctx, `SELECT id FROM envelope WHERE id = ANY($1) FOR UPDATE`, ids)
+	require.NoError(t, err)
+	start := func(id int64) (int, string) {
+		_, page, _ := b.get(t, fmt.Sprintf("/console/replay?id=%d", id))
+		form := hidden(t, page)
+		form.Set("reason", "concurrent")
+		code, body, _ := b.post(t, "/console/replay", form)
+		return code, body
+	}
+	code, _ := start(ids[0])
+	require.Equal(t, http.StatusSeeOther, code)
+	code, _ = start(ids[1])
+	require.Equal(t, http.StatusSeeOther, code)
+	code, body := start(ids[2])
+	require.Equal(t, http.StatusTooManyRequests, code)
+	require.Contains(t, body, "two replays are already running")
+	require.NoError(t, hold.Rollback(ctx))
+	pgtest.Eventually(t, 30*time.Second, "the two runs done", func() (bool, string) {
+		n := pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`)
+		return n == 2, fmt.Sprint(n)
+	})
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE envelope_id = $1`, ids[2]), "the third started nothing")
+}
