@@ -137,6 +137,9 @@ func writeReplay(w io.Writer, req replayRequest, res replayResult) error {
 		d := res.dry
 		kv.add("dry run:", "nothing changed")
 		kv.add("matched", "%d", d.Matched)
+		if s := byStatus(d.ByStatus); s != "" {
+			kv.add("by status", "%s", s)
+		}
 		kv.add("already queued", "%d (would be skipped)", d.AlreadyQueued)
 		kv.add("would replay", "%d", d.WouldReplay)
 		if d.MaxID > 0 {
@@ -281,4 +284,16 @@ func renderProgress(pr admin.Progress, cols int, elapsed time.Duration) string {
 	}
 	filled := int(frac * float64(width))
 	return "[" + strings.Repeat("=", filled) + strings.Repeat(" ", width-filled) + "] " + text
+}
+
+// byStatus renders counts by status as "failed 4, done 2", in the
+// statuses' order; "" when there are none.
+func byStatus(m map[envelope.Status]int) string {
+	var parts []string
+	for _, st := range envelope.Statuses() {
+		if n := m[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", st, n))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

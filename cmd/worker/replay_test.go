@@ -145,6 +145,7 @@ func TestReplayCommandByFilter(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "12", admField(t, out, "matched"))
 	require.Equal(t, "12", admField(t, out, "would replay"))
+	require.Equal(t, "failed 12", admField(t, out, "by status"))
 	require.Contains(t, out, "first 10 by id:")
 	require.Contains(t, out, "DELIVERY ID")
 	require.Equal(t, 10, strings.Count(out, " gh-"), "a sample of 10")

@@ -388,6 +388,9 @@ type DryRunResult struct {
 	// stored since.
 	MaxID int64     `json:"max_id"`
 	At    time.Time `json:"at"`
+	// ByStatus splits Matched by the envelopes' status now: a replay of done
+	// ones re-runs their handlers (a recorded no-op for the ledger).
+	ByStatus map[envelope.Status]int `json:"by_status"`
 }
 
 // DryRun reports how many envelopes f selects, how many of them already have
@@ -418,8 +421,11 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 		f.replayable = true
 		sel := f.selection(now)
 		var err error
-		if res.Matched, err = envelope.Count(ctx, tx, sel); err != nil {
+		if res.ByStatus, err = envelope.CountByStatus(ctx, tx, sel); err != nil {
 			return err
+		}
+		for _, n := range res.ByStatus {
+			res.Matched += n
 		}
 		if res.AlreadyQueued, err = envelope.CountLive(ctx, tx, sel); err != nil {
 			return err

@@ -491,3 +491,23 @@ func TestAThirdConcurrentReplayIsRefused(t *testing.T) {
 	})
 	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE envelope_id = $1`, ids[2]), "the third started nothing")
 }
+
+// The dry run splits its matches by status and warns when done envelopes
+// are among them; rows ticked on the list are replayed by id.
+func TestPreviewByStatusAndSelectedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 2)
+	_, body, _ := b.get(t, "/console/replay?source=github")
+	require.Contains(t, body, `id="done-warning"`, "the GitHub envelope is done")
+	require.Contains(t, body, `st-done">done</span> 1`)
+	_, body, _ = b.get(t, "/console/replay?status=failed")
+	require.NotContains(t, body, `id="done-warning"`)
+
+	_, list, _ := b.get(t, "/console/envelopes?status=failed")
+	require.Contains(t, list, fmt.Sprintf(`<input type="checkbox" name="id" value="%d"`, ids[0]))
+	require.Contains(t, list, `id="replay-selected"`)
+	_, body, _ = b.get(t, fmt.Sprintf("/console/replay?id=%d&id=%d", ids[0], ids[1]))
+	require.Contains(t, body, `<b id="would-replay">2</b>`)
+	require.Equal(t, []string{fmt.Sprint(ids[0]), fmt.Sprint(ids[1])}, hidden(t, body)["id"])
+}

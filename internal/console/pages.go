@@ -349,6 +349,8 @@ type previewData struct {
 	CSRF     string
 	CLI      string
 	SingleID int64 // the one envelope asked for by id, 0 otherwise
+	ByStatus []statusN
+	Done     int // matches that are done: their replay re-runs handlers
 	// ConfirmCLI is the CLI command of the confirmed replay: the pinned
 	// selection and the dry run's count as its limit.
 	ConfirmCLI string
@@ -356,6 +358,11 @@ type previewData struct {
 	Purged     bool
 	NotFound   bool
 	Unbounded  bool // the filter has no time bound: say so
+}
+
+type statusN struct {
+	Status envelope.Status
+	N      int
 }
 
 // preview is the dry run of a replay, with the form that starts it.
@@ -389,6 +396,12 @@ func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Valu
 		return
 	}
 	d.DryRun = &res
+	d.Done = res.ByStatus[envelope.StatusDone]
+	for _, st := range envelope.Statuses() {
+		if n := res.ByStatus[st]; n > 0 {
+			d.ByStatus = append(d.ByStatus, statusN{st, n})
+		}
+	}
 	// The form replays what this dry run saw: its relative bounds as the
 	// instants they meant now, nothing stored after its newest match, and
 	// at most as many envelopes as it counted.

@@ -227,6 +227,22 @@ func CountUpTo(ctx context.Context, q Querier, s Selection, limit int) (int, err
 	return n, nil
 }
 
+// CountByStatus counts the envelopes s selects per status.
+func CountByStatus(ctx context.Context, q Querier, s Selection) (map[Status]int, error) {
+	where, args := s.Where()
+	rows, err := q.Query(ctx, `SELECT status, count(*) FROM envelope WHERE `+where+` GROUP BY 1`, CustomPlan(args)...)
+	if err != nil {
+		return nil, fmt.Errorf("count envelopes by status: %w", err)
+	}
+	out := map[Status]int{}
+	var st Status
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&st, &n}, func() error { out[st] = n; return nil }); err != nil {
+		return nil, fmt.Errorf("count envelopes by status: %w", err)
+	}
+	return out, nil
+}
+
 // MaxMatchingID returns the highest id s selects, 0 when none.
 func MaxMatchingID(ctx context.Context, q Querier, s Selection) (int64, error) {
 	where, args := s.Where()
