@@ -5,10 +5,13 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
@@ -66,4 +69,24 @@ func TestCanReplayByRole(t *testing.T) {
 		require.NoError(t, err, role)
 		require.Equal(t, want, got, role)
 	}
+}
+
+// A dry run reports its newest match and clock; MaxID then leaves out what
+// was stored since.
+func TestDryRunMaxIDPinsTheSelection(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	first := envelopetest.Insert(t, pool, envelopetest.Row{Status: "failed"})
+	second := envelopetest.Insert(t, pool, envelopetest.Row{Status: "failed"})
+	res, err := DryRun(ctx, pool, Filter{Status: "failed"}, 0)
+	require.NoError(t, err)
+	require.Equal(t, second, res.MaxID)
+	require.WithinDuration(t, time.Now(), res.At, time.Minute)
+	require.Equal(t, map[envelope.Status]int{"failed": 2}, res.ByStatus)
+	envelopetest.Insert(t, pool, envelopetest.Row{Status: "failed"})
+	res, err = DryRun(ctx, pool, Filter{Status: "failed", MaxID: first}, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Matched, "only up to the pinned id")
+	require.Equal(t, first, res.MaxID)
 }
