@@ -2,7 +2,12 @@
 // each test writing its own INSERT: a Row names what the test cares about and
 // every other column takes a valid default (a JSON body with its sha256 and
 // size, received now, pending). Adding a column to the envelope table means
-// adding it here once.
+// adding it here once. InsertMany inserts a seed of thousands in one
+// statement.
+//
+// InsertAttempt, InsertReplay, InsertConflict and InsertDuplicate add the
+// rows that hang off an envelope (envelope_attempt, envelope_replay,
+// envelope_conflict, envelope_duplicate), with the same kind of defaults.
 //
 // Rows inserted this way have no River job: a test that processes them
 // enqueues the job itself, or goes through envelope.Store as ingest does.
@@ -33,16 +38,19 @@ type Row struct {
 	EventType  string            // "payment.succeeded"
 	Status     string            // "pending"
 	Body       []byte            // {"delivery":"<DeliveryID>"}; stored as payload too when it is JSON
-	NoBody     bool              // body purged (NULL, body_purged_at set); payload kept
+	NoBody     bool              // body purged (NULL, body_purged_at set); payload kept unless NoPayload
+	NoPayload  bool              // payload NULL even when Body is JSON (as for a provider whose body is not parsed)
 	Headers    map[string]string // {}
 	// ReceivedAt defaults to now; ProcessedAt, for a final Status, to
 	// ReceivedAt (a final envelope must have one).
 	ReceivedAt  time.Time
 	ProcessedAt time.Time
-	Attempts    int
-	LastError   string // NULL when empty
-	LastCause   string // NULL when empty (a labels.Cause)
-	Result      json.RawMessage
+	// BodyPurgedAt, with NoBody, defaults to ReceivedAt.
+	BodyPurgedAt time.Time
+	Attempts     int
+	LastError    string // NULL when empty
+	LastCause    string // NULL when empty (a labels.Cause)
+	Result       json.RawMessage
 }
 
 var seq atomic.Int64
@@ -60,6 +68,87 @@ func Insert(t testing.TB, q Querier, r Row) int64 {
 // Create is Insert for code without a test (an Example): it returns the
 // error.
 func Create(ctx context.Context, q Querier, r Row) (int64, error) {
+	ids, err := CreateMany(ctx, q, []Row{r})
+	if err != nil {
+		return 0, err
+	}
+	return ids[0], nil
+}
+
+// InsertMany inserts n rows, row(i) for i in [0, n), in one statement and
+// returns their ids in that order; it fails the test on any error. Use it
+// for seeds of hundreds or thousands of envelopes, where one INSERT each
+// would be slow.
+func InsertMany(t testing.TB, q Querier, n int, row func(i int) Row) []int64 {
+	t.Helper()
+	rows := make([]Row, n)
+	for i := range rows {
+		rows[i] = row(i)
+	}
+	ids, err := CreateMany(context.Background(), q, rows)
+	if err != nil {
+		t.Fatalf("envelopetest: %v", err)
+	}
+	return ids
+}
+
+// CreateMany is InsertMany for code without a test: it inserts rows in one
+// statement and returns their ids in order, or the error.
+func CreateMany(ctx context.Context, q Querier, rows []Row) ([]int64, error) {
+	if len(rows) == 0 {
+		return []int64{}, nil
+	}
+	var c columns
+	for _, r := range rows {
+		if err := c.add(r); err != nil {
+			return nil, err
+		}
+	}
+	// Identity values are drawn in the order the SELECT yields its rows
+	// (ORDER BY ord), so the ids sorted are the rows' ids in order.
+	var ids []int64
+	err := q.QueryRow(ctx, `
+		WITH ins AS (
+			INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, payload, headers,
+			                      body_sha256, body_size, received_at, processed_at, attempts, last_error, result,
+			                      body_purged_at, last_cause)
+			SELECT source, provider, delivery_id, event_type, status, body, payload::jsonb, headers::jsonb,
+			       body_sha256, body_size, received_at, processed_at, attempts, last_error, result::jsonb,
+			       body_purged_at, last_cause
+			  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], $8::text[],
+			              $9::bytea[], $10::int[], $11::timestamptz[], $12::timestamptz[], $13::int[], $14::text[], $15::text[],
+			              $16::timestamptz[], $17::text[])
+			       WITH ORDINALITY AS r(source, provider, delivery_id, event_type, status, body, payload, headers,
+			                            body_sha256, body_size, received_at, processed_at, attempts, last_error, result,
+			                            body_purged_at, last_cause, ord)
+			 ORDER BY ord
+			RETURNING id)
+		SELECT array_agg(id ORDER BY id) FROM ins`,
+		c.source, c.provider, c.deliveryID, c.eventType, c.status, c.body, c.payload, c.headers,
+		c.sha256, c.size, c.receivedAt, c.processedAt, c.attempts, c.lastError, c.result,
+		c.purgedAt, c.lastCause).Scan(&ids)
+	if err != nil {
+		if len(rows) == 1 {
+			return nil, fmt.Errorf("insert envelope %s/%s: %w", c.source[0], c.deliveryID[0], err)
+		}
+		return nil, fmt.Errorf("insert %d envelopes: %w", len(rows), err)
+	}
+	return ids, nil
+}
+
+// columns holds rows column by column, as CreateMany's unnest takes them.
+type columns struct {
+	source, provider, deliveryID, eventType, status []string
+	body, sha256                                    [][]byte
+	payload, result, lastError, lastCause           []*string
+	headers                                         []string
+	size, attempts                                  []int
+	receivedAt                                      []time.Time
+	processedAt, purgedAt                           []*time.Time
+}
+
+// add appends r, its defaults filled in.
+func (c *columns) add(r Row) error {
 	if r.Source == "" {
 		r.Source = "src"
 	}
@@ -92,7 +181,7 @@ func Create(ctx context.Context, q Querier, r Row) (int64, error) {
 		processed = &r.ProcessedAt
 	}
 	var payload, result *string
-	if json.Valid(r.Body) {
+	if json.Valid(r.Body) && !r.NoPayload {
 		s := string(r.Body)
 		payload = &s
 	}
@@ -100,33 +189,43 @@ func Create(ctx context.Context, q Querier, r Row) (int64, error) {
 		s := string(r.Result)
 		result = &s
 	}
-	var lastError, lastCause *string
-	if r.LastError != "" {
-		lastError = &r.LastError
-	}
-	if r.LastCause != "" {
-		lastCause = &r.LastCause
-	}
 	headers, err := json.Marshal(r.Headers)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	sum := sha256.Sum256(r.Body)
 	body := r.Body
 	var purgedAt *time.Time
 	if r.NoBody {
-		body, purgedAt = nil, &r.ReceivedAt
+		if r.BodyPurgedAt.IsZero() {
+			r.BodyPurgedAt = r.ReceivedAt
+		}
+		body, purgedAt = nil, &r.BodyPurgedAt
 	}
-	var id int64
-	err = q.QueryRow(ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, payload, headers,
-		                      body_sha256, body_size, received_at, processed_at, attempts, last_error, result, body_purged_at, last_cause)
-		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10, $11, $12, $13, $14, $15::jsonb, $16, $17)
-		RETURNING id`,
-		r.Source, r.Provider, r.DeliveryID, r.EventType, r.Status, body, payload, string(headers),
-		sum[:], len(r.Body), r.ReceivedAt, processed, r.Attempts, lastError, result, purgedAt, lastCause).Scan(&id)
-	if err != nil {
-		return 0, fmt.Errorf("insert envelope %s/%s: %w", r.Source, r.DeliveryID, err)
+	c.source = append(c.source, r.Source)
+	c.provider = append(c.provider, r.Provider)
+	c.deliveryID = append(c.deliveryID, r.DeliveryID)
+	c.eventType = append(c.eventType, r.EventType)
+	c.status = append(c.status, r.Status)
+	c.body = append(c.body, body)
+	c.payload = append(c.payload, payload)
+	c.headers = append(c.headers, string(headers))
+	c.sha256 = append(c.sha256, sum[:])
+	c.size = append(c.size, len(r.Body))
+	c.receivedAt = append(c.receivedAt, r.ReceivedAt)
+	c.processedAt = append(c.processedAt, processed)
+	c.attempts = append(c.attempts, r.Attempts)
+	c.lastError = append(c.lastError, nullable(r.LastError))
+	c.result = append(c.result, result)
+	c.purgedAt = append(c.purgedAt, purgedAt)
+	c.lastCause = append(c.lastCause, nullable(r.LastCause))
+	return nil
+}
+
+// nullable is s, or nil (NULL) when s is empty.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
 	}
-	return id, nil
+	return &s
 }
