@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
@@ -103,10 +104,8 @@ func TestBackfillCommandDryRunThenRun(t *testing.T) {
 	now := time.Now()
 	getenv := backfillFixture(t, b.url, cmdEvent("evt_cmd2", now.Add(-time.Minute)), cmdEvent("evt_cmd1", now.Add(-2*time.Minute)))
 	ctx := context.Background()
-	_, err := b.pool.Exec(ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, body, headers, body_sha256, body_size)
-		VALUES ('stripe', 'stripe', 'evt_cmd1', 'customer.created', '\x7b7d', '{}', sha256('\x7b7d'), 2)`)
-	require.NoError(t, err)
+	envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "stripe", Provider: "stripe", DeliveryID: "evt_cmd1",
+		EventType: "customer.created", Body: []byte(`{}`), NoPayload: true})
 
 	stdout, stderr, err := runBackfillCmd(t, getenv, "--source", "stripe", "--since", "24h", "--dry-run", "--actor", "oncall")
 	require.NoError(t, err, stderr)

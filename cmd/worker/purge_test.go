@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
@@ -71,17 +74,22 @@ func TestPurgeHelpAndMissingDatabase(t *testing.T) {
 // purgeSeed stores envelopes of every kind the purge must tell apart.
 func purgeSeed(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
-	_, err := pool.Exec(context.Background(), `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, body_sha256, body_size, received_at, processed_at, attempts)
-		SELECT 'gh', 'github', 'd' || n, 'push', s, '{}', sha256('{}'::bytea), 2,
-		       now() - age * interval '1 day', CASE WHEN s = 'pending' THEN NULL ELSE now() - age * interval '1 day' END, 1
-		  FROM (VALUES (1, 'done', 100), (2, 'ignored', 95), (3, 'done', 40), (4, 'done', 35), (5, 'ignored', 31),
-		               (6, 'done', 5), (7, 'pending', 100), (8, 'failed', 100)) AS v(n, s, age)`)
-	require.NoError(t, err)
-	_, err = pool.Exec(context.Background(), `
-		INSERT INTO envelope_attempt (envelope_id, attempt, outcome, started_at)
-		SELECT id, 1, status, processed_at FROM envelope WHERE status <> 'pending'`)
-	require.NoError(t, err)
+	now := time.Now()
+	seed := []struct {
+		status string
+		age    int // days since it was received and processed
+	}{{"done", 100}, {"ignored", 95}, {"done", 40}, {"done", 35}, {"ignored", 31}, {"done", 5}, {"pending", 100}, {"failed", 100}}
+	ids := envelopetest.InsertMany(t, pool, len(seed), func(i int) envelopetest.Row {
+		at := now.Add(-time.Duration(seed[i].age) * 24 * time.Hour)
+		return envelopetest.Row{Source: "gh", Provider: "github", DeliveryID: fmt.Sprintf("d%d", i+1), EventType: "push",
+			Status: seed[i].status, Body: []byte(`{}`), NoPayload: true, ReceivedAt: at, ProcessedAt: at, Attempts: 1}
+	})
+	for i, id := range ids {
+		if seed[i].status != "pending" {
+			at := now.Add(-time.Duration(seed[i].age) * 24 * time.Hour)
+			envelopetest.InsertAttempt(t, pool, envelopetest.Attempt{EnvelopeID: id, Outcome: seed[i].status, StartedAt: at, FinishedAt: now})
+		}
+	}
 }
 
 func purgeState(t *testing.T, pool *pgxpool.Pool) string {

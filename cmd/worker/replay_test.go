@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -12,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
@@ -63,17 +64,13 @@ func admRun(ctx context.Context, url string, args ...string) (string, string, er
 // seedFailed inserts n failed GitHub envelopes of source, with no jobs.
 func (b *admBundle) seedFailed(t *testing.T, source string, n int) []int64 {
 	t.Helper()
-	rows, err := b.pool.Query(context.Background(), `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, payload, headers,
-		                      body_sha256, body_size, received_at, processed_at, attempts, last_error)
-		SELECT $1, 'github', $1 || '-' || g, 'push', 'failed', convert_to(b, 'UTF8'), b::jsonb, '{}',
-		       sha256(convert_to(b, 'UTF8')), octet_length(b), now() - make_interval(secs => $2 - g), now(), 1, 'permanent: seeded'
-		  FROM generate_series(1, $2) AS g, LATERAL (SELECT format('{"ref":"refs/heads/b%s"}', g) AS b) AS body
-		RETURNING id`, source, n)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
-	return ids
+	now := time.Now()
+	return envelopetest.InsertMany(t, b.pool, n, func(i int) envelopetest.Row {
+		g := i + 1
+		return envelopetest.Row{Source: source, Provider: "github", DeliveryID: fmt.Sprintf("%s-%d", source, g), EventType: "push",
+			Status: "failed", Body: fmt.Appendf(nil, `{"ref":"refs/heads/b%d"}`, g),
+			ReceivedAt: now.Add(-time.Duration(n-g) * time.Second), ProcessedAt: now, Attempts: 1, LastError: "permanent: seeded"}
+	})
 }
 
 func (b *admBundle) insert(t *testing.T, source, deliveryID string, body []byte) int64 {

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/retention"
@@ -62,39 +63,31 @@ type row struct {
 func (b *bundle) seed(t *testing.T, r row) int64 {
 	t.Helper()
 	n := deliveries.Add(1)
-	body := fmt.Appendf(nil, `{"delivery":%d}`, n)
-	var id int64
-	err := b.pool.QueryRow(b.ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, payload, body_sha256, body_size,
-		                      received_at, processed_at, attempts, result, last_error)
-		VALUES ('src', 'standard', $1, 'payment.succeeded', $2::text, $3::bytea, convert_from($3, 'UTF8')::jsonb, sha256($3), length($3),
-		        now() - $4::int * interval '1 day' - interval '1 hour',
-		        CASE WHEN $2::text = 'pending' THEN NULL ELSE now() - $4::int * interval '1 day' END,
-		        $5, '{"ok":true}', CASE WHEN $2::text = 'failed' THEN 'permanent: bad payload' END)
-		RETURNING id`, fmt.Sprintf("msg_%d", n), r.status, body, r.age, r.attempts).Scan(&id)
-	require.NoError(t, err)
+	now := time.Now()
+	processed := now.Add(-time.Duration(r.age) * 24 * time.Hour)
+	received := processed.Add(-time.Hour)
+	e := envelopetest.Row{DeliveryID: fmt.Sprintf("msg_%d", n), Status: r.status, Body: fmt.Appendf(nil, `{"delivery":%d}`, n),
+		ReceivedAt: received, ProcessedAt: processed, Attempts: r.attempts, Result: json.RawMessage(`{"ok":true}`)}
+	if r.status == "failed" {
+		e.LastError = "permanent: bad payload"
+	}
 	if r.purged {
-		_, err := b.pool.Exec(b.ctx, `UPDATE envelope SET body = NULL, payload = NULL, body_purged_at = processed_at + interval '30 days' WHERE id = $1`, id)
-		require.NoError(t, err)
+		e.NoBody, e.NoPayload, e.BodyPurgedAt = true, true, processed.Add(30*24*time.Hour)
 	}
+	id := envelopetest.Insert(t, b.pool, e)
 	for i := 1; i <= r.attempts; i++ {
-		_, err := b.pool.Exec(b.ctx, `
-			INSERT INTO envelope_attempt (envelope_id, job_id, attempt, outcome, started_at, finished_at, worker)
-			SELECT id, 1, $2, CASE WHEN $2 = attempts THEN 'done' ELSE 'retry' END, received_at, received_at, 'test'
-			  FROM envelope WHERE id = $1`, id, i)
-		require.NoError(t, err)
+		outcome := "retry"
+		if i == r.attempts {
+			outcome = "done"
+		}
+		envelopetest.InsertAttempt(t, b.pool, envelopetest.Attempt{EnvelopeID: id, JobID: 1, Attempt: i, Outcome: outcome,
+			StartedAt: received, FinishedAt: received, Worker: "test"})
 	}
-	for i := 0; i < r.replays; i++ {
-		_, err := b.pool.Exec(b.ctx, `
-			INSERT INTO envelope_replay (envelope_id, actor, reason, prior_status, replayed_at)
-			VALUES ($1, 'alice', 'test', 'failed', now() - $2::int * interval '1 day')`, id, r.age)
-		require.NoError(t, err)
+	for range r.replays {
+		envelopetest.InsertReplay(t, b.pool, envelopetest.Replay{EnvelopeID: id, Actor: "alice", Reason: "test", PriorStatus: "failed", ReplayedAt: processed})
 	}
-	for i := 0; i < r.conflicts; i++ {
-		_, err := b.pool.Exec(b.ctx, `
-			INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body)
-			SELECT id, source, delivery_id, sha256('other'::bytea), 5, 'other' FROM envelope WHERE id = $1`, id)
-		require.NoError(t, err)
+	for range r.conflicts {
+		envelopetest.InsertConflict(t, b.pool, envelopetest.Conflict{EnvelopeID: id, Body: []byte("other")})
 	}
 	if r.ledger {
 		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
