@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
@@ -74,18 +76,14 @@ func (b *bundle) insert(t testing.TB, prov, deliveryID, eventType string, body [
 // The worker records such an envelope as done.
 func seedFailed(t testing.TB, pool *pgxpool.Pool, source string, n int) []int64 {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, payload, headers,
-		                      body_sha256, body_size, received_at, processed_at, attempts, last_error)
-		SELECT $1, 'github', $1 || '-' || g || '-' || gen_random_uuid(), 'push', 'failed', convert_to(b, 'UTF8'), b::jsonb,
-		       '{"X-Hub-Signature-256":"[redacted]"}', sha256(convert_to(b, 'UTF8')), octet_length(b),
-		       now() - make_interval(secs => $2 - g), now(), 1, 'attempts exhausted (1 of 1): seeded'
-		  FROM generate_series(1, $2) AS g,
-		       LATERAL (SELECT format('{"ref":"refs/heads/b%s","repository":{"full_name":"octo/repo"},"commits":[]}', g) AS b) AS body
-		RETURNING id`, source, n)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
+	now := time.Now()
+	ids := envelopetest.InsertMany(t, pool, n, func(i int) envelopetest.Row {
+		g := i + 1
+		return envelopetest.Row{Source: source, Provider: "github", DeliveryID: fmt.Sprintf("%s-%d-%s", source, g, rand.Text()), EventType: "push",
+			Status: "failed", Body: fmt.Appendf(nil, `{"ref":"refs/heads/b%d","repository":{"full_name":"octo/repo"},"commits":[]}`, g),
+			Headers:    map[string]string{"X-Hub-Signature-256": "[redacted]"},
+			ReceivedAt: now.Add(-time.Duration(n-g) * time.Second), ProcessedAt: now, Attempts: 1, LastError: "attempts exhausted (1 of 1): seeded"}
+	})
 	require.Len(t, ids, n)
 	return ids
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 )
 
 func TestParseBound(t *testing.T) {
@@ -91,11 +92,8 @@ func TestFilterWhere(t *testing.T) {
 	}
 	ids := make([]int64, len(seed))
 	for i, r := range seed {
-		require.NoError(t, b.pool.QueryRow(ctx, `
-			INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, body_sha256, body_size, received_at, processed_at)
-			VALUES ($1, $2, $3, $4, $5, '{}', sha256('{}'), 2, $6::timestamptz - $7::interval,
-			        CASE WHEN $5 = 'pending' THEN NULL ELSE now() END)
-			RETURNING id`, r.source, r.provider, r.delivery, r.event, r.status, now, r.age).Scan(&ids[i]))
+		ids[i] = envelopetest.Insert(t, b.pool, envelopetest.Row{Source: r.source, Provider: r.provider, DeliveryID: r.delivery,
+			EventType: r.event, Status: r.status, Body: []byte(`{}`), NoPayload: true, ReceivedAt: now.Add(-r.age), ProcessedAt: time.Now()})
 	}
 	pick := func(i ...int) []int64 {
 		out := []int64{}

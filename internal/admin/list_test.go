@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
@@ -140,10 +141,7 @@ func TestShowBinaryBodyAndEmptySections(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	raw := []byte{0xff, 0xfe, 0x00, 'x'}
-	var id int64
-	require.NoError(t, b.pool.QueryRow(ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, body, body_sha256, body_size)
-		VALUES ('s', 'shopify', 'bin', 'orders/paid', $1, sha256($1), 4) RETURNING id`, raw).Scan(&id))
+	id := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "s", Provider: "shopify", DeliveryID: "bin", EventType: "orders/paid", Body: raw})
 	d, err := Show(ctx, b.pool, id, ShowOptions{})
 	require.NoError(t, err)
 	require.Equal(t, BodyBase64, d.Envelope.BodyEncoding)
