@@ -89,7 +89,7 @@ func TestInspectLookups(t *testing.T) {
 
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	for i := range 3 {
-		b.exec(t, `INSERT INTO envelope_duplicate (envelope_id, received_at) VALUES ($1, $2)`, a, t0.Add(time.Duration(i)*time.Minute))
+		envelopetest.InsertDuplicate(t, b.pool, a, t0.Add(time.Duration(i)*time.Minute))
 	}
 	times, err := envelope.DuplicateTimes(ctx, b.pool, a, 2)
 	require.NoError(t, err)
@@ -106,10 +106,10 @@ func TestInspectLookups(t *testing.T) {
 	_, err = envelope.OfJob(ctx, b.pool, job+1000)
 	require.ErrorIs(t, err, envelope.ErrNotFound)
 
-	b.exec(t, `INSERT INTO envelope_replay (envelope_id, actor, reason, batch_id, prior_status, replayed_at)
-		VALUES ($1, 'alice', 'first', '00000000-0000-0000-0000-000000000001', 'failed', $3),
-		       ($2, 'alice', 'first', '00000000-0000-0000-0000-000000000001', 'done', $3),
-		       ($1, 'bob', 'second', NULL, 'failed', $4)`, a, other, t0, t0.Add(time.Hour))
+	const first = "00000000-0000-0000-0000-000000000001"
+	envelopetest.InsertReplay(t, b.pool, envelopetest.Replay{EnvelopeID: a, Actor: "alice", Reason: "first", BatchID: first, PriorStatus: "failed", ReplayedAt: t0})
+	envelopetest.InsertReplay(t, b.pool, envelopetest.Replay{EnvelopeID: other, Actor: "alice", Reason: "first", BatchID: first, PriorStatus: "done", ReplayedAt: t0})
+	envelopetest.InsertReplay(t, b.pool, envelopetest.Replay{EnvelopeID: a, Actor: "bob", Reason: "second", PriorStatus: "failed", ReplayedAt: t0.Add(time.Hour)})
 	runs, err := envelope.RecentReplayRuns(ctx, b.pool, 10)
 	require.NoError(t, err)
 	require.Len(t, runs, 2)
@@ -134,8 +134,8 @@ func TestRecentReplayRunsCountsALargeRunWhole(t *testing.T) {
 	b.exec(t, `INSERT INTO envelope_replay (envelope_id, actor, reason, batch_id, prior_status, replayed_at)
 		SELECT $1, 'alice', 'big', '00000000-0000-0000-0000-00000000000b', 'failed', now() - interval '1 hour' + g * interval '1 ms'
 		  FROM generate_series(1, 10050) AS g`, a)
-	b.exec(t, `INSERT INTO envelope_replay (envelope_id, actor, reason, batch_id, prior_status)
-		VALUES ($1, 'bob', 'small', '00000000-0000-0000-0000-00000000000c', 'failed')`, a)
+	envelopetest.InsertReplay(t, b.pool, envelopetest.Replay{EnvelopeID: a, Actor: "bob", Reason: "small",
+		BatchID: "00000000-0000-0000-0000-00000000000c", PriorStatus: "failed"})
 	runs, err := envelope.RecentReplayRuns(ctx, b.pool, 10)
 	require.NoError(t, err)
 	require.Len(t, runs, 2)

@@ -26,8 +26,9 @@ func TestDeleteTombstones(t *testing.T) {
 	envelopetest.Insert(t, b.pool, envelopetest.Row{Status: "failed", ReceivedAt: base, ProcessedAt: base})
 	envelopetest.Insert(t, b.pool, envelopetest.Row{ReceivedAt: base})
 	young := envelopetest.Insert(t, b.pool, envelopetest.Row{Status: "done"})
-	b.exec(t, `INSERT INTO envelope_duplicate (envelope_id) VALUES ($1), ($1)`, first)
-	b.exec(t, `INSERT INTO envelope_attempt (envelope_id, attempt, outcome, started_at, finished_at) VALUES ($1, 1, 'done', now(), now())`, second)
+	envelopetest.InsertDuplicate(t, b.pool, first, time.Time{})
+	envelopetest.InsertDuplicate(t, b.pool, first, time.Time{})
+	envelopetest.InsertAttempt(t, b.pool, envelopetest.Attempt{EnvelopeID: second, Attempt: 1, Outcome: "done"})
 
 	cutoff := time.Now().Add(-time.Hour)
 	batch := envelope.PurgeBatch{Cutoff: cutoff, Limit: 1, DryRun: true}

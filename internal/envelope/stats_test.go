@@ -25,7 +25,8 @@ func TestCountBySource(t *testing.T) {
 	envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "a", Status: "failed"})
 	envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "b", Status: "done"})
 	envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "b", Status: "ignored"})
-	b.exec(t, `INSERT INTO envelope_duplicate (envelope_id) VALUES ($1), ($1)`, a1)
+	envelopetest.InsertDuplicate(t, b.pool, a1, time.Time{})
+	envelopetest.InsertDuplicate(t, b.pool, a1, time.Time{})
 	b.exec(t, `INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body, headers)
 		SELECT id, source, delivery_id, body_sha256, 1, 'x', '{}' FROM envelope WHERE id = $1`, a1)
 
