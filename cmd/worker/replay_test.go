@@ -309,13 +309,14 @@ func TestReplayCommandInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		for ctx.Err() == nil {
+		// A query error is polled again; should no replay ever commit,
+		// the command finishes uninterrupted and the test says so.
+		if pgtest.Poll(ctx, time.Minute, time.Millisecond, func() (bool, error) {
 			var n int
-			if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM envelope_replay`).Scan(&n); err == nil && n > 0 {
-				cancel()
-				return
-			}
-			time.Sleep(time.Millisecond)
+			err := b.pool.QueryRow(ctx, `SELECT count(*) FROM envelope_replay`).Scan(&n)
+			return err == nil && n > 0, nil
+		}) == nil {
+			cancel()
 		}
 	}()
 	out, _, err := admRun(ctx, b.url, "replay", "--reason", "x", "--source", "gh", "--batch-size", "1")

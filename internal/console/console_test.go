@@ -342,10 +342,8 @@ func TestStopARunningReplay(t *testing.T) {
 	b := setup(t)
 	ids := seed(t, b.pool, 2)
 	ctx := context.Background()
-	hold, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback(ctx) }()
-	_, err = hold.Exec(ctx, `SELECT id FROM envelope WHERE id = ANY($1) FOR UPDATE`, ids)
+	hold := pgtest.Tx(t, b.pool)
+	_, err := hold.Exec(ctx, `SELECT id FROM envelope WHERE id = ANY($1) FOR UPDATE`, ids)
 	require.NoError(t, err)
 
 	_, page, _ := b.get(t, "/console/replay?status=failed")

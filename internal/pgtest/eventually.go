@@ -1,6 +1,9 @@
 package pgtest
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -36,16 +39,49 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (d
 // metrics scrape).
 func EventuallyEvery(t testing.TB, timeout, interval time.Duration, what string, cond func() (done bool, state string)) {
 	t.Helper()
+	var state string
+	err := Poll(context.Background(), timeout, interval, func() (bool, error) {
+		var done bool
+		done, state = cond()
+		return done, nil
+	})
+	if err != nil {
+		t.Fatalf("timed out after %s waiting for %s%s", timeout, what, lastState(state))
+	}
+}
+
+// ErrTimedOut is what Poll returns, wrapped, when its condition did not hold
+// in time.
+var ErrTimedOut = errors.New("timed out")
+
+// Poll is Eventually for a goroutine other than the test's, where failing
+// the test is not allowed (t.Fatalf must run on the test's goroutine): it
+// calls cond every interval until cond reports done (Poll returns nil) or
+// an error (Poll returns it), ctx is done (Poll returns ctx.Err()), or
+// timeout has passed (Poll returns an error wrapping ErrTimedOut). Like
+// Eventually it calls cond at least once, unless ctx is done already, and
+// once more after the deadline passed.
+func Poll(ctx context.Context, timeout, interval time.Duration, cond func() (done bool, err error)) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		done, state := cond()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		done, err := cond()
+		if err != nil {
+			return err
+		}
 		if done {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s%s", timeout, what, lastState(state))
+			return fmt.Errorf("%w after %s", ErrTimedOut, timeout)
 		}
-		time.Sleep(interval)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
 	}
 }
 

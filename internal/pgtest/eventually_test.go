@@ -1,6 +1,8 @@
 package pgtest_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -75,4 +77,51 @@ func TestEventuallyFailsWithWhatAndTheLastState(t *testing.T) {
 		pgtest.Eventually(tb, time.Millisecond, "nothing", func() (bool, string) { return false, "" })
 	})
 	require.True(t, strings.HasSuffix(failed, "waiting for nothing"), failed)
+}
+
+func TestPollReturnsInsteadOfFailing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	calls := 0
+	require.NoError(t, pgtest.Poll(ctx, 5*time.Second, time.Millisecond, func() (bool, error) {
+		calls++
+		return calls == 3, nil
+	}))
+	require.Equal(t, 3, calls)
+
+	calls = 0
+	start := time.Now()
+	err := pgtest.Poll(ctx, 20*time.Millisecond, time.Millisecond, func() (bool, error) {
+		calls++
+		return false, nil
+	})
+	require.ErrorIs(t, err, pgtest.ErrTimedOut)
+	require.EqualError(t, err, "timed out after 20ms")
+	require.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond)
+	require.Greater(t, calls, 1, "called again after the deadline")
+
+	boom := errors.New("boom")
+	calls = 0
+	err = pgtest.Poll(ctx, 5*time.Second, time.Millisecond, func() (bool, error) {
+		calls++
+		return false, boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Equal(t, 1, calls, "an error ends the polling")
+
+	cctx, cancel := context.WithCancel(ctx)
+	calls = 0
+	err = pgtest.Poll(cctx, time.Minute, time.Millisecond, func() (bool, error) {
+		calls++
+		if calls == 2 {
+			cancel()
+		}
+		return false, nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 2, calls)
+	require.ErrorIs(t, pgtest.Poll(cctx, time.Minute, time.Millisecond, func() (bool, error) {
+		t.Error("cond called after ctx was done")
+		return true, nil
+	}), context.Canceled)
 }
