@@ -33,6 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
 	"github.com/inboxhq/inbox/internal/webhooktest"
@@ -549,9 +550,6 @@ func (d *drill) report(f figures) {
 		d.name, f.sent, f.acknowledged, f.stored, f.processed, f.doublePostings, f.lost, f.recovery.Round(time.Millisecond), b.String())
 }
 
-// liveJobStates are River states of a job not finished.
-const liveJobStates = `('available', 'running', 'retryable', 'scheduled', 'pending')`
-
 // waitDrained waits until no envelope is pending and no River job of any
 // kind is live; it returns how long that took and the database's clock when
 // it was seen.
@@ -562,7 +560,7 @@ func (d *drill) waitDrained(timeout time.Duration) (time.Duration, time.Time) {
 	eventually(d.t, timeout, "drained: every envelope final, no live River job", func(ctx context.Context) (bool, string) {
 		var pending, live int64
 		err := d.pool.QueryRow(ctx, `SELECT clock_timestamp(), (SELECT count(*) FROM envelope WHERE status = 'pending'),
-			(SELECT count(*) FROM river_job WHERE state IN `+liveJobStates+`)`).Scan(&at, &pending, &live)
+			(SELECT count(*) FROM river_job WHERE state = ANY($1::river_job_state[]))`, envelope.LiveJobStates()).Scan(&at, &pending, &live)
 		if err != nil {
 			return false, err.Error()
 		}

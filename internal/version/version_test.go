@@ -4,19 +4,15 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestVersionGet(t *testing.T) {
 	t.Parallel()
 	i := Get()
-	if i.Version == "" || i.Revision == "" {
-		t.Fatalf("empty field in %+v", i)
-	}
-	if i.GoVersion != runtime.Version() {
-		t.Fatalf("GoVersion %q, want %q", i.GoVersion, runtime.Version())
-	}
+	require.False(t, i.Version == "" || i.Revision == "", "empty field in %+v", i)
+	require.Equal(t, runtime.Version(), i.GoVersion)
 	s := i.String("worker")
-	if !strings.HasPrefix(s, "worker "+i.Version+" ") || !strings.Contains(s, i.GoVersion) {
-		t.Fatalf("String = %q", s)
-	}
+	require.True(t, strings.HasPrefix(s, "worker "+i.Version+" ") && strings.Contains(s, i.GoVersion), "String = %q", s)
 }
