@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,7 +126,7 @@ func (f Filter) Validate() error {
 	}
 	for _, id := range f.IDs {
 		if id <= 0 {
-			return fmt.Errorf("envelope id %d: must be positive", id)
+			return notID(strconv.FormatInt(id, 10))
 		}
 	}
 	if len(f.IDs) > MaxIDs {
