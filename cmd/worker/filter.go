@@ -24,7 +24,7 @@ func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 func addFilterFlags(fs *cli.Flags) *filterFlags {
 	ff := &filterFlags{
 		source:     fs.String("source", "", "", "only this source"),
-		status:     fs.String("status", "", "", "only this status: pending, done, failed or ignored"),
+		status:     fs.String("status", "", "", "only this status: "+admin.StatusNames()),
 		eventType:  fs.String("event-type", "", "", "only this event type"),
 		deliveryID: fs.String("delivery-id", "", "", "only this delivery id"),
 		since:      fs.String("since", "", "", "received at or after: RFC 3339 time, or a duration meaning that long ago (24h, 90m, 7d)"),

@@ -24,3 +24,8 @@ func TestParseIDStrings(t *testing.T) {
 	require.EqualError(t, err, `max-id: "0" is not an envelope id (ids are integers and must be positive)`)
 	require.EqualError(t, Filter{IDs: []int64{0}}.Validate(), `"0" is not an envelope id (ids are integers and must be positive)`)
 }
+
+func TestStatusNamesIsEveryStatus(t *testing.T) {
+	require.Equal(t, "pending, done, failed or ignored", StatusNames())
+	require.ErrorContains(t, Filter{Status: "nope"}.Validate(), `status "nope": want pending, done, failed or ignored`)
+}

@@ -75,15 +75,7 @@ type Conflict struct {
 }
 
 // Job is a River job that processes the envelope.
-type Job struct {
-	ID          int64      `json:"id"`
-	State       string     `json:"state"`
-	Attempt     int        `json:"attempt"`
-	MaxAttempts int        `json:"max_attempts"`
-	CreatedAt   time.Time  `json:"created_at"`
-	ScheduledAt time.Time  `json:"scheduled_at"`
-	FinalizedAt *time.Time `json:"finalized_at"`
-}
+type Job = envelope.Job
 
 // LedgerTransaction is a ledger_transaction row with its entries.
 type LedgerTransaction struct {
@@ -138,11 +130,7 @@ func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (
 		if err != nil {
 			return fmt.Errorf("load jobs: %w", err)
 		}
-		d.Jobs = make([]Job, len(jobs))
-		for i, j := range jobs {
-			d.Jobs[i] = Job{ID: j.ID, State: j.State, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
-				CreatedAt: j.CreatedAt, ScheduledAt: j.ScheduledAt, FinalizedAt: j.FinalizedAt}
-		}
+		d.Jobs = append([]Job{}, jobs...)
 		d.Ledger, err = loadLedger(ctx, tx, id)
 		return err
 	})
