@@ -31,3 +31,15 @@ func TestEntriesInPostingOrderWithAccountNames(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
+
+func TestCountTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	n, err := ledger.CountTransactions(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	b.mustPost(t, b.envelope(t), payment("pay:count", "acme", "EUR", 5))
+	n, err = ledger.CountTransactions(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+}
