@@ -23,6 +23,11 @@ import (
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
+// MaxMaxAttempts is the highest max_attempts a source may set: River's
+// default max attempts (rivercommon.MaxAttemptsDefault), which every job
+// that is not inserted by ingest carries.
+const MaxMaxAttempts = 25
+
 // DefaultMaxBodyBytes is the body limit of a source that sets none (1 MiB).
 const DefaultMaxBodyBytes int64 = 1 << 20
 
@@ -46,7 +51,9 @@ type Source struct {
 	// MaxBodyBytes overrides DefaultMaxBodyBytes.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// MaxAttempts is how many times processing is tried before the envelope
-	// fails; 0 means the worker's default.
+	// fails; 0 means River's default (25), which is also the most: a replayed
+	// or reconciled job is inserted with River's default, and the worker
+	// applies the lower of the two, so a higher limit could not hold for it.
 	MaxAttempts int `yaml:"max_attempts"`
 	// Backoff bounds the wait between retries after a transient error:
 	// exponential from Min, capped at Max, with jitter. Zero values keep
@@ -429,6 +436,9 @@ func (s *Source) validate() error {
 	}
 	if s.MaxAttempts < 0 {
 		return errors.New("max_attempts must not be negative")
+	}
+	if s.MaxAttempts > MaxMaxAttempts {
+		return fmt.Errorf("max_attempts %d: at most %d (River's default, which replayed and reconciled jobs carry; lower it, or raise the backoff to retry over a longer time)", s.MaxAttempts, MaxMaxAttempts)
 	}
 	if s.MaxAge < 0 {
 		return errors.New("max_age must not be negative")

@@ -240,6 +240,29 @@ sources:
 	assert.ErrorContains(t, err, "max_age", "negative max_age")
 }
 
+// max_attempts is at most River's default: replayed and reconciled jobs
+// carry it, and the worker applies the lower limit, so a higher one could
+// not hold for them.
+func TestMaxAttemptsBound(t *testing.T) {
+	t.Parallel()
+	parse := func(v string) (*config.Config, error) {
+		return config.Parse([]byte(`
+sources:
+  stripe:
+    provider: stripe
+    secrets: ["whsec_x"]
+    max_attempts: `+v+`
+`), func(string) string { return "" })
+	}
+	cfg, err := parse("25")
+	require.NoError(t, err)
+	assert.Equal(t, config.MaxMaxAttempts, cfg.Sources["stripe"].MaxAttempts)
+	_, err = parse("26")
+	assert.ErrorContains(t, err, `source "stripe": max_attempts 26: at most 25`)
+	_, err = parse("-1")
+	assert.ErrorContains(t, err, "max_attempts must not be negative")
+}
+
 // The generic HMAC source of docs/providers.md, written out, decodes
 // strictly and builds a verifier; a misspelt key is an error.
 func TestHMACSource(t *testing.T) {

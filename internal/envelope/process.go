@@ -71,9 +71,10 @@ func scanEnvelope(row pgx.Row) (*Envelope, error) {
 
 // Lock loads envelope id inside tx and locks its row until tx ends, so no
 // other worker can process it meanwhile (FOR NO KEY UPDATE: ingest may still
-// record duplicates and conflicts that reference it). Payload holds the raw body (or the
-// stored parsed payload once retention dropped the body). It also returns the
-// database's clock at the time of the lock.
+// record duplicates and conflicts that reference it). Body holds the raw body,
+// nil once retention dropped it; Payload the parsed copy only then
+// (BodyOrPayload reads whichever is there). It also returns the database's
+// clock at the time of the lock.
 func Lock(ctx context.Context, tx pgx.Tx, id int64) (*Envelope, time.Time, error) {
 	envs, clocks, err := LockMany(ctx, tx, []int64{id}, false)
 	if err != nil {

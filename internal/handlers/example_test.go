@@ -9,6 +9,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/provider"
 )
 
 // Adding a handler: the built-in registry, one more route for a GitHub event,
@@ -19,13 +20,15 @@ import (
 // effects through tx (for money, ledger.Post).
 func ExampleRegistry() {
 	r := handlers.Builtin()
-	r.Register("github", "release", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	r.Register(provider.GitHub, "release", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 		var body struct {
 			Release struct {
 				TagName string `json:"tag_name"`
 			} `json:"release"`
 		}
-		if err := json.Unmarshal(env.Body, &body); err != nil {
+		// BodyOrPayload: the raw body, or its parsed copy once retention
+		// dropped the body (a replay of an old envelope).
+		if err := json.Unmarshal(env.BodyOrPayload(), &body); err != nil {
 			// Retrying cannot fix a body that does not parse.
 			return nil, &handlers.PermanentError{Err: fmt.Errorf("release body: %w", err)}
 		}
@@ -33,17 +36,20 @@ func ExampleRegistry() {
 	}))
 
 	for _, ev := range []struct{ provider, event string }{
-		{"github", "release"},                  // the route just registered
-		{"github", "issues"},                   // the built-in github wildcard
-		{"stripe", "payment_intent.succeeded"}, // a built-in payment handler
-		{"stripe", "customer.created"},         // no route: ignored
+		{provider.GitHub, "release"},                  // the route just registered
+		{provider.GitHub, "issues"},                   // the built-in github wildcard
+		{provider.Stripe, "payment_intent.succeeded"}, // a built-in payment handler
+		{provider.Stripe, "customer.created"},         // no route: ignored
 	} {
 		_, ok := r.Lookup(ev.provider, ev.event)
 		fmt.Printf("%s %s: handled=%v\n", ev.provider, ev.event, ok)
 	}
 
-	h, _ := r.Lookup("github", "release")
+	h, _ := r.Lookup(provider.GitHub, "release")
 	res, err := h.Handle(context.Background(), nil, &envelope.Envelope{Body: []byte(`{"release":{"tag_name":"v1.2.0"}}`)})
+	fmt.Println(string(res), err)
+	// Purged by retention: the body is gone, its parsed copy remains.
+	res, err = h.Handle(context.Background(), nil, &envelope.Envelope{Payload: []byte(`{"release":{"tag_name":"v1.1.0"}}`)})
 	fmt.Println(string(res), err)
 	_, err = h.Handle(context.Background(), nil, &envelope.Envelope{Body: []byte(`not json`)})
 	fmt.Println(err)
@@ -53,5 +59,6 @@ func ExampleRegistry() {
 	// stripe payment_intent.succeeded: handled=true
 	// stripe customer.created: handled=false
 	// {"released":"v1.2.0"} <nil>
+	// {"released":"v1.1.0"} <nil>
 	// release body: invalid character 'o' in literal null (expecting 'u')
 }
