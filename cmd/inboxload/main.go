@@ -35,6 +35,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxhq/inbox/internal/cli"
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/provider"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
@@ -228,8 +230,8 @@ func runDrain(ctx context.Context, args []string, getenv func(string) string, st
 	for {
 		// EXISTS on the status index: the poll must not cost the database
 		// a share of the throughput it measures.
-		var pending bool
-		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM envelope WHERE status = 'pending' AND received_at >= $1)`, from).Scan(&pending); err != nil {
+		pending, err := envelope.Exists(ctx, conn, envelope.Selection{Status: envelope.StatusPending, Since: from})
+		if err != nil {
 			return err
 		}
 		if !pending || time.Now().After(deadline) {
@@ -237,23 +239,16 @@ func runDrain(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	var r drainResult
-	var lastRecv, lastDone *time.Time
-	err = conn.QueryRow(ctx, `
-		SELECT count(*),
-		       count(*) FILTER (WHERE status = 'pending'),
-		       count(*) FILTER (WHERE status = 'failed'),
-		       coalesce(extract(epoch FROM max(processed_at) - min(processed_at)), 0)::float8,
-		       coalesce(1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY processed_at - received_at)), 0)::float8,
-		       coalesce(1000 * extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY processed_at - received_at)), 0)::float8,
-		       coalesce(1000 * extract(epoch FROM max(processed_at - received_at)), 0)::float8,
-		       max(received_at), max(processed_at),
-		       (SELECT count(*) FROM ledger_transaction)
-		  FROM envelope WHERE received_at >= $1`, from).Scan(
-		&r.Envelopes, &r.Pending, &r.Failed, &r.Seconds, &r.LatencyP50ms, &r.LatencyP99ms, &r.LatencyMaxms, &lastRecv, &lastDone, &r.Postings)
+	t, err := envelope.MeasureThroughput(ctx, conn, from)
 	if err != nil {
 		return err
 	}
+	r := drainResult{Envelopes: t.Envelopes, Pending: t.Pending, Failed: t.Failed, Seconds: t.Seconds,
+		LatencyP50ms: t.LatencyP50ms, LatencyP99ms: t.LatencyP99ms, LatencyMaxms: t.LatencyMaxms}
+	if r.Postings, err = ledger.CountTransactions(ctx, conn); err != nil {
+		return err
+	}
+	lastRecv, lastDone := t.LastReceived, t.LastProcessed
 	if r.Seconds > 0 {
 		r.Rate = float64(r.Envelopes-r.Pending) / r.Seconds
 	}

@@ -199,50 +199,50 @@ func (p *backfillProgress) finish() {
 }
 
 func printBackfill(w io.Writer, res backfill.Result) error {
-	tw := newTable(w)
+	kv := newKeyValues(w)
 	if res.DryRun {
-		fmt.Fprintln(tw, "dry run:\tnothing stored or redelivered")
+		kv.add("dry run:", "nothing stored or redelivered")
 	}
-	fmt.Fprintf(tw, "run id\t%d\n", res.RunID)
-	fmt.Fprintf(tw, "source\t%s (%s)\n", res.Source, res.Provider)
-	fmt.Fprintf(tw, "window\t%s to %s\n", fmtTime(res.Since), fmtTime(res.Until))
-	fmt.Fprintf(tw, "listed\t%d\n", res.Listed)
-	fmt.Fprintf(tw, "missing\t%d (no envelope)\n", res.Found)
+	kv.add("run id", "%d", res.RunID)
+	kv.add("source", "%s (%s)", res.Source, res.Provider)
+	kv.add("window", "%s to %s", fmtTime(res.Since), fmtTime(res.Until))
+	kv.add("listed", "%d", res.Listed)
+	kv.add("missing", "%d (no envelope)", res.Found)
 	if res.Found > 0 {
-		fmt.Fprintf(tw, "never delivered\t%d (older than the provider's retry window)\n", res.NeverDelivered)
+		kv.add("never delivered", "%d (older than the provider's retry window)", res.NeverDelivered)
 		if res.Retrying > 0 {
-			fmt.Fprintf(tw, "not yet delivered\t%d (within the provider's retry window: it may still be retrying them; a late webhook is a duplicate)\n", res.Retrying)
+			kv.add("not yet delivered", "%d (within the provider's retry window: it may still be retrying them; a late webhook is a duplicate)", res.Retrying)
 		}
 	}
 	switch {
 	case res.DryRun:
 	case res.Provider == provider.GitHub:
 		if res.AckedMissing > 0 {
-			fmt.Fprintf(tw, "answered 2xx\t%d of the missing: GitHub saw them answered 2xx but no envelope holds them (is the hook's URL ingest's?)\n", res.AckedMissing)
+			kv.add("answered 2xx", "%d of the missing: GitHub saw them answered 2xx but no envelope holds them (is the hook's URL ingest's?)", res.AckedMissing)
 		}
-		fmt.Fprintf(tw, "redelivered\t%d (they arrive through ingest)\n", res.Stored)
+		kv.add("redelivered", "%d (they arrive through ingest)", res.Stored)
 	default:
-		fmt.Fprintf(tw, "stored\t%d\n", res.Stored)
+		kv.add("stored", "%d", res.Stored)
 		if res.Raced > 0 {
-			fmt.Fprintf(tw, "raced\t%d (their webhook arrived first: stored once)\n", res.Raced)
+			kv.add("raced", "%d (their webhook arrived first: stored once)", res.Raced)
 		}
 	}
 	if res.Refused > 0 {
-		fmt.Fprintf(tw, "refused\t%d (livemode disagrees with the API key's mode: not stored)\n", res.Refused)
+		kv.add("refused", "%d (livemode disagrees with the API key's mode: not stored)", res.Refused)
 	}
 	for _, wn := range res.Warnings {
-		fmt.Fprintf(tw, "WARNING\t%s\n", wn)
+		kv.add("WARNING", "%s", wn)
 	}
-	fmt.Fprintf(tw, "status\t%s\n", res.Status)
-	fmt.Fprintf(tw, "duration\t%s\n", res.Duration.Round(time.Millisecond))
-	if err := tw.Flush(); err != nil {
+	kv.add("status", "%s", res.Status)
+	kv.add("duration", "%s", res.Duration.Round(time.Millisecond))
+	if err := kv.flush(); err != nil {
 		return err
 	}
 	if len(res.Missing) == 0 {
 		return nil
 	}
 	fmt.Fprintln(w)
-	tw = newTable(w)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "MISSING\tTYPE\tCREATED\tACCOUNT\tENVELOPE")
 	for _, m := range res.Missing {
 		env := "-"

@@ -122,11 +122,11 @@ func runEnvelopesShow(ctx context.Context, args []string, getenv func(string) st
 				if len(pos) != 1 {
 					return showRequest{}, errors.New("want exactly one envelope ID")
 				}
-				ids, err := parseIDs(pos)
+				id, err := admin.ParseID(pos[0])
 				if err != nil {
 					return showRequest{}, err
 				}
-				return showRequest{id: ids[0], opts: admin.ShowOptions{NoBody: *noBody}}, nil
+				return showRequest{id: id, opts: admin.ShowOptions{NoBody: *noBody}}, nil
 			}
 		},
 		exec: func(ctx context.Context, pool *pgxpool.Pool, req showRequest) (*admin.Detail, error) {

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/inboxhq/inbox/internal/admin"
@@ -25,7 +24,7 @@ func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 func addFilterFlags(fs *cli.Flags) *filterFlags {
 	ff := &filterFlags{
 		source:     fs.String("source", "", "", "only this source"),
-		status:     fs.String("status", "", "", "only this status: pending, done, failed or ignored"),
+		status:     fs.String("status", "", "", "only this status: "+admin.StatusNames()),
 		eventType:  fs.String("event-type", "", "", "only this event type"),
 		deliveryID: fs.String("delivery-id", "", "", "only this delivery id"),
 		since:      fs.String("since", "", "", "received at or after: RFC 3339 time, or a duration meaning that long ago (24h, 90m, 7d)"),
@@ -41,9 +40,9 @@ func addFilterFlags(fs *cli.Flags) *filterFlags {
 
 // filter returns the validated Filter of the flags and ids; a wrong flag's
 // error names it (--since: ...), as the console names its parameter.
-func (ff *filterFlags) filter(ids []int64) (admin.Filter, error) {
+func (ff *filterFlags) filter(ids []string) (admin.Filter, error) {
 	f, err := admin.FilterInput{
-		IDs:        ids,
+		IDStrings:  ids,
 		Source:     *ff.source,
 		Status:     *ff.status,
 		EventType:  *ff.eventType,
@@ -57,20 +56,10 @@ func (ff *filterFlags) filter(ids []int64) (admin.Filter, error) {
 		Headers:    ff.headers,
 	}.Parse()
 	if ie := (*admin.InputError)(nil); errors.As(err, &ie) {
+		if ie.Field == "id" { // the ids are arguments, not a flag
+			return f, ie.Err
+		}
 		return f, fmt.Errorf("--%w", ie)
 	}
 	return f, err
-}
-
-// parseIDs reads envelope ids, positive integers.
-func parseIDs(args []string) ([]int64, error) {
-	ids := make([]int64, 0, len(args))
-	for _, a := range args {
-		id, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || id <= 0 {
-			return nil, fmt.Errorf("%q is not an envelope id (a positive integer)", a)
-		}
-		ids = append(ids, id)
-	}
-	return ids, nil
 }

@@ -66,11 +66,7 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 			batchSize := fs.Int("batch-size", "", admin.DefaultBatchSize, fmt.Sprintf("envelopes per transaction (1 to %d)", admin.MaxBatchSize))
 			limit := fs.Int("limit", "", 0, "replay at most this many envelopes (0: no cap)")
 			return func(pos []string) (replayRequest, error) {
-				ids, err := parseIDs(pos)
-				if err != nil {
-					return replayRequest{}, err
-				}
-				f, err := ff.filter(ids)
+				f, err := ff.filter(pos)
 				if err != nil {
 					return replayRequest{}, err
 				}

@@ -17,9 +17,10 @@
 // Its statements on the envelope tables are envelope's (envelope.Selection,
 // Summaries, LockForReplay, RecordReplays, LoadDetail, CountBySource, ...):
 // admin holds the policy (Filter and its validation, batches, limits, the
-// results' shape). It reads the ledger's rows of an envelope itself.
+// results' shape). An envelope's ledger rows it reads through ledger.ByEnvelope
+// and ledger.Entries.
 //
-// It may import envelope, durations, labels, tracing and the River and pgx libraries; it must not import
+// It may import envelope, ledger, durations, labels, tracing and the River and pgx libraries; it must not import
 // handlers, worker, ingest or cmd (its tests do run the real worker, to check
 // what a replay leads to).
 package admin

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,7 +126,7 @@ func (f Filter) Validate() error {
 	}
 	for _, id := range f.IDs {
 		if id <= 0 {
-			return fmt.Errorf("envelope id %d: must be positive", id)
+			return notID(strconv.FormatInt(id, 10))
 		}
 	}
 	if len(f.IDs) > MaxIDs {
@@ -135,7 +136,7 @@ func (f Filter) Validate() error {
 		return fmt.Errorf("max id %d: must not be negative", f.MaxID)
 	}
 	if f.Status != "" && !slices.Contains(envelope.Statuses(), f.Status) {
-		return fmt.Errorf("status %q: want pending, done, failed or ignored", f.Status)
+		return fmt.Errorf("status %q: want %s", f.Status, StatusNames())
 	}
 	if f.Cause != "" && !causePattern.MatchString(f.Cause) {
 		return fmt.Errorf("cause %q: want a code such as unknown_currency (lowercase letters, digits, _)", f.Cause)
@@ -231,6 +232,20 @@ func dedupe(ids []int64) []int64 {
 	out := slices.Clone(ids)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// StatusNames lists envelope.Statuses() as a sentence does: "pending,
+// done, failed or ignored".
+func StatusNames() string {
+	st := envelope.Statuses()
+	names := make([]string, len(st))
+	for i, s := range st {
+		names[i] = string(s)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // MaxIDs bounds how many ids one Filter may name: each replayed envelope's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -16,7 +17,9 @@ import (
 // flags and the console's query parameters are both this, so both parse and
 // reject exactly the same input.
 type FilterInput struct {
-	IDs                                                        []int64
+	// IDStrings are envelope ids as typed: each may hold several, separated
+	// by commas or spaces ("12", "12,13 14").
+	IDStrings                                                  []string
 	Source, Status, EventType, DeliveryID, Cause, Since, Until string
 	// MaxID is Filter.MaxID as typed ("" for none).
 	MaxID string
@@ -39,12 +42,20 @@ func (e *InputError) Unwrap() error { return e.Err }
 // the field when one field is wrong, or Filter.Validate's.
 func (in FilterInput) Parse() (Filter, error) {
 	f := Filter{
-		IDs:        in.IDs,
 		Source:     strings.TrimSpace(in.Source),
 		Status:     envelope.Status(strings.TrimSpace(in.Status)),
 		EventType:  strings.TrimSpace(in.EventType),
 		DeliveryID: strings.TrimSpace(in.DeliveryID),
 		Cause:      strings.TrimSpace(in.Cause),
+	}
+	for _, s := range in.IDStrings {
+		for _, field := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+			id, err := ParseID(field)
+			if err != nil {
+				return f, &InputError{"id", err}
+			}
+			f.IDs = append(f.IDs, id)
+		}
 	}
 	if f.Cause != "" && !labels.KnownCause(labels.Cause(f.Cause)) {
 		return f, &InputError{"cause", fmt.Errorf("%q: want one of %s", f.Cause, CauseNames())}
@@ -73,9 +84,9 @@ func (in FilterInput) Parse() (Filter, error) {
 		f.Headers[strings.TrimSpace(name)] = value
 	}
 	if s := strings.TrimSpace(in.MaxID); s != "" {
-		id, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || id < 1 {
-			return f, &InputError{"max-id", fmt.Errorf("%q is not an envelope id", s)}
+		id, err := ParseID(s)
+		if err != nil {
+			return f, &InputError{"max-id", err}
 		}
 		f.MaxID = id
 	}
@@ -102,6 +113,21 @@ func (in FilterInput) Parse() (Filter, error) {
 		return f, &InputError{"until", err}
 	}
 	return f, f.Validate()
+}
+
+// ParseID reads one envelope id, a positive integer; its error is the one
+// every operator input (CLI argument, console parameter, max id) gets.
+func ParseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, notID(s)
+	}
+	return id, nil
+}
+
+// notID is the error for s, which is not an envelope id.
+func notID(s string) error {
+	return fmt.Errorf("%q is not an envelope id (ids are integers and must be positive)", s)
 }
 
 // checkText refuses what PostgreSQL's text cannot hold, so that such input

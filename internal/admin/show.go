@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/ledger"
 )
 
 // Detail is one envelope and everything recorded about it.
@@ -74,15 +75,7 @@ type Conflict struct {
 }
 
 // Job is a River job that processes the envelope.
-type Job struct {
-	ID          int64      `json:"id"`
-	State       string     `json:"state"`
-	Attempt     int        `json:"attempt"`
-	MaxAttempts int        `json:"max_attempts"`
-	CreatedAt   time.Time  `json:"created_at"`
-	ScheduledAt time.Time  `json:"scheduled_at"`
-	FinalizedAt *time.Time `json:"finalized_at"`
-}
+type Job = envelope.Job
 
 // LedgerTransaction is a ledger_transaction row with its entries.
 type LedgerTransaction struct {
@@ -100,14 +93,7 @@ type LedgerTransaction struct {
 
 // LedgerEntry is a ledger_entry row with its account's name: debits
 // positive, credits negative.
-type LedgerEntry struct {
-	ID          int64  `json:"id"`
-	AccountID   int64  `json:"account_id"`
-	Merchant    string `json:"merchant"`
-	Account     string `json:"account"`
-	Currency    string `json:"currency"`
-	AmountMinor int64  `json:"amount_minor"`
-}
+type LedgerEntry = ledger.Entry
 
 // ShowOptions tune Show.
 type ShowOptions struct {
@@ -144,11 +130,7 @@ func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (
 		if err != nil {
 			return fmt.Errorf("load jobs: %w", err)
 		}
-		d.Jobs = make([]Job, len(jobs))
-		for i, j := range jobs {
-			d.Jobs[i] = Job{ID: j.ID, State: j.State, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
-				CreatedAt: j.CreatedAt, ScheduledAt: j.ScheduledAt, FinalizedAt: j.FinalizedAt}
-		}
+		d.Jobs = append([]Job{}, jobs...)
 		d.Ledger, err = loadLedger(ctx, tx, id)
 		return err
 	})
@@ -180,30 +162,14 @@ func loadEnvelope(ctx context.Context, tx pgx.Tx, id int64, opts ShowOptions, e 
 }
 
 func loadLedger(ctx context.Context, tx pgx.Tx, envelopeID int64) (*LedgerTransaction, error) {
-	var t LedgerTransaction
-	err := tx.QueryRow(ctx, `
-		SELECT id, idempotency_key, kind, merchant, payment_key, currency, amount_minor, description, posted_at
-		  FROM ledger_transaction WHERE envelope_id = $1`, envelopeID).Scan(
-		&t.ID, &t.IdempotencyKey, &t.Kind, &t.Merchant, &t.PaymentKey, &t.Currency, &t.AmountMinor, &t.Description, &t.PostedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
+	lt, ok, err := ledger.ByEnvelope(ctx, tx, envelopeID)
+	if err != nil || !ok {
+		return nil, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("load ledger transaction: %w", err)
-	}
-	rows, err := tx.Query(ctx, `
-		SELECT e.id, e.account_id, a.merchant, a.name, e.currency, e.amount_minor
-		  FROM ledger_entry e JOIN ledger_account a ON a.id = e.account_id
-		 WHERE e.transaction_id = $1 ORDER BY e.id`, t.ID)
-	if err == nil {
-		t.Entries, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerEntry, error) {
-			var e LedgerEntry
-			err := r.Scan(&e.ID, &e.AccountID, &e.Merchant, &e.Account, &e.Currency, &e.AmountMinor)
-			return e, err
-		})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load ledger entries: %w", err)
+	t := LedgerTransaction{ID: lt.ID, IdempotencyKey: lt.IdempotencyKey, Kind: string(lt.Kind), Merchant: lt.Merchant,
+		PaymentKey: lt.PaymentKey, Currency: lt.Currency, AmountMinor: lt.AmountMinor, Description: lt.Description, PostedAt: lt.PostedAt}
+	if t.Entries, err = ledger.Entries(ctx, tx, t.ID); err != nil {
+		return nil, err
 	}
 	return &t, nil
 }

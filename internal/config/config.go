@@ -490,8 +490,8 @@ func StripeKeyLive(key string) (live, ok bool) {
 }
 
 // BackfillSupported reports whether provider keeps a log backfill can read.
-func BackfillSupported(provider string) bool {
-	return provider == "stripe" || provider == "github"
+func BackfillSupported(prov string) bool {
+	return prov == provider.Stripe || prov == provider.GitHub
 }
 
 func (b *Backfill) validate(prov string) error {

@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -237,15 +236,7 @@ func filterInput(q url.Values) (admin.FilterInput, error) {
 		Contains:   q["contains"],
 		Fields:     q["field"],
 		Headers:    q["header"],
-	}
-	for _, s := range q["id"] {
-		for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
-			id, err := strconv.ParseInt(f, 10, 64)
-			if err != nil || id <= 0 {
-				return in, &admin.InputError{Field: "id", Err: fmt.Errorf("%q is not an envelope id", f)}
-			}
-			in.IDs = append(in.IDs, id)
-		}
+		IDStrings:  q["id"],
 	}
 	return in, nil
 }

@@ -19,14 +19,16 @@ const jobEnvelopeID = `(j.args->>'envelope_id')::bigint`
 
 // Job is a processing job (ProcessArgs) of an envelope.
 type Job struct {
-	EnvelopeID  int64
-	ID          int64
-	State       string
-	Attempt     int
-	MaxAttempts int
-	CreatedAt   time.Time
-	ScheduledAt time.Time
-	FinalizedAt *time.Time
+	// EnvelopeID is left out of the JSON (admin's envelope detail, which
+	// lists one envelope's jobs).
+	EnvelopeID  int64      `json:"-"`
+	ID          int64      `json:"id"`
+	State       string     `json:"state"`
+	Attempt     int        `json:"attempt"`
+	MaxAttempts int        `json:"max_attempts"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ScheduledAt time.Time  `json:"scheduled_at"`
+	FinalizedAt *time.Time `json:"finalized_at"`
 }
 
 // Jobs returns the processing jobs of the envelopes ids, in job id order:

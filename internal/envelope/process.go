@@ -26,6 +26,11 @@ const (
 	OutcomeSnoozed Outcome = "snoozed" // not ready or asked to wait: River snoozes, no attempt used
 )
 
+// Outcomes are every attempt outcome, in the order metrics report them.
+func Outcomes() []Outcome {
+	return []Outcome{OutcomeDone, OutcomeIgnored, OutcomeFailed, OutcomeRetry, OutcomeSnoozed}
+}
+
 // Attempt describes one processing attempt for the audit trail.
 type Attempt struct {
 	JobID   int64

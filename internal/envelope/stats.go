@@ -10,14 +10,31 @@ import (
 )
 
 // SourceCounts counts one source's envelopes by status and, when asked,
-// the duplicate and conflicting deliveries it received.
+// the duplicate and conflicting deliveries it received. Its JSON is admin
+// stats' (a new status is a field here, in Of, Add and countsByStatus).
 type SourceCounts struct {
-	Source                                string
-	Pending, Done, Failed, Ignored, Total int64
+	Source  string `json:"source"`
+	Pending int64  `json:"pending"`
+	Done    int64  `json:"done"`
+	Failed  int64  `json:"failed"`
+	Ignored int64  `json:"ignored"`
+	Total   int64  `json:"total"`
 	// Duplicates counts envelope_duplicate rows (the same id and body
 	// received again) and Conflicts envelope_conflict rows (an id reused
 	// with another body); both 0 unless CountBySource was asked for them.
-	Duplicates, Conflicts int64
+	Duplicates int64 `json:"duplicates"`
+	Conflicts  int64 `json:"conflicts"`
+}
+
+// Add adds o's counts to c's (its Source stays c's).
+func (c *SourceCounts) Add(o SourceCounts) {
+	c.Pending += o.Pending
+	c.Done += o.Done
+	c.Failed += o.Failed
+	c.Ignored += o.Ignored
+	c.Total += o.Total
+	c.Duplicates += o.Duplicates
+	c.Conflicts += o.Conflicts
 }
 
 // Of returns the count of status.
@@ -88,12 +105,12 @@ func CountBySource(ctx context.Context, q Querier, repeats bool) ([]SourceCounts
 
 // Waiting is the pending envelope received first.
 type Waiting struct {
-	EnvelopeID int64
-	Source     string
-	ReceivedAt time.Time
+	EnvelopeID int64     `json:"envelope_id"`
+	Source     string    `json:"source"`
+	ReceivedAt time.Time `json:"received_at"`
 	// AgeSeconds is the database's now() (its transaction's start) minus
 	// ReceivedAt.
-	AgeSeconds float64
+	AgeSeconds float64 `json:"age_seconds"`
 }
 
 // OldestPending returns the pending envelope received first (the lowest
@@ -117,10 +134,12 @@ func OldestPending(ctx context.Context, q Querier) (*Waiting, error) {
 // for those that failed before causes were recorded), how many share it,
 // and the newest of them with its last_error.
 type FailureCause struct {
-	Cause       string
-	Count       int64
-	LatestID    int64
-	LatestError string
+	Cause string `json:"cause"`
+	Count int64  `json:"count"`
+	// LatestID is the newest failed envelope with this cause, and
+	// LatestError its last_error.
+	LatestID    int64  `json:"latest_id"`
+	LatestError string `json:"latest_error"`
 }
 
 // FailureCauses groups failed envelopes of source ("" for every source) by
@@ -148,8 +167,9 @@ func FailureCauses(ctx context.Context, q Querier, source string, limit int) ([]
 
 // ReplayCounts counts envelope_replay rows since a time.
 type ReplayCounts struct {
-	Replays, Envelopes int64
-	Runs               int64 // distinct batch ids
+	Replays   int64 `json:"replays"`
+	Envelopes int64 `json:"envelopes"`
+	Runs      int64 `json:"runs"` // distinct batch ids
 }
 
 // CountReplays counts the replays recorded after since.

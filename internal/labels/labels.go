@@ -6,6 +6,8 @@
 // them: one definition, so none of them can drift.
 //
 // Causes (cause.go) are the failure causes the worker records and counts.
+// PostingResults (posting.go) are what became of a ledger posting, as the
+// worker counts it.
 //
 // It imports nothing.
 package labels

@@ -44,3 +44,12 @@ func Balances(ctx context.Context, q Querier, merchant string) ([]Balance, error
 	}
 	return bs, nil
 }
+
+// CountTransactions returns how many ledger transactions are posted.
+func CountTransactions(ctx context.Context, q Querier) (int64, error) {
+	var n int64
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM ledger_transaction`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count ledger transactions: %w", err)
+	}
+	return n, nil
+}

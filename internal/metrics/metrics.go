@@ -69,6 +69,15 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 // they first happen.
 const SignatureNoMatch = "no signature matches"
 
+// postingResults are labels.PostingResults as label values.
+func postingResults() []string {
+	out := make([]string, len(labels.PostingResults))
+	for i, r := range labels.PostingResults {
+		out[i] = string(r)
+	}
+	return out
+}
+
 // Init creates the zero series of each configured source (every outcome) and
 // of the unknown source's unknown_source, so dashboards and alerts (503s,
 // signature failures, conflicts) see 0 rather than nothing before the first
@@ -229,7 +238,7 @@ func (m *Worker) RunHeartbeat(ctx context.Context, interval time.Duration, alive
 // WorkerOutcomes and SnoozeCauses are the label values Init creates zero
 // series for; they are every value the worker records.
 var (
-	WorkerOutcomes = []envelope.Outcome{envelope.OutcomeDone, envelope.OutcomeIgnored, envelope.OutcomeFailed, envelope.OutcomeRetry, envelope.OutcomeSnoozed}
+	WorkerOutcomes = envelope.Outcomes()
 	// SnoozeCauses are what made an attempt wait: the three kinds of snooze
 	// (a dependency not there yet, the destination's Retry-After, the
 	// source's throttle), coarser than its failure cause.
@@ -243,7 +252,7 @@ var (
 	// of inbox_ledger_postings_total.
 	FinalStatuses = []envelope.Status{envelope.StatusDone, envelope.StatusIgnored, envelope.StatusFailed}
 	LedgerKinds   = []ledger.Kind{ledger.KindPayment, ledger.KindRefund, ledger.KindRefundReversal}
-	LedgerResults = []string{"posted", "skipped"}
+	LedgerResults = postingResults()
 )
 
 // Init creates the zero series of each configured source (and of the

@@ -648,11 +648,7 @@ func (w *ProcessWorker) observeFinal(a *attempt) {
 	w.Metrics.Attempts.WithLabelValues(env.Source, a.dec.label).Inc()
 	w.Metrics.ObserveProcessing(env.Source, a.dec.label, env.ReceivedAt, env.LastReplayedAt, a.startedAt)
 	if p := a.res.posting; p != nil && p.Kind != "" {
-		res := "posted"
-		if !p.Posted {
-			res = "skipped"
-		}
-		w.Metrics.LedgerPostings.WithLabelValues(p.Kind, res).Inc()
+		w.Metrics.LedgerPostings.WithLabelValues(p.Kind, string(labels.PostingResultOf(p.Posted))).Inc()
 	}
 }
 
