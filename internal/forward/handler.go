@@ -163,7 +163,7 @@ func (f *Handler) Handle(ctx context.Context, _ pgx.Tx, env *envelope.Envelope) 
 	if err := f.classify(resp, head); err != nil {
 		return nil, err
 	}
-	return marshal(Result{URL: f.url, Status: resp.StatusCode, Response: string(head)})
+	return handlers.EncodeResult(Result{URL: f.url, Status: resp.StatusCode, Response: string(head)})
 }
 
 // startSpan starts the client span of one forward when ctx's span is

@@ -192,23 +192,14 @@ func mergeForwarded(forwarded []json.RawMessage, result json.RawMessage) (json.R
 		return nil, fmt.Errorf("encode result: %w", err)
 	}
 	if len(bytes.TrimSpace(result)) == 0 {
-		return marshal(map[string]json.RawMessage{"forwarded": fw})
+		return handlers.EncodeResult(map[string]json.RawMessage{"forwarded": fw})
 	}
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(result, &obj) == nil && obj != nil {
 		if _, taken := obj["forwarded"]; !taken {
 			obj["forwarded"] = fw
-			return marshal(obj)
+			return handlers.EncodeResult(obj)
 		}
 	}
-	return marshal(map[string]json.RawMessage{"forwarded": fw, "result": result})
-}
-
-// marshal encodes a result.
-func marshal(v any) (json.RawMessage, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("encode result: %w", err)
-	}
-	return b, nil
+	return handlers.EncodeResult(map[string]json.RawMessage{"forwarded": fw, "result": result})
 }

@@ -12,5 +12,5 @@ import (
 // githubRecord records any GitHub event as done, with no ledger effect: the
 // envelope itself is the record.
 func githubRecord(_ context.Context, _ pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	return marshal(RecordResult{Recorded: true, Event: env.EventType})
+	return EncodeResult(RecordResult{Recorded: true, Event: env.EventType})
 }

@@ -55,7 +55,7 @@ func postingResult(ctx context.Context, r PostingResult) (json.RawMessage, error
 	if e, _ := ctx.Value(effectsKey{}).(*Effects); e != nil {
 		e.Posting = &r
 	}
-	return marshal(r)
+	return EncodeResult(r)
 }
 
 // post posts p for env and returns the result JSON, with ledger errors
@@ -82,7 +82,10 @@ func noop(ctx context.Context, kind ledger.Kind, merchant, currency, reason stri
 	return postingResult(ctx, PostingResult{Kind: string(kind), Merchant: merchant, Currency: currency, Reason: reason})
 }
 
-func marshal(v any) (json.RawMessage, error) {
+// EncodeResult encodes a handler's result (what the worker stores as
+// envelope.result), naming the failure as such: for handlers and the
+// decorators that build results (forwarding).
+func EncodeResult(v any) (json.RawMessage, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode result: %w", err)

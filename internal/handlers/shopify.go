@@ -264,7 +264,7 @@ func (s shopifyEventOnce) Handle(ctx context.Context, tx pgx.Tx, env *envelope.E
 		return nil, err
 	}
 	if ok {
-		return marshal(DuplicateResult{DuplicateOf: first, Reason: fmt.Sprintf(
+		return EncodeResult(DuplicateResult{DuplicateOf: first, Reason: fmt.Sprintf(
 			"same %s as envelope %d: the event is processed once", shopifyEventIDHeader, first)})
 	}
 	return s.h.Handle(ctx, tx, env)
