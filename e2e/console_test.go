@@ -266,7 +266,9 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#replay-filter")), chromedp.Click(chromedp.CSS("#replay-filter")),
 		chromedp.WaitVisible(chromedp.CSS("#preview")))
 	require.Equal(t, "4", text("#would-replay"))
-	do("replay the filter", chromedp.SendKeys(chromedp.CSS("#reason"), reason2), chromedp.Click(chromedp.CSS("#confirm")),
+	do("a reason", chromedp.SendKeys(chromedp.CSS("#reason"), reason2))
+	shot("replay.png")
+	do("replay the filter", chromedp.Click(chromedp.CSS("#confirm")),
 		chromedp.WaitVisible(chromedp.CSS("#state")))
 	waitText("#state", "Done.")
 	require.Equal(t, "4", text("#replayed"))
