@@ -13,9 +13,13 @@
 //	/console/failures          failures by cause: failed now, and failed or
 //	                           retried attempts per hour (envelope.Failures)
 //	/console/replay            GET: the dry run of a filter or ids (admin.DryRun)
-//	                           and the form; POST: starts admin.Replay
+//	                           and the form; POST: starts admin.Replay, pinned to
+//	                           what the dry run showed (its max id, its clock for
+//	                           relative bounds, at most its count)
 //	/console/replays           replay runs: this process's, with progress, and
 //	                           every run recorded in envelope_replay
+//	/console/replays/{run}     one run: progress, Stop (POST .../stop), and at the
+//	                           end what became of its envelopes
 //	/console/jobs/{id}         the envelope a River job processes (River UI's
 //	                           job pages show {"envelope_id": N}; this is the way back)
 //
@@ -23,9 +27,11 @@
 // adds no action the CLI lacks.
 //
 // Security: the console changes data (replay), so the worker serves it only
-// behind the same guard as River UI (basic auth, login throttling and
-// net/http's cross-origin protection); the signed-in user is the replay's
-// actor. Every state-changing request also carries a token bound to that
+// behind the same guard as River UI (basic auth, one login per operator with
+// --admin-users, login throttling, net/http's cross-origin protection, no
+// framing); the signed-in user is the replay's actor. A cross-site request
+// that is not a top-level navigation is refused, so another site cannot
+// embed a page or run searches with the browser's credentials. Every state-changing request also carries a token bound to that
 // user (an HMAC under a per-process key), checked before anything runs;
 // pages set Content-Security-Policy, frame-ancestors 'none' and no-store.
 // Headers are shown as stored (ingest replaced signature values by
