@@ -43,6 +43,14 @@ type Filter struct {
 	// Since and Until bound received_at: Since inclusive, Until exclusive.
 	Since Bound
 	Until Bound
+	// Within, when set, keeps only these envelopes of what the other fields
+	// select: the ones a dry run would replay (DryRunResult.ReplayIDs), so
+	// that the confirmed replay takes exactly those, whatever changed since.
+	// Unlike IDs it combines with the other fields, and the audit record
+	// keeps the filter (and the count of pinned ids, not the ids: the
+	// replayed envelopes' rows are the list). Alone it selects nothing
+	// (IsEmpty ignores it).
+	Within []int64
 	// MaxID, when not 0, keeps only envelopes with an id up to it: the
 	// selection as a dry run saw it (DryRunResult.MaxID), without envelopes
 	// stored since. It narrows the other fields; alone it selects nothing
@@ -135,6 +143,14 @@ func (f Filter) Validate() error {
 	if f.MaxID < 0 {
 		return fmt.Errorf("max id %d: must not be negative", f.MaxID)
 	}
+	if len(f.Within) > MaxIDs {
+		return fmt.Errorf("%d pinned ids: at most %d", len(f.Within), MaxIDs)
+	}
+	for _, id := range f.Within {
+		if id <= 0 {
+			return fmt.Errorf("pinned envelope id %d: must be positive", id)
+		}
+	}
 	if f.Status != "" && !slices.Contains(envelope.Statuses(), f.Status) {
 		return fmt.Errorf("status %q: want %s", f.Status, StatusNames())
 	}
@@ -188,7 +204,28 @@ func (f Filter) selection(now time.Time) envelope.Selection {
 	if !f.Until.IsZero() {
 		s.Until = f.Until.Time(now)
 	}
+	if len(f.Within) > 0 {
+		s.IDs = intersect(f.IDs, f.Within)
+		if len(s.IDs) == 0 {
+			s.IDs = []int64{0} // no id is 0: nothing matches
+		}
+	}
 	return s
+}
+
+// intersect returns the ids of within that ids holds too, or all of within
+// when ids is empty.
+func intersect(ids, within []int64) []int64 {
+	if len(ids) == 0 {
+		return within
+	}
+	var out []int64
+	for _, id := range within {
+		if slices.Contains(ids, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // record is the filter as stored in envelope_replay.filter: relative bounds
@@ -220,6 +257,9 @@ func (f Filter) record(now time.Time, limit int) map[string]any {
 	}
 	if f.MaxID > 0 {
 		m["max_id"] = f.MaxID
+	}
+	if len(f.Within) > 0 {
+		m["pinned_ids"] = len(f.Within)
 	}
 	if limit > 0 {
 		m["limit"] = limit

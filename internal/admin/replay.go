@@ -391,6 +391,10 @@ type DryRunResult struct {
 	// ByStatus splits Matched by the envelopes' status now: a replay of done
 	// ones re-runs their handlers (a recorded no-op for the ledger).
 	ByStatus map[envelope.Status]int `json:"by_status"`
+	// ReplayIDs are the envelopes a replay would take now, in its order,
+	// when they are at most MaxIDs (nil beyond): Filter.Within pins a
+	// replay to exactly them.
+	ReplayIDs []int64 `json:"replay_ids,omitempty"`
 }
 
 // DryRun reports how many envelopes f selects, how many of them already have
@@ -434,8 +438,27 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 			return fmt.Errorf("sample envelopes: %w", err)
 		}
 		res.At = now
-		res.MaxID, err = envelope.MaxMatchingID(ctx, tx, sel)
-		return err
+		if res.MaxID, err = envelope.MaxMatchingID(ctx, tx, sel); err != nil {
+			return err
+		}
+		if res.Matched > MaxIDs {
+			return nil
+		}
+		ids, err := envelope.MatchingIDs(ctx, tx, sel, MaxIDs)
+		if err != nil {
+			return err
+		}
+		live, err := envelope.LiveJobs(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		res.ReplayIDs = []int64{}
+		for _, id := range ids {
+			if !live[id] && (limit == 0 || len(res.ReplayIDs) < limit) {
+				res.ReplayIDs = append(res.ReplayIDs, id)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return DryRunResult{}, err

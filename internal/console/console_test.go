@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/admin"
 	"github.com/inboxhq/inbox/internal/console"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
@@ -403,14 +404,43 @@ func TestReplayTakesWhatTheDryRunShowed(t *testing.T) {
 	code, _, h := b.post(t, "/console/replay", form)
 	require.Equal(t, http.StatusSeeOther, code)
 	b.waitDone(t, h.Get("Location"))
-	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-8'`), "as many as the dry run showed, no more")
-	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-8' AND envelope_id > $1`, ids[1]), "nothing stored after the dry run")
+	require.Equal(t, fmt.Sprintf("%d,%d", ids[0], ids[1]), form.Get("within"), "few enough to name: the form pins the dry run's ids")
+	replayed := pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-8'`)
+	require.Equal(t, 2, replayed, "as many as the dry run showed, no more")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-8' AND envelope_id = ANY($1)`, ids),
+		"exactly the envelopes the dry run showed: not the one that failed since (a lower id), nor the one stored since")
 
 	// A form without its dry run's count is refused.
 	form.Del("expect")
 	code, body, _ := b.post(t, "/console/replay", form)
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, body, "dry run")
+}
+
+// Beyond MaxIDs matches the form cannot name them: it pins the dry run's
+// newest match and count instead, so nothing stored since is replayed.
+func TestLargeReplayPinnedByMaxIDAndCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	n := admin.MaxIDs + 1
+	pendingThen := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "stripe", LastCause: "unknown_currency"})
+	ids := envelopetest.InsertMany(t, b.pool, n, func(int) envelopetest.Row {
+		return envelopetest.Row{Source: "stripe", Status: "failed", LastCause: "unknown_currency"}
+	})
+	_, page, _ := b.get(t, "/console/replay?status=failed&source=stripe")
+	require.Contains(t, page, fmt.Sprintf(`<b id="would-replay">%d</b>`, n))
+	form := hidden(t, page)
+	require.Empty(t, form.Get("within"), "too many to name")
+	require.Equal(t, fmt.Sprint(ids[n-1]), form.Get("max_id"))
+	later := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "stripe", Status: "failed", LastCause: "unknown_currency"})
+	b.exec(t, `UPDATE envelope SET status = 'failed', processed_at = now() WHERE id = $1`, pendingThen)
+	form.Set("reason", "INC-9 bulk")
+	code, _, h := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	b.waitDone(t, h.Get("Location"))
+	require.Equal(t, n, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-9 bulk'`),
+		"at most the dry run's count, though one more (failed since, with a lower id) matches now")
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE envelope_id = $1`, later), "stored after the dry run")
 }
 
 // Another operator's form token is refused: the token is bound to the

@@ -351,6 +351,7 @@ type previewData struct {
 	SingleID int64 // the one envelope asked for by id, 0 otherwise
 	ByStatus []statusN
 	Done     int // matches that are done: their replay re-runs handlers
+	Pinned   int // how many ids the form names (0: pinned by max id and count)
 	// ConfirmCLI is the CLI command of the confirmed replay: the pinned
 	// selection and the dry run's count as its limit.
 	ConfirmCLI string
@@ -413,6 +414,12 @@ func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Valu
 	}
 	d.Hidden = append(d.Hidden, header{"expect", strconv.Itoa(res.WouldReplay)})
 	d.ConfirmCLI = "worker replay" + cliArgs(pinned) + " --limit " + strconv.Itoa(res.WouldReplay) + " --reason '…'"
+	if len(res.ReplayIDs) > 0 {
+		// Few enough to name: the replay takes exactly these.
+		d.Pinned = len(res.ReplayIDs)
+		d.Hidden = append(d.Hidden, header{"within", joinIDs(res.ReplayIDs)})
+		d.ConfirmCLI = "worker replay " + strings.ReplaceAll(joinIDs(res.ReplayIDs), ",", " ") + " --reason '…'"
+	}
 	c.render(w, r, status, "replay", "Replay", d)
 }
 
@@ -483,6 +490,12 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if within := strings.TrimSpace(q.Get("within")); within != "" {
+		if f.Within, err = parseIDList(within); err != nil {
+			c.showPreview(w, r, q, reason, err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
 	actor := "console:" + c.opts.Actor(r)
 	req := admin.ReplayRequest{Filter: f, Actor: actor, Reason: reason, Limit: limit}
 	if err := req.Validate(); err != nil {
@@ -514,6 +527,28 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	c.opts.Logger.Info("console: replay started", "run", run.ID, "actor", actor, "filter", boundLog(filterQuery(q).Encode()))
 	http.Redirect(w, r, Prefix+"/replays/"+run.ID, http.StatusSeeOther)
+}
+
+// joinIDs writes ids comma-separated.
+func joinIDs(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, ",")
+}
+
+// parseIDList reads a comma-separated id list (a form's pinned ids).
+func parseIDList(s string) ([]int64, error) {
+	var ids []int64
+	for _, f := range strings.Split(s, ",") {
+		id, err := admin.ParseID(strings.TrimSpace(f))
+		if err != nil {
+			return nil, &admin.InputError{Field: "within", Err: err}
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }
 
 // boundLog bounds a string for a log line.

@@ -243,6 +243,21 @@ func CountByStatus(ctx context.Context, q Querier, s Selection) (map[Status]int,
 	return out, nil
 }
 
+// MatchingIDs returns the ids s selects, lowest first, at most limit.
+func MatchingIDs(ctx context.Context, q Querier, s Selection, limit int) ([]int64, error) {
+	var b sqlBuilder
+	s.appendTo(&b)
+	rows, err := q.Query(ctx, `SELECT id FROM envelope WHERE `+b.where()+` ORDER BY id LIMIT `+b.arg(limit), CustomPlan(b.args)...)
+	if err != nil {
+		return nil, fmt.Errorf("list matching ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("list matching ids: %w", err)
+	}
+	return ids, nil
+}
+
 // MaxMatchingID returns the highest id s selects, 0 when none.
 func MaxMatchingID(ctx context.Context, q Querier, s Selection) (int64, error) {
 	where, args := s.Where()
