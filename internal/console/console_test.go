@@ -541,3 +541,26 @@ func TestPreviewByStatusAndSelectedRows(t *testing.T) {
 	require.Contains(t, body, `<b id="would-replay">2</b>`)
 	require.Equal(t, []string{fmt.Sprint(ids[0]), fmt.Sprint(ids[1])}, hidden(t, body)["id"])
 }
+
+// A form submitted twice (a double click, a resubmitted page) starts one
+// replay: the second answer leads to the first run.
+func TestConfirmFormSubmittedTwiceReplaysOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 1)
+	_, page, _ := b.get(t, fmt.Sprintf("/console/replay?id=%d", ids[0]))
+	form := hidden(t, page)
+	require.NotEmpty(t, form.Get("nonce"))
+	form.Set("reason", "once")
+	code, _, h1 := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	b.waitDone(t, h1.Get("Location"))
+	code, _, h2 := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, h1.Get("Location"), h2.Get("Location"), "the same run")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
+	form.Del("nonce")
+	code, body, _ := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "dry run")
+}

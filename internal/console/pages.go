@@ -412,7 +412,12 @@ func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Valu
 			d.Hidden = append(d.Hidden, header{k, v})
 		}
 	}
-	d.Hidden = append(d.Hidden, header{"expect", strconv.Itoa(res.WouldReplay)})
+	nonce, err := randomID()
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	d.Hidden = append(d.Hidden, header{"expect", strconv.Itoa(res.WouldReplay)}, header{"nonce", nonce})
 	d.ConfirmCLI = "worker replay" + cliArgs(pinned) + " --limit " + strconv.Itoa(res.WouldReplay) + " --reason '…'"
 	if len(res.ReplayIDs) > 0 {
 		// Few enough to name: the replay takes exactly these.
@@ -517,7 +522,12 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	if req.Limit == 0 || expect < req.Limit {
 		req.Limit = expect
 	}
-	run, err := c.runs.start(c.opts.Context, c.opts.Logger, actor, reason, req.Limit, filterQuery(q), func(ctx context.Context, progress func(admin.Progress)) (admin.ReplayResult, error) {
+	nonce := q.Get("nonce")
+	if nonce == "" {
+		c.showPreview(w, r, q, reason, "the form lacks its dry run's mark: review the dry run below and confirm again", http.StatusBadRequest)
+		return
+	}
+	run, started, err := c.runs.start(c.opts.Context, c.opts.Logger, nonce, actor, reason, req.Limit, filterQuery(q), func(ctx context.Context, progress func(admin.Progress)) (admin.ReplayResult, error) {
 		req.ProgressFunc = progress
 		return admin.Replay(ctx, c.opts.Pool, c.opts.Jobs, req)
 	})
@@ -525,7 +535,9 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 		c.showPreview(w, r, q, reason, err.Error(), http.StatusTooManyRequests)
 		return
 	}
-	c.opts.Logger.Info("console: replay started", "run", run.ID, "actor", actor, "filter", boundLog(filterQuery(q).Encode()))
+	if started {
+		c.opts.Logger.Info("console: replay started", "run", run.ID, "actor", actor, "filter", boundLog(filterQuery(q).Encode()))
+	}
 	http.Redirect(w, r, Prefix+"/replays/"+run.ID, http.StatusSeeOther)
 }
 

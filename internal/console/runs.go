@@ -30,11 +30,13 @@ type runs struct {
 	max     int
 	order   []*run // oldest first
 	byID    map[string]*run
+	byNonce map[string]*run // the dry-run form each run was started from
 	running int
 }
 
 type run struct {
 	ID, Actor, Reason string
+	nonce             string
 	Limit             int // the most it replays: the dry run's count, or lower
 	Filter            url.Values
 	Started           time.Time
@@ -65,25 +67,34 @@ type runView struct {
 	Percent           int
 }
 
-func newRuns(n int) *runs { return &runs{max: n, byID: map[string]*run{}} }
+func newRuns(n int) *runs {
+	return &runs{max: n, byID: map[string]*run{}, byNonce: map[string]*run{}}
+}
 
 // errBusy is start's error when maxRunning replays already run.
 var errBusy = errors.New("two replays are already running from this console: wait for one to finish (see Replays)")
 
 // start runs fn in the background under ctx and returns its run at once.
-func (rs *runs) start(ctx context.Context, logger *slog.Logger, actor, reason string, limit int, filter url.Values,
-	fn func(context.Context, func(admin.Progress)) (admin.ReplayResult, error)) (*run, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
+// A form (nonce) already submitted returns the run it started, and
+// started false: a second click or a resubmitted page replays nothing again.
+func (rs *runs) start(ctx context.Context, logger *slog.Logger, nonce, actor, reason string, limit int, filter url.Values,
+	fn func(context.Context, func(admin.Progress)) (admin.ReplayResult, error)) (r *run, started bool, err error) {
+	id, err := randomID()
+	if err != nil {
+		return nil, false, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &run{ID: hex.EncodeToString(b[:]), Actor: actor, Reason: reason, Limit: limit, Filter: filter, Started: time.Now(), cancel: cancel}
+	r = &run{ID: id, nonce: nonce, Actor: actor, Reason: reason, Limit: limit, Filter: filter, Started: time.Now(), cancel: cancel}
 	rs.mu.Lock()
+	if prev, ok := rs.byNonce[nonce]; ok {
+		rs.mu.Unlock()
+		cancel()
+		return prev, false, nil
+	}
 	if rs.running >= maxRunning {
 		rs.mu.Unlock()
 		cancel()
-		return nil, errBusy
+		return nil, false, errBusy
 	}
 	rs.running++
 	rs.add(r)
@@ -111,7 +122,16 @@ func (rs *runs) start(ctx context.Context, logger *slog.Logger, actor, reason st
 		rs.running--
 		rs.mu.Unlock()
 	}()
-	return r, nil
+	return r, true, nil
+}
+
+// randomID is 16 hex digits from crypto/rand: a run's id, a form's nonce.
+func randomID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // add remembers r, forgetting the oldest finished run beyond max. Called
@@ -119,6 +139,7 @@ func (rs *runs) start(ctx context.Context, logger *slog.Logger, actor, reason st
 func (rs *runs) add(r *run) {
 	rs.order = append(rs.order, r)
 	rs.byID[r.ID] = r
+	rs.byNonce[r.nonce] = r
 	for len(rs.order) > rs.max {
 		i := 0
 		for ; i < len(rs.order)-1; i++ {
@@ -127,6 +148,7 @@ func (rs *runs) add(r *run) {
 			}
 		}
 		delete(rs.byID, rs.order[i].ID)
+		delete(rs.byNonce, rs.order[i].nonce)
 		rs.order = append(rs.order[:i], rs.order[i+1:]...)
 	}
 }
