@@ -308,7 +308,7 @@ func TestConsoleInABrowser(t *testing.T) {
 // their replays record them.
 func TestConsoleOperatorsFromUsersFile(t *testing.T) {
 	t.Parallel()
-	hash, err := bcrypt.GenerateFromPassword([]byte("alice's own password"), bcrypt.MinCost)
+	hash, err := bcrypt.GenerateFromPassword([]byte("alice's own password"), bcrypt.DefaultCost)
 	require.NoError(t, err)
 	users := filepath.Join(t.TempDir(), "operators")
 	require.NoError(t, os.WriteFile(users, []byte("# on-call\nalice:"+string(hash)+"\n"), 0o600))

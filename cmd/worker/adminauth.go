@@ -1,8 +1,11 @@
 package main
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/crypto/bcrypt"
@@ -44,14 +48,14 @@ func checkUIPassword(p string) error {
 		return errors.New("--riverui needs RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set (River UI can cancel and delete jobs)")
 	}
 	if utf8.RuneCountInString(p) < MinUIPasswordLen {
-		return fmt.Errorf("RIVERUI_PASSWORD is too short: use at least %d characters (River UI can cancel and delete jobs)", MinUIPasswordLen)
+		return fmt.Errorf("the password of River UI and the console (RIVER_BASIC_AUTH_PASS or RIVERUI_PASSWORD) is too short: use at least %d characters (River UI can cancel and delete jobs, the console replays)", MinUIPasswordLen)
 	}
 	if strings.TrimSpace(p) == "" {
-		return errors.New("RIVERUI_PASSWORD is only white space")
+		return errors.New("the password of River UI and the console (RIVER_BASIC_AUTH_PASS or RIVERUI_PASSWORD) is only white space")
 	}
 	first, _ := utf8.DecodeRuneInString(p)
 	if strings.Trim(p, string(first)) == "" {
-		return errors.New("RIVERUI_PASSWORD is one character repeated")
+		return errors.New("the password of River UI and the console (RIVER_BASIC_AUTH_PASS or RIVERUI_PASSWORD) is one character repeated")
 	}
 	return nil
 }
@@ -87,9 +91,7 @@ func guardUI(creds *credentials, h http.Handler, logger *slog.Logger) http.Handl
 	// framed page's own POSTs are same-origin: clickjacking).
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Frame-Options", "DENY")
-		if w.Header().Get("Content-Security-Policy") == "" {
-			w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
-		}
+		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'") // the console replaces it with its fuller one
 		guarded.ServeHTTP(w, r)
 	})
 }
@@ -146,12 +148,15 @@ func (t *loginThrottle) fail(key string) {
 func basicAuth(creds *credentials, h http.Handler, t *loginThrottle, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := clientKey(r)
-		if blocked, wait := t.blocked(key); blocked {
+		u, p, ok := r.BasicAuth()
+		// While logins are throttled (someone guessing), an operator who
+		// signed in within the last minutes stays in: their login is
+		// already verified, so it gives a guesser nothing.
+		if blocked, wait := t.blocked(key); blocked && !(ok && creds.verifiedRecently(u, p)) {
 			w.Header().Set("Retry-After", fmt.Sprint(int(wait.Seconds())))
 			http.Error(w, "too many failed logins; retry later", http.StatusTooManyRequests)
 			return
 		}
-		u, p, ok := r.BasicAuth()
 		if !ok || !creds.check(u, p) {
 			if ok { // a browser's first request carries no credentials: not a failure
 				t.fail(key)
@@ -174,11 +179,16 @@ type credentials struct {
 	user, pass    [32]byte // sha256 of the single user's name and password
 	users         map[string][]byte
 	mu            sync.Mutex
-	verified      map[[32]byte]time.Time // recent successful bcrypt checks, until when
+	verified      map[[32]byte]time.Time // recent successful logins (keyed by cacheKey), until when
+	key           []byte                 // cacheKey's HMAC key, random per process
 	verifiedFor   time.Duration
 	dummy         []byte // compared for an unknown user, so that it takes as long
 	compareBcrypt func(hash, password []byte) error
 }
+
+// maxUserName bounds an operator's name: "console:" + name is a replay's
+// actor (admin.MaxActorLen).
+const maxUserName = 192
 
 // Bounds of the cache of verified bcrypt logins: basic auth sends the
 // password with every request, and one bcrypt check costs tens of
@@ -192,7 +202,10 @@ const (
 // users of usersFile (when given).
 func newCredentials(user, password, usersFile string) (*credentials, error) {
 	c := &credentials{users: map[string][]byte{}, verified: map[[32]byte]time.Time{}, verifiedFor: verifiedFor,
-		compareBcrypt: bcrypt.CompareHashAndPassword}
+		compareBcrypt: bcrypt.CompareHashAndPassword, key: make([]byte, 32)}
+	if _, err := rand.Read(c.key); err != nil {
+		return nil, err
+	}
 	if password != "" {
 		c.single, c.user, c.pass = true, sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
 	}
@@ -203,7 +216,15 @@ func newCredentials(user, password, usersFile string) (*credentials, error) {
 		}
 		c.users = users
 	}
-	dummy, err := bcrypt.GenerateFromPassword([]byte("no such user"), bcrypt.DefaultCost)
+	// An unknown user is compared against a hash as costly as the dearest
+	// real one, so the answer's time does not tell which names exist.
+	cost := bcrypt.DefaultCost
+	for _, h := range c.users {
+		if n, err := bcrypt.Cost(h); err == nil && n > cost {
+			cost = n
+		}
+	}
+	dummy, err := bcrypt.GenerateFromPassword([]byte("no such user"), cost)
 	if err != nil {
 		return nil, err
 	}
@@ -225,14 +246,10 @@ func (c *credentials) check(u, p string) bool {
 	if len(c.users) == 0 {
 		return false
 	}
-	key := sha256.Sum256([]byte(u + "\x00" + p))
-	now := time.Now()
-	c.mu.Lock()
-	until, ok := c.verified[key]
-	c.mu.Unlock()
-	if ok && now.Before(until) {
+	if c.verifiedRecently(u, p) {
 		return true
 	}
+	now := time.Now()
 	hash, known := c.users[u]
 	if !known {
 		_ = c.compareBcrypt(c.dummy, []byte(p))
@@ -245,10 +262,40 @@ func (c *credentials) check(u, p string) bool {
 	if len(c.verified) >= maxVerified {
 		clear(c.verified)
 	}
-	c.verified[key] = now.Add(c.verifiedFor)
+	c.verified[c.cacheKey(u, p)] = now.Add(c.verifiedFor)
 	c.mu.Unlock()
 	return true
 }
+
+// cacheKey is the verified-login cache's key for u and p: an HMAC under the
+// process's random key over both, length-prefixed (no two pairs share one;
+// the memory holds no plain hash of a password to attack).
+func (c *credentials) cacheKey(u, p string) [32]byte {
+	m := hmac.New(sha256.New, c.key)
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(u)))
+	m.Write(n[:])
+	m.Write([]byte(u))
+	m.Write([]byte(p))
+	var k [32]byte
+	copy(k[:], m.Sum(nil))
+	return k
+}
+
+// verifiedRecently reports whether u and p signed in within verifiedFor.
+func (c *credentials) verifiedRecently(u, p string) bool {
+	if len(c.users) == 0 {
+		return false
+	}
+	key := c.cacheKey(u, p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := c.verified[key]
+	return ok && time.Now().Before(until)
+}
+
+// MinBcryptCost is the cheapest bcrypt hash --admin-users accepts.
+const MinBcryptCost = 10
 
 // readUsers reads an --admin-users file: one "name:hash" a line, the hash
 // bcrypt's ($2a$, $2b$ or $2y$: htpasswd -B -C 10 writes them); blank lines
@@ -272,8 +319,15 @@ func readUsers(path string) (map[string][]byte, error) {
 		case !strings.HasPrefix(hash, "$2a$") && !strings.HasPrefix(hash, "$2b$") && !strings.HasPrefix(hash, "$2y$"):
 			return nil, fmt.Errorf("--admin-users %s line %d (%s): not a bcrypt hash; only bcrypt is accepted (htpasswd -B)", path, i+1, name)
 		}
-		if _, err := bcrypt.Cost([]byte(hash)); err != nil {
+		cost, err := bcrypt.Cost([]byte(hash))
+		if err != nil {
 			return nil, fmt.Errorf("--admin-users %s line %d (%s): not a valid bcrypt hash", path, i+1, name)
+		}
+		if cost < MinBcryptCost {
+			return nil, fmt.Errorf("--admin-users %s line %d (%s): bcrypt cost %d is too cheap to guess against: at least %d (htpasswd -B -C %d)", path, i+1, name, cost, MinBcryptCost, MinBcryptCost)
+		}
+		if len(name) > maxUserName || strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0 {
+			return nil, fmt.Errorf("--admin-users %s line %d: a name is at most %d printable characters without spaces", path, i+1, maxUserName)
 		}
 		if _, dup := users[name]; dup {
 			return nil, fmt.Errorf("--admin-users %s line %d: %s is listed twice", path, i+1, name)

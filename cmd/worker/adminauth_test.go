@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,9 +74,16 @@ func writeUsers(t *testing.T, content string) string {
 	return path
 }
 
+func cheap(t *testing.T) string {
+	t.Helper()
+	h, err := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
+	require.NoError(t, err)
+	return string(h)
+}
+
 func hashOf(t *testing.T, password string) string {
 	t.Helper()
-	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	h, err := bcrypt.GenerateFromPassword([]byte(password), MinBcryptCost)
 	require.NoError(t, err)
 	return string(h)
 }
@@ -93,6 +103,9 @@ func TestAdminUsersFile(t *testing.T) {
 		{"carol:$2y$10$tooshort", "line 1 (carol): not a valid bcrypt hash"},
 		{"alice:" + alice + "\nalice:" + bob, "line 2: alice is listed twice"},
 		{"# nobody\n", "no user in it"},
+		{"carol:" + cheap(t), "line 1 (carol): bcrypt cost 4 is too cheap"},
+		{"car ol:" + alice, "line 1: a name is at most 192 printable characters without spaces"},
+		{strings.Repeat("x", 193) + ":" + alice, "line 1: a name is at most 192"},
 	} {
 		_, err := readUsers(writeUsers(t, c.content))
 		require.ErrorContains(t, err, c.want)
@@ -134,4 +147,33 @@ func TestCredentialsCheck(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, none.any())
 	require.False(t, none.check("admin", ""), "no password set: nobody signs in")
+}
+
+// While logins are throttled, an operator who signed in recently stays in;
+// anyone else, the right password included, waits.
+func TestThrottledLoginsKeepVerifiedOperatorsIn(t *testing.T) {
+	path := writeUsers(t, "alice:"+hashOf(t, "alice password")+"\n")
+	creds, err := newCredentials("admin", "", path)
+	require.NoError(t, err)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	h := guardUI(creds, ok, slog.New(slog.DiscardHandler))
+	get := func(user, pass string) int {
+		req := httptest.NewRequest(http.MethodGet, "/console/", nil)
+		req.RemoteAddr = "192.0.2.1:1234"
+		req.SetBasicAuth(user, pass)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	require.Equal(t, http.StatusNoContent, get("alice", "alice password"), "alice signs in")
+	for range failuresPerClient {
+		require.Equal(t, http.StatusUnauthorized, get("alice", "guess"))
+	}
+	require.Equal(t, http.StatusTooManyRequests, get("mallory", "guess"), "throttled")
+	require.Equal(t, http.StatusNoContent, get("alice", "alice password"), "alice's verified login still works")
+	require.Equal(t, "DENY", func() string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/riverui/", nil))
+		return rec.Header().Get("X-Frame-Options")
+	}(), "never framed, even unauthenticated")
 }

@@ -170,14 +170,20 @@ func (f Filter) Validate() error {
 	if f.Since.Ago < 0 || f.Until.Ago < 0 {
 		return errors.New("a relative time must be positive (how long ago)")
 	}
-	// Bounds of one kind compare now; an absolute and a relative one only
-	// against the database's clock, and an empty window just matches nothing.
+	// Bounds of one kind compare as given; an absolute and a relative one on
+	// this process's clock.
 	bad := false
 	switch {
 	case !f.Since.At.IsZero() && !f.Until.At.IsZero():
 		bad = !f.Since.At.Before(f.Until.At)
 	case f.Since.Ago != 0 && f.Until.Ago != 0:
 		bad = f.Since.Ago <= f.Until.Ago
+	case !f.Since.IsZero() && !f.Until.IsZero():
+		// One absolute, one relative: compared on this clock (the
+		// database's is seconds away at most, and an empty window would
+		// only match nothing).
+		now := time.Now()
+		bad = !f.Since.Time(now).Before(f.Until.Time(now))
 	}
 	if bad {
 		return fmt.Errorf("since (%s) must be before until (%s)", f.Since, f.Until)

@@ -90,3 +90,14 @@ func TestDryRunMaxIDPinsTheSelection(t *testing.T) {
 	require.Equal(t, 1, res.Matched, "only up to the pinned id")
 	require.Equal(t, first, res.MaxID)
 }
+
+// since must come before until, whatever their kinds.
+func TestSinceBeforeUntil(t *testing.T) {
+	day := time.Now().Add(-24 * time.Hour).UTC().Format(time.RFC3339)
+	_, err := FilterInput{Source: "s", Since: day, Until: "48h"}.Parse()
+	require.ErrorContains(t, err, "must be before")
+	_, err = FilterInput{Source: "s", Since: "48h", Until: day}.Parse()
+	require.NoError(t, err)
+	_, err = FilterInput{Source: "s", Since: "1h", Until: "2h"}.Parse()
+	require.ErrorContains(t, err, "must be before")
+}

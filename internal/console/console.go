@@ -121,7 +121,11 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
-	h.Set("Cache-Control", "no-store")
+	if strings.HasPrefix(r.URL.Path, Prefix+"/static/") {
+		h.Set("Cache-Control", "private, max-age=3600") // the stylesheet and icon: no data in them
+	} else {
+		h.Set("Cache-Control", "no-store")
+	}
 	// A cross-site GET is served only as a top-level navigation (a link an
 	// operator followed): another site's <img> or fetch cannot make the
 	// browser run searches with its cached credentials. State-changing

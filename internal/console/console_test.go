@@ -564,3 +564,21 @@ func TestConfirmFormSubmittedTwiceReplaysOnce(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, body, "dry run")
 }
+
+// A bad "at most" keeps the dry run, the form and the reason typed: it only
+// asks for a number.
+func TestBadLimitKeepsTheForm(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 1)
+	_, page, _ := b.get(t, fmt.Sprintf("/console/replay?id=%d", ids[0]))
+	form := hidden(t, page)
+	form.Set("reason", "INC-11 typed carefully")
+	form.Set("limit", "ten")
+	code, body, _ := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "limit: &#34;ten&#34;: want a whole number")
+	require.Contains(t, body, `id="replay-form"`, "the form is still there")
+	require.Contains(t, body, `value="INC-11 typed carefully"`, "with the reason")
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
+}

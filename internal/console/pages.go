@@ -376,6 +376,18 @@ func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Valu
 	d := previewData{Form: newForm(fq), Query: template.URL(fq.Encode()), Reason: reason, Limit: q.Get("limit"), Error: formErr,
 		CSRF: c.csrfToken(c.opts.Actor(r)), CLI: "worker replay --dry-run" + cliArgs(fq)}
 	f, limit, err := replayInput(q)
+	var limitErr *admin.InputError
+	if errors.As(err, &limitErr) && limitErr.Field == "limit" {
+		// A bad "at most" keeps the dry run and the form (and the reason
+		// typed): it only asks for a number.
+		q = cloneWithout(q, "limit")
+		d.Limit = ""
+		if d.Error == "" {
+			d.Error = err.Error()
+		}
+		status = http.StatusBadRequest
+		f, limit, err = replayInput(q)
+	}
 	if err != nil {
 		d.Error = err.Error()
 		c.render(w, r, http.StatusBadRequest, "replay", "Replay", d)
@@ -460,13 +472,22 @@ func replayInput(q url.Values) (admin.Filter, int, error) {
 	if f.IsEmpty() {
 		return f, 0, errors.New("select envelopes by id or with at least one filter (replaying everything is not allowed)")
 	}
-	limit := 0
-	if s := strings.TrimSpace(q.Get("limit")); s != "" {
-		if limit, err = strconv.Atoi(s); err != nil || limit < 0 {
-			return f, 0, &admin.InputError{Field: "limit", Err: fmt.Errorf("%q: want a whole number, 0 for no cap", s)}
-		}
+	limit, err := limitInput(q)
+	return f, limit, err
+}
+
+// limitInput reads the replay form's "at most" field: empty or 0 for no
+// cap (the dry run's count caps it anyway).
+func limitInput(q url.Values) (int, error) {
+	s := strings.TrimSpace(q.Get("limit"))
+	if s == "" {
+		return 0, nil
 	}
-	return f, limit, nil
+	limit, err := strconv.Atoi(s)
+	if err != nil || limit < 0 {
+		return 0, &admin.InputError{Field: "limit", Err: fmt.Errorf("%q: want a whole number, empty for the dry run's count", s)}
+	}
+	return limit, nil
 }
 
 // replay starts a replay: the CSRF token first, then the reason and the
@@ -539,6 +560,17 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 		c.opts.Logger.Info("console: replay started", "run", run.ID, "actor", actor, "filter", boundLog(filterQuery(q).Encode()))
 	}
 	http.Redirect(w, r, Prefix+"/replays/"+run.ID, http.StatusSeeOther)
+}
+
+// cloneWithout returns q without key.
+func cloneWithout(q url.Values, key string) url.Values {
+	out := url.Values{}
+	for k, v := range q {
+		if k != key {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // joinIDs writes ids comma-separated.
