@@ -20,6 +20,8 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/time/rate"
+
+	"github.com/inboxhq/inbox/internal/cli"
 )
 
 // uiCredential reads a River UI credential from River's own riverui
@@ -83,7 +85,7 @@ func guardUI(creds *credentials, h http.Handler, logger *slog.Logger) http.Handl
 	auth := basicAuth(creds, h, t, logger)
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		logger.Warn("admin: cross-origin request refused", "method", r.Method, "path", boundLog(r.URL.Path), "remote", r.RemoteAddr)
+		logger.Warn("admin: cross-origin request refused", "method", r.Method, "path", cli.Bound(r.URL.Path), "remote", r.RemoteAddr)
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 	}))
 	guarded := cop.Handler(auth)
@@ -338,15 +340,6 @@ func readUsers(path string) (map[string][]byte, error) {
 		return nil, fmt.Errorf("--admin-users %s: no user in it", path)
 	}
 	return users, nil
-}
-
-// boundLog bounds a request string for a log line.
-func boundLog(s string) string {
-	const max = 200
-	if len(s) > max {
-		return strings.ToValidUTF8(s[:max], "") + "..."
-	}
-	return s
 }
 
 // loopback reports whether the bound address addr (host:port) is a loopback

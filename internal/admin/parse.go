@@ -49,13 +49,11 @@ func (in FilterInput) Parse() (Filter, error) {
 		Cause:      strings.TrimSpace(in.Cause),
 	}
 	for _, s := range in.IDStrings {
-		for _, field := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
-			id, err := ParseID(field)
-			if err != nil {
-				return f, &InputError{"id", err}
-			}
-			f.IDs = append(f.IDs, id)
+		ids, err := ParseIDs(s)
+		if err != nil {
+			return f, &InputError{"id", err}
 		}
+		f.IDs = append(f.IDs, ids...)
 	}
 	if f.Cause != "" && !labels.KnownCause(labels.Cause(f.Cause)) {
 		return f, &InputError{"cause", fmt.Errorf("%q: want one of %s", f.Cause, CauseNames())}
@@ -123,6 +121,20 @@ func ParseID(s string) (int64, error) {
 		return 0, notID(s)
 	}
 	return id, nil
+}
+
+// ParseIDs reads the envelope ids of s, separated by commas or spaces
+// ("12", "12,13 14").
+func ParseIDs(s string) ([]int64, error) {
+	var ids []int64
+	for _, field := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+		id, err := ParseID(field)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }
 
 // notID is the error for s, which is not an envelope id.

@@ -425,7 +425,7 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 		f.replayable = true
 		sel := f.selection(now)
 		var err error
-		if res.ByStatus, err = envelope.CountByStatus(ctx, tx, sel); err != nil {
+		if res.ByStatus, res.MaxID, err = envelope.CountByStatus(ctx, tx, sel); err != nil {
 			return err
 		}
 		for _, n := range res.ByStatus {
@@ -438,9 +438,6 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 			return fmt.Errorf("sample envelopes: %w", err)
 		}
 		res.At = now
-		if res.MaxID, err = envelope.MaxMatchingID(ctx, tx, sel); err != nil {
-			return err
-		}
 		if res.Matched > MaxIDs {
 			return nil
 		}

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -104,4 +105,14 @@ func (s *safeWriter) Write(p []byte) (int, error) {
 func utf16Surrogates(r rune) (rune, rune) {
 	r -= 0x10000
 	return 0xd800 + (r>>10)&0x3ff, 0xdc00 + r&0x3ff
+}
+
+// Bound cuts a request string (a path, a filter) to at most 200 bytes of
+// valid UTF-8 for a log line, marking the cut with "...".
+func Bound(s string) string {
+	const max = 200
+	if len(s) > max {
+		return strings.ToValidUTF8(s[:max], "") + "..."
+	}
+	return s
 }

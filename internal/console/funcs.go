@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -52,12 +53,6 @@ func funcs(riverUI string) template.FuncMap {
 			}
 			return *s
 		},
-		"i64": func(p *int64) int64 {
-			if p == nil {
-				return 0
-			}
-			return *p
-		},
 		"ms": func(ms float64) string {
 			switch {
 			case ms < 1:
@@ -100,16 +95,7 @@ func funcs(riverUI string) template.FuncMap {
 			}
 			return false
 		},
-		"joined": func(v url.Values, key string) string {
-			s := ""
-			for i, x := range v[key] {
-				if i > 0 {
-					s += "\n"
-				}
-				s += x
-			}
-			return s
-		},
+		"joined": func(v url.Values, key string) string { return strings.Join(v[key], "\n") },
 		"bars": func(c envelope.CauseCount, top int64) []bar {
 			out := make([]bar, len(c.Attempts))
 			for i, n := range c.Attempts {

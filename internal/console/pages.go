@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/inboxhq/inbox/internal/admin"
+	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/labels"
 )
@@ -266,16 +268,8 @@ func displayHeaders(h map[string]string) []header {
 		}
 		out = append(out, header{k, v})
 	}
-	sortHeaders(out)
+	slices.SortFunc(out, func(a, b header) int { return strings.Compare(strings.ToLower(a.Name), strings.ToLower(b.Name)) })
 	return out
-}
-
-func sortHeaders(h []header) {
-	for i := 1; i < len(h); i++ {
-		for j := i; j > 0 && strings.ToLower(h[j].Name) < strings.ToLower(h[j-1].Name); j-- {
-			h[j], h[j-1] = h[j-1], h[j]
-		}
-	}
 }
 
 // Windows of the failures page.
@@ -380,7 +374,8 @@ func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Valu
 	if errors.As(err, &limitErr) && limitErr.Field == "limit" {
 		// A bad "at most" keeps the dry run and the form (and the reason
 		// typed): it only asks for a number.
-		q = cloneWithout(q, "limit")
+		q = maps.Clone(q)
+		q.Del("limit")
 		d.Limit = ""
 		if d.Error == "" {
 			d.Error = err.Error()
@@ -434,8 +429,8 @@ func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Valu
 	if len(res.ReplayIDs) > 0 {
 		// Few enough to name: the replay takes exactly these.
 		d.Pinned = len(res.ReplayIDs)
-		d.Hidden = append(d.Hidden, header{"within", joinIDs(res.ReplayIDs)})
-		d.ConfirmCLI = "worker replay " + strings.ReplaceAll(joinIDs(res.ReplayIDs), ",", " ") + " --reason '…'"
+		d.Hidden = append(d.Hidden, header{"within", admin.JoinIDs(res.ReplayIDs, ",")})
+		d.ConfirmCLI = "worker replay " + strings.ReplaceAll(admin.JoinIDs(res.ReplayIDs, ","), ",", " ") + " --reason '…'"
 	}
 	c.render(w, r, status, "replay", "Replay", d)
 }
@@ -443,10 +438,7 @@ func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Valu
 // pin returns fq with f's relative bounds resolved at the dry run's clock
 // and max_id set to its newest match (or kept, when lower).
 func pin(fq url.Values, f admin.Filter, res admin.DryRunResult) url.Values {
-	out := url.Values{}
-	for k, v := range fq {
-		out[k] = slices.Clone(v)
-	}
+	out := maps.Clone(fq) // Set replaces a key's values: fq's slices stay as they are
 	for k, b := range map[string]admin.Bound{"since": f.Since, "until": f.Until} {
 		if b.Ago != 0 {
 			out.Set(k, b.Time(res.At).UTC().Format(time.RFC3339Nano))
@@ -517,7 +509,8 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	}
 
 	if within := strings.TrimSpace(q.Get("within")); within != "" {
-		if f.Within, err = parseIDList(within); err != nil {
+		if f.Within, err = admin.ParseIDs(within); err != nil {
+			err = &admin.InputError{Field: "within", Err: err}
 			c.showPreview(w, r, q, reason, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -557,50 +550,9 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if started {
-		c.opts.Logger.Info("console: replay started", "run", run.ID, "actor", actor, "filter", boundLog(filterQuery(q).Encode()))
+		c.opts.Logger.Info("console: replay started", "run", run.ID, "actor", actor, "filter", cli.Bound(filterQuery(q).Encode()))
 	}
 	http.Redirect(w, r, Prefix+"/replays/"+run.ID, http.StatusSeeOther)
-}
-
-// cloneWithout returns q without key.
-func cloneWithout(q url.Values, key string) url.Values {
-	out := url.Values{}
-	for k, v := range q {
-		if k != key {
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// joinIDs writes ids comma-separated.
-func joinIDs(ids []int64) string {
-	s := make([]string, len(ids))
-	for i, id := range ids {
-		s[i] = strconv.FormatInt(id, 10)
-	}
-	return strings.Join(s, ",")
-}
-
-// parseIDList reads a comma-separated id list (a form's pinned ids).
-func parseIDList(s string) ([]int64, error) {
-	var ids []int64
-	for _, f := range strings.Split(s, ",") {
-		id, err := admin.ParseID(strings.TrimSpace(f))
-		if err != nil {
-			return nil, &admin.InputError{Field: "within", Err: err}
-		}
-		ids = append(ids, id)
-	}
-	return ids, nil
-}
-
-// boundLog bounds a string for a log line.
-func boundLog(s string) string {
-	if len(s) > 200 {
-		return strings.ToValidUTF8(s[:200], "") + "..."
-	}
-	return s
 }
 
 type replaysData struct {

@@ -227,20 +227,25 @@ func CountUpTo(ctx context.Context, q Querier, s Selection, limit int) (int, err
 	return n, nil
 }
 
-// CountByStatus counts the envelopes s selects per status.
-func CountByStatus(ctx context.Context, q Querier, s Selection) (map[Status]int, error) {
+// CountByStatus counts the envelopes s selects per status, and returns the
+// highest id among them (0 when none), in one statement.
+func CountByStatus(ctx context.Context, q Querier, s Selection) (map[Status]int, int64, error) {
 	where, args := s.Where()
-	rows, err := q.Query(ctx, `SELECT status, count(*) FROM envelope WHERE `+where+` GROUP BY 1`, CustomPlan(args)...)
+	rows, err := q.Query(ctx, `SELECT status, count(*), max(id) FROM envelope WHERE `+where+` GROUP BY 1`, CustomPlan(args)...)
 	if err != nil {
-		return nil, fmt.Errorf("count envelopes by status: %w", err)
+		return nil, 0, fmt.Errorf("count envelopes by status: %w", err)
 	}
 	out := map[Status]int{}
 	var st Status
 	var n int
-	if _, err := pgx.ForEachRow(rows, []any{&st, &n}, func() error { out[st] = n; return nil }); err != nil {
-		return nil, fmt.Errorf("count envelopes by status: %w", err)
+	var top, maxID int64
+	if _, err := pgx.ForEachRow(rows, []any{&st, &n, &top}, func() error {
+		out[st], maxID = n, max(maxID, top)
+		return nil
+	}); err != nil {
+		return nil, 0, fmt.Errorf("count envelopes by status: %w", err)
 	}
-	return out, nil
+	return out, maxID, nil
 }
 
 // MatchingIDs returns the ids s selects, lowest first, at most limit.
@@ -256,16 +261,6 @@ func MatchingIDs(ctx context.Context, q Querier, s Selection, limit int) ([]int6
 		return nil, fmt.Errorf("list matching ids: %w", err)
 	}
 	return ids, nil
-}
-
-// MaxMatchingID returns the highest id s selects, 0 when none.
-func MaxMatchingID(ctx context.Context, q Querier, s Selection) (int64, error) {
-	where, args := s.Where()
-	var id int64
-	if err := q.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM envelope WHERE `+where, CustomPlan(args)...).Scan(&id); err != nil {
-		return 0, fmt.Errorf("find the newest match: %w", err)
-	}
-	return id, nil
 }
 
 // Exists reports whether s selects any envelope.
