@@ -65,6 +65,29 @@ func TestDryRunChangesNothing(t *testing.T) {
 	require.Equal(t, before, b.snapshot(t), "a dry run changed the database")
 }
 
+// A dry run of exactly MaxIDs matches still names them (ReplayIDs), so
+// that the confirmed replay, pinned to them with Within, takes exactly
+// those: not one stored since that matches too.
+func TestDryRunOfExactlyMaxIDsNamesThemAndTheReplayTakesThose(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := seedFailed(t, b.pool, "gh", MaxIDs)
+	f := Filter{Source: "gh", Status: envelope.StatusFailed}
+	res, err := DryRun(ctx, b.pool, f, 0)
+	require.NoError(t, err)
+	require.Equal(t, MaxIDs, res.Matched)
+	require.Equal(t, ids, res.ReplayIDs, "exactly the limit: every id named, in the replay's order")
+
+	later := seedFailed(t, b.pool, "gh", 1)[0]
+	f.Within = res.ReplayIDs
+	got, err := Replay(ctx, b.pool, b.jobs, req(f))
+	require.NoError(t, err)
+	require.Equal(t, MaxIDs, got.Replayed)
+	require.Equal(t, MaxIDs, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE envelope_id = ANY($1)`, ids))
+	require.Equal(t, "failed", b.status(t, later), "stored after the dry run: not replayed")
+}
+
 func TestReplayByIDs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

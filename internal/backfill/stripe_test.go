@@ -125,7 +125,10 @@ func ptr[T any](v T) *T { return &v }
 
 // A recorded page in Stripe's documented JSON: each event is stored with
 // exactly its content (indented as a webhook body), its type and its
-// nested objects, non-ASCII included.
+// nested objects, non-ASCII included. The page is served as recorded,
+// with an event created before the window and one after it (the API was
+// asked for the window only, but a page says what it says): neither is
+// listed nor stored.
 func TestStripeBackfillStoresARecordedPageExactly(t *testing.T) {
 	t.Parallel()
 	page, err := os.ReadFile("testdata/stripe_events_page.json")
@@ -134,7 +137,9 @@ func TestStripeBackfillStoresARecordedPageExactly(t *testing.T) {
 		Data []json.RawMessage `json:"data"`
 	}
 	require.NoError(t, json.Unmarshal(page, &list))
+	outside := map[string]bool{"evt_3QfRecordedF0009": true, "evt_1QfRecordedZ0000": true}
 	fake := newFakeStripe(t, list.Data)
+	fake.Verbatim = true
 	b := setup(t, fake.srv.URL, "")
 	res, err := b.runner.Run(context.Background(), backfill.Request{Source: b.cfg.Sources["stripe"], Since: time.Unix(1764546000, 0), Actor: "alice"})
 	require.NoError(t, err)
@@ -143,8 +148,14 @@ func TestStripeBackfillStoresARecordedPageExactly(t *testing.T) {
 		{ID: "evt_3QfRecordedB0002", Type: "payment_intent.succeeded", Created: time.Unix(1764547100, 0).UTC(), EnvelopeID: res.Missing[1].EnvelopeID},
 		{ID: "evt_1QfRecordedA0001", Type: "customer.created", Created: time.Unix(1764547000, 0).UTC(), EnvelopeID: res.Missing[2].EnvelopeID},
 	}, res.Missing)
+	require.Equal(t, 3, res.Listed, "the events outside the window are not counted as listed")
 	got := b.envelopes(t, "stripe")
+	require.Len(t, got, 3)
 	for _, ev := range list.Data {
+		if outside[eventID(t, ev)] {
+			require.NotContains(t, got, eventID(t, ev), "outside the window: not stored")
+			continue
+		}
 		require.Equal(t, string(webhookBody(t, ev)), string(got[eventID(t, ev)].Body))
 	}
 	var name, typ string

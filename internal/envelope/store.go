@@ -62,6 +62,11 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // and how many deliveries they held.
 func (s *Store) InsertStats() (transactions, deliveries int64) { return s.inserts.Stats() }
 
+// Queued returns how many Insert calls wait for a transaction (those in
+// the transactions in flight not included): what the next batches will
+// hold.
+func (s *Store) Queued() int { return s.inserts.Queued() }
+
 // NewDelivery is a verified delivery to store.
 type NewDelivery struct {
 	Source     string
