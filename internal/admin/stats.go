@@ -45,9 +45,10 @@ type FailureCause = envelope.FailureCause
 // ReplayStats counts envelope_replay rows.
 type ReplayStats = envelope.ReplayCounts
 
-// GetStats reads Stats in a read-only transaction: it changes nothing. It
-// scans the envelope table once per group (counts, duplicates); on a large
-// inbox it takes as long as those scans.
+// GetStats reads Stats in a read-only transaction: it changes nothing. The
+// counts come from envelope_count (envelope.CountBySource: O(sources), not
+// a scan), the oldest pending envelope from an index; the failures by cause
+// scan the failed envelopes (partial index) and the replays the last day's.
 func GetStats(ctx context.Context, pool *pgxpool.Pool) (*Stats, error) {
 	st := &Stats{Sources: []SourceStats{}, Failures: []FailureCause{}}
 	err := readOnly(ctx, pool, func(tx pgx.Tx, now time.Time) error {

@@ -57,50 +57,56 @@ func Statuses() []Status {
 	return []Status{StatusPending, StatusDone, StatusFailed, StatusIgnored}
 }
 
-// countsByStatus is the CTE e: per source, its envelopes by status.
-const countsByStatus = `e AS (
-			SELECT source,
-			       count(*) FILTER (WHERE status = 'pending') AS pending,
-			       count(*) FILTER (WHERE status = 'done')    AS done,
-			       count(*) FILTER (WHERE status = 'failed')  AS failed,
-			       count(*) FILTER (WHERE status = 'ignored') AS ignored,
-			       count(*)                                   AS total
-			  FROM envelope GROUP BY source
-		)`
-
 // CountBySource counts envelopes per source and status, sorted by source,
-// in one scan of the envelope table; with repeats also the duplicates and
-// conflicts each source received (one more scan of each of those tables),
-// and sources that have only conflicts. Its cost grows with the tables:
-// milliseconds at thousands of rows, seconds at tens of millions.
+// from envelope_count (migration 00180): the deltas that the statements
+// changing envelopes append, summed. Its cost grows with the sources and
+// with the deltas appended since the last CompactCounts (a minute's worth
+// while the worker runs), never with the envelopes kept. With repeats it
+// also counts the duplicates and conflicts each source received, and lists
+// sources that have only conflicts. The counts are those of the snapshot
+// that reads them: exact, as a count(*) in the same snapshot would be.
 func CountBySource(ctx context.Context, q Querier, repeats bool) ([]SourceCounts, error) {
-	sql := `WITH ` + countsByStatus + `
-		SELECT source, pending, done, failed, ignored, total, 0::bigint, 0::bigint FROM e ORDER BY 1`
-	if repeats {
-		sql = `WITH ` + countsByStatus + `, d AS (
-			SELECT e.source, count(*) AS duplicates
-			  FROM envelope_duplicate x JOIN envelope e ON e.id = x.envelope_id GROUP BY e.source
-		), c AS (
-			SELECT source, count(*) AS conflicts FROM envelope_conflict GROUP BY source
-		)
-		SELECT coalesce(e.source, c.source), coalesce(pending, 0), coalesce(done, 0), coalesce(failed, 0),
-		       coalesce(ignored, 0), coalesce(total, 0), coalesce(duplicates, 0), coalesce(conflicts, 0)
-		  FROM e LEFT JOIN d ON d.source = e.source FULL JOIN c ON c.source = e.source
-		 ORDER BY 1`
-	}
-	rows, err := q.Query(ctx, sql)
+	rows, err := q.Query(ctx, `
+		SELECT source,
+		       coalesce(sum(n) FILTER (WHERE kind = 'pending'), 0),
+		       coalesce(sum(n) FILTER (WHERE kind = 'done'), 0),
+		       coalesce(sum(n) FILTER (WHERE kind = 'failed'), 0),
+		       coalesce(sum(n) FILTER (WHERE kind = 'ignored'), 0),
+		       coalesce(sum(n) FILTER (WHERE kind IN ('pending', 'done', 'failed', 'ignored')), 0) AS total,
+		       coalesce(sum(n) FILTER (WHERE kind = 'duplicate'), 0),
+		       coalesce(sum(n) FILTER (WHERE kind = 'conflict'), 0) AS conflicts
+		  FROM envelope_count
+		 GROUP BY source
+		HAVING coalesce(sum(n) FILTER (WHERE kind IN ('pending', 'done', 'failed', 'ignored')), 0) <> 0
+		    OR ($1 AND coalesce(sum(n) FILTER (WHERE kind = 'conflict'), 0) <> 0)
+		 ORDER BY source`, repeats)
 	if err != nil {
 		return nil, fmt.Errorf("count envelopes by source: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SourceCounts, error) {
 		var c SourceCounts
 		err := r.Scan(&c.Source, &c.Pending, &c.Done, &c.Failed, &c.Ignored, &c.Total, &c.Duplicates, &c.Conflicts)
+		if !repeats {
+			c.Duplicates, c.Conflicts = 0, 0
+		}
 		return c, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("count envelopes by source: %w", err)
 	}
 	return out, nil
+}
+
+// CompactCounts folds envelope_count's deltas into one row per source and
+// kind, and returns how many rows it folded (0 when another compaction was
+// running: they take turns, and the loser skips). It never blocks a writer
+// and never changes a count. The worker's reconcile runs it every minute.
+func CompactCounts(ctx context.Context, q Querier) (int64, error) {
+	var n int64
+	if err := q.QueryRow(ctx, `SELECT envelope_count_compact()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("compact envelope counts: %w", err)
+	}
+	return n, nil
 }
 
 // Waiting is the pending envelope received first.

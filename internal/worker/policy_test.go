@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
@@ -93,4 +94,25 @@ func TestReconcileFailsEnvelopeWhoseJobWasCancelled(t *testing.T) {
 	failed, enqueued, err = worker.Reconcile(ctx, b.worker, 0)
 	require.NoError(t, err)
 	require.Equal(t, [2]int{0, 0}, [2]int{failed, enqueued})
+}
+
+// The periodic reconcile also folds the envelope counters' deltas (one row
+// per statement that changed envelopes) into one row per source and kind,
+// under the worker's role, without changing a count.
+func TestReconcileCompactsTheEnvelopeCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for i := range 6 {
+		b.insert(t, "github", fmt.Sprintf("gh-%d", i), "push", webhooktest.GitHubPush("refs/heads/main"), 0)
+	}
+	_, err := b.pool.Exec(ctx, `UPDATE envelope SET status = 'done', processed_at = now() WHERE delivery_id IN ('gh-0', 'gh-1')`)
+	require.NoError(t, err)
+	require.Equal(t, 8, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_count`), "six inserts and one update (two deltas)")
+
+	w := &worker.ReconcileWorker{Pool: b.worker, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Grace: time.Minute}
+	require.NoError(t, w.Work(ctx, &river.Job[worker.ReconcileArgs]{}))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_count`), "one row per kind")
+	require.Equal(t, 4, pgtest.Count(t, b.pool, `SELECT n FROM envelope_count WHERE kind = 'pending'`))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT n FROM envelope_count WHERE kind = 'done'`))
 }

@@ -34,7 +34,9 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 // cancelled it in River UI, or River gave up on it while the database was
 // unreachable), the envelope fails with that reason, so an operator can
 // replay it on purpose. If it has no job at all, a job is enqueued. Both log
-// a warning. It also deletes old throttle windows.
+// a warning. It also deletes old throttle windows and folds the envelope
+// counts' deltas (envelope.CompactCounts), so that a read of the counts
+// sums at most about a minute of them.
 type ReconcileWorker struct {
 	river.WorkerDefaults[ReconcileArgs]
 	Pool   *pgxpool.Pool
@@ -50,6 +52,9 @@ func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration { ret
 func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs]) error {
 	if err := sweepThrottle(ctx, w.Pool); err != nil {
 		w.Logger.Warn("sweep throttle windows", "error", err)
+	}
+	if _, err := envelope.CompactCounts(ctx, w.Pool); err != nil {
+		w.Logger.Warn("compact envelope counts", "error", err)
 	}
 	failed, enqueued, err := Reconcile(ctx, w.Pool, w.Grace)
 	if err != nil {

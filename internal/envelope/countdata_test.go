@@ -1,0 +1,218 @@
+package envelope_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/pgtest"
+)
+
+// scanned counts what CountBySource(repeats) must say, the slow way: a
+// scan of the tables themselves.
+func scanned(t *testing.T, q envelope.Querier) []envelope.SourceCounts {
+	t.Helper()
+	rows, err := q.Query(context.Background(), `
+		WITH e AS (
+			SELECT source,
+			       count(*) FILTER (WHERE status = 'pending') AS pending,
+			       count(*) FILTER (WHERE status = 'done')    AS done,
+			       count(*) FILTER (WHERE status = 'failed')  AS failed,
+			       count(*) FILTER (WHERE status = 'ignored') AS ignored,
+			       count(*)                                   AS total
+			  FROM envelope GROUP BY source
+		), d AS (
+			SELECT e.source, count(*) AS duplicates FROM envelope_duplicate x JOIN envelope e ON e.id = x.envelope_id GROUP BY e.source
+		), c AS (
+			SELECT source, count(*) AS conflicts FROM envelope_conflict GROUP BY source
+		)
+		SELECT coalesce(e.source, c.source), coalesce(pending, 0), coalesce(done, 0), coalesce(failed, 0),
+		       coalesce(ignored, 0), coalesce(total, 0), coalesce(duplicates, 0), coalesce(conflicts, 0)
+		  FROM e LEFT JOIN d ON d.source = e.source FULL JOIN c ON c.source = e.source
+		 ORDER BY 1`)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (envelope.SourceCounts, error) {
+		var c envelope.SourceCounts
+		err := r.Scan(&c.Source, &c.Pending, &c.Done, &c.Failed, &c.Ignored, &c.Total, &c.Duplicates, &c.Conflicts)
+		return c, err
+	})
+	require.NoError(t, err)
+	if out == nil {
+		out = []envelope.SourceCounts{}
+	}
+	return out
+}
+
+func counted(t *testing.T, q envelope.Querier) []envelope.SourceCounts {
+	t.Helper()
+	got, err := envelope.CountBySource(context.Background(), q, true)
+	require.NoError(t, err)
+	if got == nil {
+		got = []envelope.SourceCounts{}
+	}
+	return got
+}
+
+// requireCountsMatchAScan checks the counters against a scan in one
+// snapshot.
+func requireCountsMatchAScan(t *testing.T, pool *pgxpool.Pool, after string) {
+	t.Helper()
+	tx, err := pool.BeginTx(context.Background(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	want := scanned(t, tx)
+	require.NotEmpty(t, want, after)
+	require.Equal(t, want, counted(t, tx), "counters after %s", after)
+}
+
+func rolePool(t *testing.T, url, role string) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.New(context.Background(), pgtest.RoleURL(t, url, role))
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// The counters equal a scan after every path that changes envelopes, each
+// under the role that takes it: ingest's inserts, duplicates and conflicts
+// (group commit), a rolled-back transaction, the worker's status changes,
+// a replay back to pending, retention's deletes, and compaction between
+// and after them. No role is granted a write on envelope_count: the
+// triggers write it.
+func TestEnvelopeCountsEqualAScanAfterEveryPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	owner, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(owner.Close)
+	ingestPool := rolePool(t, url, pgtest.RoleIngest)
+	workerPool := rolePool(t, url, pgtest.RoleWorker)
+	rc, err := envelope.NewInsertClient(ingestPool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	store := envelope.NewStore(ingestPool, rc)
+
+	insert := func(source, id, body string) envelope.InsertResult {
+		d := ghDelivery(id, body)
+		d.Source = source
+		res, err := store.Insert(ctx, d)
+		var conflict *envelope.ConflictError
+		if err != nil {
+			require.ErrorAs(t, err, &conflict)
+		}
+		return res
+	}
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			src := []string{"alpha", "beta", "gamma"}[i%3]
+			insert(src, fmt.Sprintf("d-%d", i), fmt.Sprintf(`{"n":%d}`, i))
+			if i%5 == 0 {
+				insert(src, fmt.Sprintf("d-%d", i), fmt.Sprintf(`{"n":%d}`, i)) // duplicate
+			}
+			if i%7 == 0 {
+				insert(src, fmt.Sprintf("d-%d", i), `{"other":true}`) // conflict
+			}
+		}()
+	}
+	wg.Wait()
+	requireCountsMatchAScan(t, owner, "concurrent ingest with duplicates and conflicts")
+	require.Equal(t, 40, pgtest.Count(t, owner, `SELECT sum(n) FROM envelope_count WHERE kind = 'pending'`))
+
+	// A transaction that rolls back leaves no delta.
+	tx, err := workerPool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `UPDATE envelope SET status = 'done', processed_at = now() WHERE source = 'alpha'`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	requireCountsMatchAScan(t, owner, "a rolled-back update")
+
+	// The worker's transitions, in statements of many rows and of one.
+	_, err = workerPool.Exec(ctx, `UPDATE envelope SET status = 'done', processed_at = now() WHERE source = 'alpha' AND id % 2 = 0`)
+	require.NoError(t, err)
+	_, err = workerPool.Exec(ctx, `UPDATE envelope SET status = 'failed', processed_at = now() WHERE source = 'beta' AND id % 3 = 0`)
+	require.NoError(t, err)
+	_, err = workerPool.Exec(ctx, `UPDATE envelope SET status = 'ignored', processed_at = now() WHERE id = (SELECT min(id) FROM envelope WHERE source = 'gamma')`)
+	require.NoError(t, err)
+	_, err = workerPool.Exec(ctx, `UPDATE envelope SET attempts = attempts + 1 WHERE source = 'gamma'`) // no status change: no delta
+	require.NoError(t, err)
+	requireCountsMatchAScan(t, owner, "status changes")
+
+	folded, err := envelope.CompactCounts(ctx, workerPool)
+	require.NoError(t, err)
+	require.Positive(t, folded)
+	requireCountsMatchAScan(t, owner, "a compaction")
+	require.LessOrEqual(t, pgtest.Count(t, owner, `SELECT count(*) FROM envelope_count`), 3*6, "one row per source and kind once compacted")
+
+	// A replay puts failed envelopes back to pending; retention deletes done
+	// ones with their duplicates.
+	_, err = owner.Exec(ctx, `UPDATE envelope SET status = 'pending', processed_at = NULL WHERE status = 'failed'`)
+	require.NoError(t, err)
+	n, _, deleted, err := envelope.DeleteTombstones(ctx, workerPool, envelope.PurgeBatch{Cutoff: time.Now().Add(time.Hour), Limit: 1000})
+	require.NoError(t, err)
+	require.Positive(t, n)
+	require.Positive(t, deleted.Envelopes)
+	requireCountsMatchAScan(t, owner, "a replay and a purge")
+
+	_, err = envelope.CompactCounts(ctx, workerPool)
+	require.NoError(t, err)
+	requireCountsMatchAScan(t, owner, "a second compaction")
+}
+
+// Compactions running while ingest writes never lose or double a delta:
+// the counts equal a scan at the end, whatever interleaving happened.
+func TestCompactionConcurrentWithWritersKeepsCountsExact(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t, envelope.StoreOptions{})
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var compactions sync.WaitGroup
+	for range 2 {
+		compactions.Add(1)
+		go func() {
+			defer compactions.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := envelope.CompactCounts(ctx, b.pool)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	var writers sync.WaitGroup
+	for w := range 4 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for i := range 50 {
+				_, err := b.store.Insert(ctx, ghDelivery(fmt.Sprintf("w%d-%d", w, i), `{}`))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	writers.Wait()
+	close(stop)
+	compactions.Wait()
+	requireCountsMatchAScan(t, b.pool, "writers racing compactions")
+	require.Equal(t, 200, pgtest.Count(t, b.pool, `SELECT sum(n) FROM envelope_count WHERE source = 'src' AND kind = 'pending'`))
+}
