@@ -37,7 +37,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
 	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz; loopback unless given (empty: off)")
-	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", 1024, "connections open at once on --addr; more wait to be accepted")
+	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", 1024, "connections open at once on --addr; at the cap the longest idle one is closed for a new one, and only when all are busy do new ones wait to be accepted")
 	maxBodies := fs.Int("max-inflight-body-bytes", "INGEST_MAX_INFLIGHT_BODY_BYTES", ingest.DefaultMaxInflightBodyBytes, "request bodies held in memory at once, beyond 16 KiB each; past it a delivery waits briefly, then gets 503")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -109,7 +109,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return pg.NoSchema(getenv("DATABASE_URL"), `relation "envelope" does not exist`)
 	}
 	cancelPing()
-	httpSrv, bound, errc, err := cli.ListenLimited(*addr, *maxConnsOpen, srv, 20*time.Second)
+	httpSrv, bound, errc, err := cli.ListenLimited(*addr, *maxConnsOpen, srv, 20*time.Second, m.ConnectionsEvicted.Inc)
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,6 +21,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
 type syncBuffer struct {
@@ -149,4 +155,59 @@ func TestRefusesADatabaseWithoutTheSchema(t *testing.T) {
 	require.ErrorIs(t, err, pg.ErrNoSchema)
 	require.ErrorContains(t, err, "worker migrate")
 	require.NotContains(t, stderr.String(), "ingest listening", "it never listened")
+}
+
+// listenAddr returns the address a started ingest logged for msg.
+func (s *started) listenAddr(t *testing.T, msg string) string {
+	t.Helper()
+	for _, line := range strings.Split(s.stderr.String(), "\n") {
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == msg {
+			return rec.Addr
+		}
+	}
+	t.Fatalf("no %q line in:\n%s", msg, s.stderr.String())
+	return ""
+}
+
+// Idle keep-alive connections that fill --max-conns cannot shut ingest to
+// a provider (issue 22): with every slot held by a client that sent one
+// request and then idles, a signed delivery on a new connection is stored
+// and answered in under a second, and the eviction is counted.
+func TestIdleConnectionsAtTheCapDoNotShutIngest(t *testing.T) {
+	t.Parallel()
+	s := start(t, map[string]string{"DATABASE_URL": pgtest.NewURL(t)}, "--max-conns", "16")
+	addr := s.listenAddr(t, "ingest listening")
+	for range 16 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		_, err = fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	d := webhooktest.Delivery{Provider: "github", Secret: "gh-main-test-secret-long-enough", DeliveryID: "held-open-1",
+		EventType: "push", Body: webhooktest.GitHubPush("refs/heads/main")}
+	req, err := d.Request(context.Background(), "http://"+addr+"/webhooks/github")
+	require.NoError(t, err)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	began := time.Now()
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	require.Less(t, time.Since(began), time.Second)
+
+	mresp, err := http.Get("http://" + s.listenAddr(t, "admin listening") + "/metrics")
+	require.NoError(t, err)
+	defer mresp.Body.Close()
+	body, err := io.ReadAll(mresp.Body)
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^inbox_ingest_connections_evicted_total [1-9]`, string(body))
 }

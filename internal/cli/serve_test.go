@@ -3,8 +3,10 @@ package cli_test
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,54 +15,129 @@ import (
 	"github.com/inboxhq/inbox/internal/cli"
 )
 
-// ListenLimited serves at most maxConns connections at once: a third
-// connection's request is not served while two are open, and is served as
-// soon as one closes. (The negative check cannot fail spuriously: with the
-// cap in place the request is never served early, however slow the machine.)
-func TestListenLimitedCapsConnections(t *testing.T) {
-	t.Parallel()
-	served := make(chan string, 10)
+type limitedServer struct {
+	addr    string
+	served  chan string
+	release chan struct{}
+	evicted atomic.Int64
+}
+
+// serveLimited serves maxConns connections at most; a request to /busy
+// holds its connection until release is closed.
+func serveLimited(t *testing.T, maxConns int) *limitedServer {
+	t.Helper()
+	s := &limitedServer{served: make(chan string, 100), release: make(chan struct{})}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served <- r.URL.Path
+		if r.URL.Path == "/busy" {
+			<-s.release
+		}
+		s.served <- r.URL.Path
 		fmt.Fprint(w, "ok")
 	})
-	srv, addr, _, err := cli.ListenLimited("127.0.0.1:0", 2, h, 5*time.Second)
+	srv, addr, _, err := cli.ListenLimited("127.0.0.1:0", maxConns, h, 5*time.Second, func() { s.evicted.Add(1) })
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close() })
+	s.addr = addr
+	return s
+}
 
-	get := func(c net.Conn, path string) {
-		t.Helper()
-		_, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
-		require.NoError(t, err)
-	}
-	read := func(c net.Conn) {
-		t.Helper()
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-	}
-	var open []net.Conn
-	for _, p := range []string{"/a", "/b"} {
-		c, err := net.Dial("tcp", addr)
-		require.NoError(t, err)
-		t.Cleanup(func() { c.Close() })
-		get(c, p)
-		read(c) // served, and the connection stays open (keep-alive)
-		require.Equal(t, p, <-served)
-		open = append(open, c)
-	}
-	third, err := net.Dial("tcp", addr) // completes in the kernel's accept queue
+func (s *limitedServer) dial(t *testing.T) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", s.addr)
 	require.NoError(t, err)
-	t.Cleanup(func() { third.Close() })
-	get(third, "/c")
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func send(t *testing.T, c net.Conn, path string) {
+	t.Helper()
+	_, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+	require.NoError(t, err)
+}
+
+func readOK(t *testing.T, c net.Conn, r *bufio.Reader) {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := http.ReadResponse(r, nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// Connections that each sent one request and then idle (keep-alive) fill
+// the cap; a new sender is still served at once: the connection idle the
+// longest is closed to make room, and the others stay open.
+func TestListenLimitedEvictsTheLongestIdleConnectionForANewOne(t *testing.T) {
+	t.Parallel()
+	s := serveLimited(t, 8)
+	idle := make([]net.Conn, 8)
+	readers := make([]*bufio.Reader, 8)
+	for i := range idle {
+		idle[i] = s.dial(t)
+		readers[i] = bufio.NewReader(idle[i])
+		send(t, idle[i], fmt.Sprintf("/idle-%d", i))
+		readOK(t, idle[i], readers[i])
+		<-s.served
+	}
+	start := time.Now()
+	c := s.dial(t)
+	send(t, c, "/new")
+	readOK(t, c, bufio.NewReader(c))
+	require.Less(t, time.Since(start), time.Second, "a new sender served at once")
+	require.Equal(t, "/new", <-s.served)
+	require.EqualValues(t, 1, s.evicted.Load())
+
+	// The first idle connection (idle the longest) was closed; the second
+	// is still served on the connection it has.
+	require.NoError(t, idle[0].SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err := readers[0].ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the longest idle connection was closed")
+	send(t, idle[7], "/again")
+	readOK(t, idle[7], readers[7])
+	require.Equal(t, "/again", <-s.served)
+}
+
+// A connection opened and left silent (no byte of a request) holds no
+// slot against a sender either.
+func TestListenLimitedEvictsSilentConnections(t *testing.T) {
+	t.Parallel()
+	s := serveLimited(t, 4)
+	for range 4 {
+		s.dial(t)
+	}
+	c := s.dial(t)
+	send(t, c, "/new")
+	readOK(t, c, bufio.NewReader(c))
+	require.Equal(t, "/new", <-s.served)
+	require.EqualValues(t, 1, s.evicted.Load())
+}
+
+// When every connection is serving a request, the cap holds: a new
+// connection's request is not served until one of them finishes, and
+// nothing is evicted. (The negative check cannot fail spuriously: with the
+// cap in place the request is never served early, however slow the
+// machine.)
+func TestListenLimitedWaitsWhenEveryConnectionIsBusy(t *testing.T) {
+	t.Parallel()
+	s := serveLimited(t, 2)
+	var busy []net.Conn
+	for range 2 {
+		c := s.dial(t)
+		send(t, c, "/busy")
+		busy = append(busy, c)
+	}
+	third := s.dial(t) // completes in the kernel's accept queue
+	send(t, third, "/third")
 	select {
-	case p := <-served:
-		t.Fatalf("%s served past the cap of 2 connections", p)
+	case p := <-s.served:
+		t.Fatalf("%s served past the cap of 2 busy connections", p)
 	case <-time.After(300 * time.Millisecond):
 	}
-	open[0].Close()
-	require.NoError(t, third.SetDeadline(time.Now().Add(10*time.Second)))
-	read(third)
-	require.Equal(t, "/c", <-served)
+	require.Zero(t, s.evicted.Load(), "a connection serving a request is never closed")
+	close(s.release)
+	for _, c := range busy {
+		readOK(t, c, bufio.NewReader(c))
+	}
+	// Both busy connections are idle now: the third takes the slot of one.
+	readOK(t, third, bufio.NewReader(third))
 }

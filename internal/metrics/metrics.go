@@ -32,6 +32,9 @@ type Ingest struct {
 	Duplicates        *prometheus.CounterVec
 	Conflicts         *prometheus.CounterVec
 	Duration          *prometheus.HistogramVec
+	// ConnectionsEvicted counts connections closed without a request in
+	// progress to make room at --max-conns (cli.ListenLimited).
+	ConnectionsEvicted prometheus.Counter
 }
 
 // NewIngest registers ingest's metrics on reg.
@@ -53,13 +56,17 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 			Name: "inbox_ingest_conflicts_total",
 			Help: "Deliveries that reused a stored delivery id with a different body (answered 200 duplicate; the variant is in envelope_conflict).",
 		}, []string{"source"}),
+		ConnectionsEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "inbox_ingest_connections_evicted_total",
+			Help: "Connections without a request in progress (idle keep-alive, or open and silent) closed to make room for a new one at --max-conns.",
+		}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inbox_ingest_request_duration_seconds",
 			Help:    "Time from request start to response, by source and outcome.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"source", "outcome"}),
 	}
-	reg.MustRegister(m.Requests, m.SignatureFailures, m.Duplicates, m.Conflicts, m.Duration)
+	reg.MustRegister(m.Requests, m.SignatureFailures, m.Duplicates, m.Conflicts, m.Duration, m.ConnectionsEvicted)
 	return m
 }
 

@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// connLimiter caps the connections a listener has open, like
+// golang.org/x/net/netutil.LimitListener, with one difference that keeps
+// the endpoint open to senders: when the cap is reached, the connection
+// that has waited longest without a request in progress (idle between
+// keep-alive requests, or opened and not yet sending; for at least
+// evictAfter) is closed to make room, rather than the new connection
+// waiting in the kernel's accept queue until some client lets go. Only when
+// every connection is busy with a request does a new one wait, and then for
+// the first to finish.
+//
+// An idle keep-alive connection is a cache, not a commitment: an HTTP
+// client whose idle connection is closed opens another (it is the same
+// event as the server's idle timeout). So 1,024 clients that each send one
+// request and then idle cannot shut the endpoint to everyone else, which
+// the plain cap let them do for the whole idle timeout.
+//
+// The server must report connection states to track (http.Server.ConnState).
+type connLimiter struct {
+	net.Listener
+	slots chan struct{} // one token per open connection
+	done  chan struct{}
+
+	mu sync.Mutex
+	// waiting holds the open connections with no request in progress and
+	// since when: new ones (no byte of a request yet) and idle ones.
+	waiting map[*limitedConn]time.Time
+	onEvict func()
+	close   sync.Once
+}
+
+func newConnLimiter(ln net.Listener, n int, onEvict func()) *connLimiter {
+	return &connLimiter{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{}),
+		waiting: map[*limitedConn]time.Time{}, onEvict: onEvict}
+}
+
+// evictAfter is how long a connection must have been without a request
+// before it may be closed for a new one: a client that just connected, or
+// just got its answer, is about to send its next request (its bytes may be
+// in flight), and closing it then would only move the problem.
+const evictAfter = 250 * time.Millisecond
+
+// Accept takes the next connection, then a slot for it: a free one, else
+// one freed by closing the connection that has waited longest without a
+// request (checked again every evictAfter/5 while none qualifies), else the
+// first that a finished connection gives back. So at most one connection
+// past the cap is held, the one waiting for its slot.
+func (l *connLimiter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		select {
+		case l.slots <- struct{}{}:
+			return l.track(c), nil
+		default:
+		}
+		l.evictOne(time.Now().Add(-evictAfter))
+		select {
+		case l.slots <- struct{}{}:
+			return l.track(c), nil
+		case <-l.done:
+			c.Close()
+			return nil, net.ErrClosed
+		case <-time.After(evictAfter / 5):
+		}
+	}
+}
+
+func (l *connLimiter) track(c net.Conn) *limitedConn {
+	lc := &limitedConn{Conn: c, l: l}
+	l.mu.Lock()
+	l.waiting[lc] = time.Now()
+	l.mu.Unlock()
+	return lc
+}
+
+// Close stops Accept and closes the listener; open connections are the
+// server's to close.
+func (l *connLimiter) Close() error {
+	l.close.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// evictOne closes the connection that has waited longest without a
+// request in progress, if it has waited since before, and reports whether
+// there was one.
+func (l *connLimiter) evictOne(before time.Time) bool {
+	l.mu.Lock()
+	var oldest *limitedConn
+	var since time.Time
+	for c, t := range l.waiting {
+		if t.Before(before) && (oldest == nil || t.Before(since)) {
+			oldest, since = c, t
+		}
+	}
+	if oldest != nil {
+		delete(l.waiting, oldest)
+	}
+	l.mu.Unlock()
+	if oldest == nil {
+		return false
+	}
+	_ = oldest.Close()
+	if l.onEvict != nil {
+		l.onEvict()
+	}
+	return true
+}
+
+// connState tracks which connections have a request in progress.
+func (l *connLimiter) connState(c net.Conn, s http.ConnState) {
+	lc, ok := c.(*limitedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch s {
+	case http.StateIdle:
+		if !lc.closed.Load() {
+			l.waiting[lc] = time.Now()
+		}
+	case http.StateActive, http.StateHijacked, http.StateClosed:
+		delete(l.waiting, lc)
+	}
+}
+
+// limitedConn gives its slot back once, when closed.
+type limitedConn struct {
+	net.Conn
+	l      *connLimiter
+	closed atomic.Bool
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	if c.closed.CompareAndSwap(false, true) {
+		c.l.mu.Lock()
+		delete(c.l.waiting, c)
+		c.l.mu.Unlock()
+		<-c.l.slots
+	}
+	return err
+}
