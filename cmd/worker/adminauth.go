@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -81,8 +82,7 @@ const (
 // or all clients together, failed too often; the password is then not even
 // checked), and HTTP basic auth compared in constant time.
 func guardUI(creds *credentials, h http.Handler, logger *slog.Logger) http.Handler {
-	t := &loginThrottle{clients: map[string]*rate.Limiter{}, all: rate.NewLimiter(rate.Every(allRefill), failuresAll)}
-	auth := basicAuth(creds, h, t, logger)
+	auth := basicAuth(creds, h, newLoginThrottle(), logger)
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		logger.Warn("admin: cross-origin request refused", "method", r.Method, "path", cli.Bound(r.URL.Path), "remote", r.RemoteAddr)
@@ -98,11 +98,25 @@ func guardUI(creds *credentials, h http.Handler, logger *slog.Logger) http.Handl
 	})
 }
 
-// loginThrottle counts failed logins.
+// loginThrottle counts failed logins. A credential check holds a slot of
+// its client's budget and of everyone's from before it starts until its
+// outcome is known (begin, then end): so however many guesses arrive at
+// once, no more are checked than the budget has failures left, and a
+// check that succeeds gives its slot back.
 type loginThrottle struct {
-	mu      sync.Mutex
-	clients map[string]*rate.Limiter
-	all     *rate.Limiter
+	mu         sync.Mutex
+	clients    map[string]*clientBudget
+	all        *rate.Limiter
+	pendingAll int
+}
+
+type clientBudget struct {
+	lim     *rate.Limiter
+	pending int
+}
+
+func newLoginThrottle() *loginThrottle {
+	return &loginThrottle{clients: map[string]*clientBudget{}, all: rate.NewLimiter(rate.Every(allRefill), failuresAll)}
 }
 
 func clientKey(r *http.Request) string {
@@ -113,62 +127,98 @@ func clientKey(r *http.Request) string {
 	return host
 }
 
-// blocked reports whether the client (or everyone) has no failures left,
-// and for how long.
-func (t *loginThrottle) blocked(key string) (bool, time.Duration) {
+// begin takes a slot for a credential check by key: false, and how long to
+// wait, when the client (or everyone) has no failure left counting the
+// checks in progress. Every true must be followed by one end.
+func (t *loginThrottle) begin(key string) (bool, time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
-	if l, ok := t.clients[key]; ok && l.TokensAt(now) < 1 {
-		return true, clientRefill
-	}
-	if t.all.TokensAt(now) < 1 {
-		return true, allRefill
-	}
-	return false, 0
-}
-
-// fail records a failed login by key.
-func (t *loginThrottle) fail(key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	l, ok := t.clients[key]
+	c, ok := t.clients[key]
 	if !ok {
 		if len(t.clients) >= maxTracked {
-			clear(t.clients) // bounded memory; the limit across all clients still holds
+			// Bounded memory; the limit across all clients still holds.
+			// Checks in progress keep their own budget (end finds it gone
+			// and counts a failure on a new one).
+			clear(t.clients)
 		}
-		l = rate.NewLimiter(rate.Every(clientRefill), failuresPerClient)
-		t.clients[key] = l
+		c = &clientBudget{lim: rate.NewLimiter(rate.Every(clientRefill), failuresPerClient)}
+		t.clients[key] = c
 	}
-	l.Allow()
+	if c.lim.TokensAt(now)-float64(c.pending) < 1 {
+		return false, clientRefill
+	}
+	if t.all.TokensAt(now)-float64(t.pendingAll) < 1 {
+		return false, allRefill
+	}
+	c.pending++
+	t.pendingAll++
+	return true, 0
+}
+
+// end gives back the slot begin took, and counts a failure when failed.
+func (t *loginThrottle) end(key string, failed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pendingAll--
+	c, ok := t.clients[key]
+	if ok {
+		c.pending = max(c.pending-1, 0)
+	}
+	if !failed {
+		return
+	}
+	if !ok {
+		c = &clientBudget{lim: rate.NewLimiter(rate.Every(clientRefill), failuresPerClient)}
+		t.clients[key] = c
+	}
+	c.lim.Allow()
 	t.all.Allow()
 }
 
 // basicAuth guards h with HTTP basic authentication (creds), throttled by
 // t. River UI has no authentication of its own and can cancel and delete
 // jobs; the console replays.
+//
+// A login verified within the last verifiedFor (its name and password
+// exactly) passes without a check and without the throttle: an operator who
+// is signed in stays in while someone guesses, and each request keeps the
+// login fresh. Any other request with credentials takes a throttle slot
+// first, then is checked (bcrypt for --admin-users, one check at a time per
+// process: a guessing storm costs at most one core and cannot starve the
+// worker or /metrics).
 func basicAuth(creds *credentials, h http.Handler, t *loginThrottle, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := clientKey(r)
 		u, p, ok := r.BasicAuth()
-		// While logins are throttled (someone guessing), an operator who
-		// signed in within the last minutes stays in: their login is
-		// already verified, so it gives a guesser nothing.
-		if blocked, wait := t.blocked(key); blocked && !(ok && creds.verifiedRecently(u, p)) {
+		if ok && creds.verifiedRecently(u, p) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		unauthorized := func() {
+			w.Header().Set("WWW-Authenticate", `Basic realm="inbox admin", charset="UTF-8"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+		}
+		if !ok { // a browser's first request carries no credentials: not a failure
+			unauthorized()
+			return
+		}
+		key := clientKey(r)
+		if allowed, wait := t.begin(key); !allowed {
 			w.Header().Set("Retry-After", fmt.Sprint(int(wait.Seconds())))
 			http.Error(w, "too many failed logins; retry later", http.StatusTooManyRequests)
 			return
 		}
-		if !ok || !creds.check(u, p) {
-			if ok { // a browser's first request carries no credentials: not a failure
-				t.fail(key)
-				logger.Warn("admin: failed login", "remote", r.RemoteAddr)
-			}
-			w.Header().Set("WWW-Authenticate", `Basic realm="inbox admin", charset="UTF-8"`)
-			http.Error(w, "authentication required", http.StatusUnauthorized)
-			return
+		good, err := creds.check(r.Context(), u, p)
+		t.end(key, err == nil && !good)
+		switch {
+		case err != nil: // the request ended while waiting for the check
+			http.Error(w, "login check not done; retry", http.StatusServiceUnavailable)
+		case !good:
+			logger.Warn("admin: failed login", "remote", r.RemoteAddr)
+			unauthorized()
+		default:
+			h.ServeHTTP(w, r)
 		}
-		h.ServeHTTP(w, r)
 	})
 }
 
@@ -186,6 +236,7 @@ type credentials struct {
 	verifiedFor   time.Duration
 	dummy         []byte // compared for an unknown user, so that it takes as long
 	compareBcrypt func(hash, password []byte) error
+	bcryptSlot    chan struct{} // one bcrypt comparison at a time per process
 }
 
 // maxUserName bounds an operator's name: "console:" + name is a replay's
@@ -204,7 +255,7 @@ const (
 // users of usersFile (when given).
 func newCredentials(user, password, usersFile string) (*credentials, error) {
 	c := &credentials{users: map[string][]byte{}, verified: map[[32]byte]time.Time{}, verifiedFor: verifiedFor,
-		compareBcrypt: bcrypt.CompareHashAndPassword, key: make([]byte, 32)}
+		compareBcrypt: bcrypt.CompareHashAndPassword, key: make([]byte, 32), bcryptSlot: make(chan struct{}, 1)}
 	if _, err := rand.Read(c.key); err != nil {
 		return nil, err
 	}
@@ -237,36 +288,42 @@ func newCredentials(user, password, usersFile string) (*credentials, error) {
 // any reports whether anyone can sign in.
 func (c *credentials) any() bool { return c.single || len(c.users) > 0 }
 
-// check reports whether u and p sign in.
-func (c *credentials) check(u, p string) bool {
+// check reports whether u and p sign in, and remembers a login that does
+// (verifiedRecently). A bcrypt comparison waits for the process's one
+// bcrypt slot; err is ctx's when it ended first (nothing was checked).
+func (c *credentials) check(ctx context.Context, u, p string) (bool, error) {
+	good := false
 	if c.single {
 		gotUser, gotPass := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
-		if subtle.ConstantTimeCompare(gotUser[:], c.user[:])&subtle.ConstantTimeCompare(gotPass[:], c.pass[:]) == 1 {
-			return true
+		good = subtle.ConstantTimeCompare(gotUser[:], c.user[:])&subtle.ConstantTimeCompare(gotPass[:], c.pass[:]) == 1
+	}
+	if !good && len(c.users) > 0 {
+		select {
+		case c.bcryptSlot <- struct{}{}:
+		case <-ctx.Done():
+			return false, ctx.Err()
 		}
+		hash, known := c.users[u]
+		if !known {
+			hash = c.dummy
+		}
+		good = c.compareBcrypt(hash, []byte(p)) == nil && known
+		<-c.bcryptSlot
 	}
-	if len(c.users) == 0 {
-		return false
+	if good {
+		c.remember(u, p)
 	}
-	if c.verifiedRecently(u, p) {
-		return true
-	}
-	now := time.Now()
-	hash, known := c.users[u]
-	if !known {
-		_ = c.compareBcrypt(c.dummy, []byte(p))
-		return false
-	}
-	if c.compareBcrypt(hash, []byte(p)) != nil {
-		return false
-	}
+	return good, nil
+}
+
+// remember records u and p as verified until verifiedFor from now.
+func (c *credentials) remember(u, p string) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.verified) >= maxVerified {
 		clear(c.verified)
 	}
-	c.verified[c.cacheKey(u, p)] = now.Add(c.verifiedFor)
-	c.mu.Unlock()
-	return true
+	c.verified[c.cacheKey(u, p)] = time.Now().Add(c.verifiedFor)
 }
 
 // cacheKey is the verified-login cache's key for u and p: an HMAC under the
@@ -284,16 +341,19 @@ func (c *credentials) cacheKey(u, p string) [32]byte {
 	return k
 }
 
-// verifiedRecently reports whether u and p signed in within verifiedFor.
+// verifiedRecently reports whether u and p signed in within verifiedFor
+// of their last use, and keeps them signed in for verifiedFor more.
 func (c *credentials) verifiedRecently(u, p string) bool {
-	if len(c.users) == 0 {
-		return false
-	}
 	key := c.cacheKey(u, p)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	until, ok := c.verified[key]
-	return ok && time.Now().Before(until)
+	now := time.Now()
+	if !ok || !now.Before(until) {
+		return false
+	}
+	c.verified[key] = now.Add(c.verifiedFor)
+	return true
 }
 
 // MinBcryptCost is the cheapest bcrypt hash --admin-users accepts.

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,27 +129,40 @@ func TestCredentialsCheck(t *testing.T) {
 	calls := 0
 	compare := c.compareBcrypt
 	c.compareBcrypt = func(h, p []byte) error { calls++; return compare(h, p) }
+	// As basicAuth signs in: a remembered login, else a check.
+	signIn := func(u, p string) bool {
+		if c.verifiedRecently(u, p) {
+			return true
+		}
+		ok, err := c.check(context.Background(), u, p)
+		require.NoError(t, err)
+		return ok
+	}
 
-	require.True(t, c.check("admin", "the admin password"))
+	require.True(t, signIn("admin", "the admin password"))
 	require.Zero(t, calls, "the single user needs no bcrypt")
-	require.False(t, c.check("admin", "alice password"))
-	require.True(t, c.check("alice", "alice password"))
-	require.True(t, c.check("alice", "alice password"))
-	require.Equal(t, 2, calls, "the second check is remembered (the failed admin try cost one)")
-	require.False(t, c.check("alice", "wrong"))
-	require.False(t, c.check("mallory", "alice password"), "an unknown user")
+	require.False(t, signIn("admin", "alice password"))
+	require.True(t, signIn("alice", "alice password"))
+	require.True(t, signIn("alice", "alice password"))
+	require.Equal(t, 2, calls, "the second sign-in is remembered (the failed admin try cost one)")
+	require.False(t, signIn("alice", "wrong"))
+	require.False(t, signIn("mallory", "alice password"), "an unknown user")
 	require.Equal(t, 4, calls, "an unknown user costs a bcrypt check too (no timing difference)")
+	require.True(t, c.verifiedRecently("admin", "the admin password"), "the single user is remembered too")
+	require.False(t, c.verifiedRecently("admin", "wrong"))
 
 	c.verifiedFor = -time.Second // expired at once
 	c.verified = map[[32]byte]time.Time{}
-	require.True(t, c.check("alice", "alice password"))
-	require.True(t, c.check("alice", "alice password"))
+	require.True(t, signIn("alice", "alice password"))
+	require.True(t, signIn("alice", "alice password"))
 	require.Equal(t, 6, calls, "an expired check is done again")
 
 	none, err := newCredentials("admin", "", "")
 	require.NoError(t, err)
 	require.False(t, none.any())
-	require.False(t, none.check("admin", ""), "no password set: nobody signs in")
+	ok, err := none.check(context.Background(), "admin", "")
+	require.NoError(t, err)
+	require.False(t, ok, "no password set: nobody signs in")
 }
 
 // While logins are throttled, an operator who signed in recently stays in;
@@ -176,4 +192,116 @@ func TestThrottledLoginsKeepVerifiedOperatorsIn(t *testing.T) {
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/riverui/", nil))
 		return rec.Header().Get("X-Frame-Options")
 	}(), "never framed, even unauthenticated")
+}
+
+// guessRig is guardUI over creds with every bcrypt comparison counted, and
+// the most that ran at once.
+type guessRig struct {
+	h                  http.Handler
+	calls, now, maxNow atomic.Int64
+}
+
+func newGuessRig(t *testing.T, creds *credentials) *guessRig {
+	t.Helper()
+	g := &guessRig{}
+	// Cheap hashes: what is counted is how many comparisons run, not their
+	// cost (cost 10 under the race detector would take a minute here).
+	for u := range creds.users {
+		h, err := bcrypt.GenerateFromPassword([]byte(u+" password"), bcrypt.MinCost)
+		require.NoError(t, err)
+		creds.users[u] = h
+	}
+	compare := creds.compareBcrypt
+	creds.compareBcrypt = func(h, p []byte) error {
+		g.calls.Add(1)
+		n := g.now.Add(1)
+		for m := g.maxNow.Load(); n > m && !g.maxNow.CompareAndSwap(m, n); m = g.maxNow.Load() {
+		}
+		defer g.now.Add(-1)
+		return compare(h, p)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	g.h = guardUI(creds, ok, slog.New(slog.DiscardHandler))
+	return g
+}
+
+func (g *guessRig) get(addr, user, pass string) int {
+	req := httptest.NewRequest(http.MethodGet, "/console/", nil)
+	req.RemoteAddr = addr
+	req.SetBasicAuth(user, pass)
+	rec := httptest.NewRecorder()
+	g.h.ServeHTTP(rec, req)
+	return rec.Code
+}
+
+// guess sends n wrong guesses at once, guess i from addrs(i), and counts
+// the answers by status.
+func (g *guessRig) guess(n int, addrs func(int) string) map[int]int {
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- g.get(addrs(i), "alice", fmt.Sprintf("guess %d", i))
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	out := map[int]int{}
+	for c := range codes {
+		out[c]++
+	}
+	return out
+}
+
+// Concurrent guesses cannot outrun the throttle (issue 22): each takes a
+// slot before any bcrypt, so 100 at once from one address reach bcrypt at
+// most 5 times, and 400 from 250 addresses at most 50 times (plus what
+// refills meanwhile, one a second); bcrypt runs one comparison at a time.
+func TestConcurrentGuessesAreThrottledBeforeBcrypt(t *testing.T) {
+	t.Parallel()
+	path := writeUsers(t, "alice:"+hashOf(t, "alice password")+"\n") // cost 10, as the file requires; the rig swaps in cheap ones
+	t.Run("one address", func(t *testing.T) {
+		t.Parallel()
+		creds, err := newCredentials("", "", path)
+		require.NoError(t, err)
+		g := newGuessRig(t, creds)
+		codes := g.guess(100, func(int) string { return "192.0.2.7:1234" })
+		require.EqualValues(t, failuresPerClient, g.calls.Load(), "bcrypt calls")
+		require.Equal(t, map[int]int{http.StatusUnauthorized: failuresPerClient, http.StatusTooManyRequests: 100 - failuresPerClient}, codes)
+		require.EqualValues(t, 1, g.maxNow.Load(), "one bcrypt at a time")
+	})
+	t.Run("many addresses", func(t *testing.T) {
+		t.Parallel()
+		creds, err := newCredentials("", "", path)
+		require.NoError(t, err)
+		g := newGuessRig(t, creds)
+		start := time.Now()
+		codes := g.guess(400, func(i int) string { return fmt.Sprintf("198.51.100.%d:1234", i%250) })
+		refilled := int64(time.Since(start)/allRefill) + 1
+		require.GreaterOrEqual(t, g.calls.Load(), int64(failuresAll))
+		require.LessOrEqual(t, g.calls.Load(), failuresAll+refilled, "bcrypt calls")
+		require.EqualValues(t, g.calls.Load(), codes[http.StatusUnauthorized])
+		require.EqualValues(t, 400-g.calls.Load(), codes[http.StatusTooManyRequests])
+		require.EqualValues(t, 1, g.maxNow.Load(), "one bcrypt at a time")
+	})
+}
+
+// The single environment user, signed in, stays signed in while guesses
+// from their own address exhaust its budget (before, 5 failures locked them
+// out mid-session); anyone else waits.
+func TestThrottledLoginsKeepTheSingleUserIn(t *testing.T) {
+	t.Parallel()
+	creds, err := newCredentials("admin", "the admin password", "")
+	require.NoError(t, err)
+	g := newGuessRig(t, creds)
+	const addr = "192.0.2.9:1234"
+	require.Equal(t, http.StatusNoContent, g.get(addr, "admin", "the admin password"))
+	for range failuresPerClient {
+		require.Equal(t, http.StatusUnauthorized, g.get(addr, "admin", "guess"))
+	}
+	require.Equal(t, http.StatusTooManyRequests, g.get(addr, "admin", "another guess"))
+	require.Equal(t, http.StatusNoContent, g.get(addr, "admin", "the admin password"), "signed in: still in")
+	require.Zero(t, g.calls.Load(), "the single user needs no bcrypt")
 }
