@@ -135,7 +135,8 @@ func TestRiverUIRefusesCrossSiteAndThrottlesLogins(t *testing.T) {
 	require.Equal(t, http.StatusOK, post("delete", id, map[string]string{"Origin": admin}))
 	require.Equal(t, "gone", state(id))
 
-	// Failed logins: after a few, even the right password waits.
+	// Failed logins: after a few, guesses wait (429); the operator signed in
+	// just before stays in.
 	get := func(p string) *http.Response {
 		req, err := http.NewRequest(http.MethodGet, admin+"/riverui/", nil)
 		require.NoError(t, err)
@@ -152,9 +153,10 @@ func TestRiverUIRefusesCrossSiteAndThrottlesLogins(t *testing.T) {
 	}
 	require.Contains(t, codes, http.StatusUnauthorized)
 	require.Equal(t, http.StatusTooManyRequests, codes[len(codes)-1], "codes %v", codes)
-	resp := get(pass)
+	resp := get("another guess")
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	require.Equal(t, http.StatusOK, get(pass).StatusCode, "signed in: stays in while guesses are throttled")
 	require.NotContains(t, w.out.String(), pass, "the password is never logged")
 	require.NoError(t, w.stop(30*time.Second))
 }

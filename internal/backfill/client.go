@@ -3,14 +3,15 @@ package backfill
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -19,8 +20,11 @@ import (
 // ClientOptions tune the HTTP side of a provider client. Zero values take
 // the defaults.
 type ClientOptions struct {
-	// HTTPClient makes the requests (default: one with no overall timeout;
-	// each request is bounded by RequestTimeout).
+	// HTTPClient makes the requests (default: one with no overall timeout,
+	// each request bounded by RequestTimeout, that follows no redirect: a
+	// provider's API answers where it is asked, and a redirect, even to
+	// another port of the same host, would carry the API key to whoever
+	// answers there; a 3xx is an *APIError).
 	HTTPClient *http.Client
 	// RequestsPerSecond bounds the request rate (default 5).
 	RequestsPerSecond float64
@@ -42,7 +46,7 @@ type ClientOptions struct {
 
 func (o ClientOptions) withDefaults() ClientOptions {
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{}
+		o.HTTPClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	o.RequestsPerSecond = cmp.Or(o.RequestsPerSecond, 5)
 	o.RequestTimeout = cmp.Or(o.RequestTimeout, 30*time.Second)
@@ -124,10 +128,19 @@ func newDoer(opts ClientOptions, secret string, decodeError func(int, []byte) *A
 var bearer = regexp.MustCompile(`(?i)(bearer|basic|token)\s+[^\s'"` + "`" + `]+`)
 
 // redact removes the credential, and anything that looks like an
-// Authorization value, from a message the API wrote.
+// Authorization value, from a message the API wrote: the credential as sent
+// and in any case, URL-escaped, and base64-encoded alone or as a basic-auth
+// user ("key:").
 func (c *httpDoer) redact(msg string) string {
 	if c.secret != "" {
-		msg = strings.ReplaceAll(msg, c.secret, "[redacted]")
+		forms := []string{c.secret, url.QueryEscape(c.secret)}
+		for _, raw := range []string{c.secret, c.secret + ":"} {
+			forms = append(forms, base64.StdEncoding.EncodeToString([]byte(raw)), base64.RawStdEncoding.EncodeToString([]byte(raw)),
+				base64.URLEncoding.EncodeToString([]byte(raw)), base64.RawURLEncoding.EncodeToString([]byte(raw)))
+		}
+		for _, f := range forms {
+			msg = regexp.MustCompile(`(?i)`+regexp.QuoteMeta(f)).ReplaceAllLiteralString(msg, "[redacted]")
+		}
 	}
 	return bearer.ReplaceAllString(msg, "$1 [redacted]")
 }
@@ -196,6 +209,13 @@ func (c *httpDoer) once(ctx context.Context, build func(ctx context.Context) (*h
 		return resp.Header, body, 0, nil
 	}
 	apiErr := c.decodeError(resp.StatusCode, body)
+	if resp.StatusCode/100 == 3 {
+		to := "elsewhere"
+		if u, err := resp.Location(); err == nil {
+			to = u.Scheme + "://" + u.Host
+		}
+		apiErr.Message = "redirected to " + to + ", not followed (the API key would go along): set api_url to the API's own address"
+	}
 	apiErr.Message = c.redact(apiErr.Message)
 	wait = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	if resp.StatusCode == http.StatusForbidden && (resp.Header.Get("Retry-After") != "" || resp.Header.Get("X-RateLimit-Remaining") == "0") {

@@ -450,6 +450,21 @@ func (s *Source) validate() error {
 	if _, err := s.Verifier(); err != nil {
 		return err
 	}
+	for i, secret := range s.Secrets {
+		if err := provider.CheckKeyStrength(s.Provider, secret); err != nil {
+			return fmt.Errorf("secret %d: %w", i+1, err)
+		}
+	}
+	if t := s.Throttle; t != nil {
+		if t.PerSecond <= 0 {
+			return fmt.Errorf("throttle.per_second %d: must be a positive number of envelopes per second (remove the throttle section for no limit)", t.PerSecond)
+		}
+		switch t.Key {
+		case "", "merchant", "source":
+		default:
+			return fmt.Errorf("throttle.key %q: want merchant (the default) or source", t.Key)
+		}
+	}
 	if s.Backfill != nil {
 		if err := s.Backfill.validate(s.Provider); err != nil {
 			return fmt.Errorf("backfill: %w", err)

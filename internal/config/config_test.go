@@ -209,7 +209,7 @@ func TestAccountID(t *testing.T) {
 sources:
   stripe-a:
     provider: stripe
-    secrets: ["whsec_x"]
+    secrets: ["whsec_config_test_key_0123456789"]
     account_id: "`+account+`"
 `), func(string) string { return "" })
 	}
@@ -229,7 +229,7 @@ func TestMaxAge(t *testing.T) {
 sources:
   stripe:
     provider: stripe
-    secrets: ["whsec_x"]
+    secrets: ["whsec_config_test_key_0123456789"]
     max_age: `+v+`
 `), func(string) string { return "" })
 	}
@@ -250,7 +250,7 @@ func TestMaxAttemptsBound(t *testing.T) {
 sources:
   stripe:
     provider: stripe
-    secrets: ["whsec_x"]
+    secrets: ["whsec_config_test_key_0123456789"]
     max_attempts: `+v+`
 `), func(string) string { return "" })
 	}
@@ -271,7 +271,7 @@ func TestHMACSource(t *testing.T) {
 sources:
   acme:
     provider: hmac
-    secrets: ["acme-secret"]
+    secrets: ["acme-secret-0123456789abcdef"]
     tolerance: 5m
     hmac:
       signature_header: X-Acme-Signature
@@ -293,4 +293,97 @@ sources:
 	_, err = config.Parse([]byte(strings.Replace(src, "delivery_id: {header: X-Acme-Delivery}", "", 1)), func(string) string { return "" })
 	assert.ErrorContains(t, err, `source "acme"`, "hmac source without delivery_id")
 	assert.ErrorContains(t, err, "delivery_id", "hmac source without delivery_id")
+}
+
+// Configuration refuses what cannot be secure (issue 22), each with a
+// message that names the source and the key, never a secret's value.
+func TestConfigurationRefusesWhatCannotBeSecure(t *testing.T) {
+	t.Parallel()
+	const good = "whsec_config_test_key_0123456789"
+	cases := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"hmac timestamp not signed", `
+  acme:
+    provider: hmac
+    secrets: ["acme-secret-0123456789abcdef"]
+    hmac:
+      signature_header: X-Acme-Signature
+      timestamp_header: X-Acme-Timestamp
+      signed_content: "{body}"
+      delivery_id: {header: X-Acme-Delivery}`, []string{`source "acme"`, "timestamp_header", "{timestamp}"}},
+		{"hmac pairs timestamp not signed", `
+  acme:
+    provider: hmac
+    secrets: ["acme-secret-0123456789abcdef"]
+    hmac:
+      signature_header: X-Acme-Signature
+      pairs: {separator: ",", signature: v1, timestamp: t}
+      delivery_id: {header: X-Acme-Delivery}`, []string{`source "acme"`, "pairs.timestamp", "{timestamp}"}},
+		{"stripe whsec_ alone", `
+  stripe:
+    provider: stripe
+    secrets: ["whsec_"]`, []string{`source "stripe"`, "secret 1", "empty, public key"}},
+		{"standard empty key", `
+  payments:
+    provider: standard
+    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_"]`, []string{`source "payments"`, "secret 2"}},
+		{"short secret", `
+  gh:
+    provider: github
+    secrets: ["s3cret!"]`, []string{`source "gh"`, "secret 1", "7-byte key: at least 16"}},
+		{"1-byte standard key", `
+  payments:
+    provider: standard
+    secrets: ["whsec_QQ=="]`, []string{`source "payments"`, "secret 1", "1-byte key"}},
+		{"repeated pattern", `
+  shop:
+    provider: shopify
+    secrets: ["abababababababababababab"]`, []string{`source "shop"`, "secret 1", "2 distinct characters"}},
+		{"throttle rate negative", `
+  stripe:
+    provider: stripe
+    secrets: ["` + good + `"]
+    throttle: {per_second: -5}`, []string{`source "stripe"`, "throttle.per_second -5", "positive"}},
+		{"throttle rate zero", `
+  stripe:
+    provider: stripe
+    secrets: ["` + good + `"]
+    throttle: {per_second: 0, key: source}`, []string{`source "stripe"`, "throttle.per_second 0"}},
+		{"throttle key unknown", `
+  stripe:
+    provider: stripe
+    secrets: ["` + good + `"]
+    throttle: {per_second: 5, key: sourec}`, []string{`source "stripe"`, `throttle.key "sourec"`, "merchant", "source"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.Parse([]byte("sources:"+tc.yaml+"\n"), func(string) string { return "" })
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.ErrorContains(t, err, w)
+			}
+			for _, secret := range []string{"s3cret!", "abababab", "QQ=="} {
+				require.NotContains(t, err.Error(), secret, "never quotes a secret")
+			}
+		})
+	}
+	// The same sources, made secure, load.
+	_, err := config.Parse([]byte(`sources:
+  stripe:
+    provider: stripe
+    secrets: ["`+good+`"]
+    throttle: {per_second: 5, key: source}
+  acme:
+    provider: hmac
+    secrets: ["acme-secret-0123456789abcdef"]
+    hmac:
+      signature_header: X-Acme-Signature
+      timestamp_header: X-Acme-Timestamp
+      signed_content: "{timestamp}.{body}"
+      delivery_id: {header: X-Acme-Delivery}
+`), func(string) string { return "" })
+	require.NoError(t, err)
 }

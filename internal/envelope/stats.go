@@ -68,13 +68,13 @@ func Statuses() []Status {
 func CountBySource(ctx context.Context, q Querier, repeats bool) ([]SourceCounts, error) {
 	rows, err := q.Query(ctx, `
 		SELECT source,
-		       coalesce(sum(n) FILTER (WHERE kind = 'pending'), 0),
-		       coalesce(sum(n) FILTER (WHERE kind = 'done'), 0),
-		       coalesce(sum(n) FILTER (WHERE kind = 'failed'), 0),
-		       coalesce(sum(n) FILTER (WHERE kind = 'ignored'), 0),
-		       coalesce(sum(n) FILTER (WHERE kind IN ('pending', 'done', 'failed', 'ignored')), 0) AS total,
-		       coalesce(sum(n) FILTER (WHERE kind = 'duplicate'), 0),
-		       coalesce(sum(n) FILTER (WHERE kind = 'conflict'), 0) AS conflicts
+		       coalesce(sum(n) FILTER (WHERE kind = 'pending'), 0)::bigint,
+		       coalesce(sum(n) FILTER (WHERE kind = 'done'), 0)::bigint,
+		       coalesce(sum(n) FILTER (WHERE kind = 'failed'), 0)::bigint,
+		       coalesce(sum(n) FILTER (WHERE kind = 'ignored'), 0)::bigint,
+		       coalesce(sum(n) FILTER (WHERE kind IN ('pending', 'done', 'failed', 'ignored')), 0)::bigint,
+		       coalesce(sum(n) FILTER (WHERE kind = 'duplicate'), 0)::bigint,
+		       coalesce(sum(n) FILTER (WHERE kind = 'conflict'), 0)::bigint
 		  FROM envelope_count
 		 GROUP BY source
 		HAVING coalesce(sum(n) FILTER (WHERE kind IN ('pending', 'done', 'failed', 'ignored')), 0) <> 0

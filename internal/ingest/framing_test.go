@@ -13,9 +13,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inboxhq/inbox/internal/config"
-	"github.com/inboxhq/inbox/internal/envelope"
-	"github.com/inboxhq/inbox/internal/ingest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
 )
@@ -107,35 +104,4 @@ func TestMethodNotAllowedSaysAllow(t *testing.T) {
 		require.Equal(t, http.StatusMethodNotAllowed, r.code, "%s %s", tc.method, tc.path)
 		require.Equal(t, tc.allow, r.header.Get("Allow"), "%s %s", tc.method, tc.path)
 	}
-}
-
-// A 1-character Stripe secret or a 1-byte Standard key loads, with a
-// warning naming the source and position, never the value.
-func TestWeakSecretsWarnAtStartup(t *testing.T) {
-	t.Parallel()
-	cfg, err := config.Parse([]byte(`
-sources:
-  stripe:
-    provider: stripe
-    secrets: ["x", "whsec_a_real_looking_secret_value_1234"]
-  payments:
-    provider: standard
-    secrets: ["whsec_QQ=="]
-  github:
-    provider: github
-    secrets: ["a long enough github secret"]
-`), func(string) string { return "" })
-	require.NoError(t, err)
-	logs := &syncBuffer{}
-	pool := pgtest.NewPool(t)
-	rc, err := envelope.NewInsertClient(pool, slogJSON(io.Discard))
-	require.NoError(t, err)
-	_, err = ingest.New(cfg, envelope.NewStore(pool, rc), slogJSON(logs), ingest.Options{})
-	require.NoError(t, err)
-	out := logs.String()
-	require.Equal(t, 2, strings.Count(out, "weak webhook secret"), out)
-	require.Contains(t, out, `"source":"stripe","provider":"stripe","secret":1,"key_bytes":1`)
-	require.Contains(t, out, `"source":"payments","provider":"standard","secret":1,"key_bytes":1`)
-	require.NotContains(t, out, "QQ==")
-	require.NotContains(t, out, "real_looking")
 }

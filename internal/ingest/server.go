@@ -85,7 +85,6 @@ func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Op
 	if s.retryAfterSeconds <= 0 {
 		s.retryAfterSeconds = 5
 	}
-	warnWeakSecrets(cfg, logger)
 	for name, src := range cfg.Sources {
 		v, err := src.Verifier()
 		if err != nil {

@@ -262,6 +262,13 @@ func newHMAC(cfg Config) (Verifier, error) {
 		return nil, err
 	}
 	hasTimestamp := c.TimestampHeader != "" || (c.Pairs != nil && c.Pairs.Timestamp != "")
+	signsTimestamp := false
+	for _, p := range v.parts {
+		signsTimestamp = signsTimestamp || p.field == "timestamp"
+	}
+	if hasTimestamp && !signsTimestamp {
+		return nil, errors.New("a timestamp is read (timestamp_header or pairs.timestamp) but signed_content has no {timestamp}: it would not be signed, and a captured delivery would pass the tolerance check under a fresh one; add {timestamp} where the sender signs it, or drop the timestamp")
+	}
 	for _, p := range v.parts {
 		switch {
 		case p.field == "timestamp" && !hasTimestamp:

@@ -7,26 +7,35 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestWeakSecrets(t *testing.T) {
+func TestCheckKeyStrength(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		provider string
-		secrets  []string
-		pos, len []int
+		provider, secret, err string
 	}{
-		{Stripe, []string{"x"}, []int{1}, []int{1}},
-		{Stripe, []string{"whsec_short"}, []int{1}, []int{5}},
-		{Stripe, []string{"whsec_test_secret", "whsec_" + strings.Repeat("k", 32)}, []int{1}, []int{11}},
-		{Standard, []string{"whsec_AA=="}, []int{1}, []int{1}},
-		{Standard, []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, nil, nil},
-		{Standard, []string{"not base64!"}, nil, nil},
-		{GitHub, []string{"It's a Secret to Everybody"}, nil, nil},
-		{GitHub, []string{"hush"}, []int{1}, []int{4}},
-		{Shopify, []string{"hush", strings.Repeat("s", 16)}, []int{1}, []int{4}},
+		{Stripe, "x", "has a 1-byte key: at least 16"},
+		{Stripe, "whsec_", "has no key after its whsec_ prefix"},
+		{Stripe, "whsec_short", "has a 5-byte key"},
+		{Stripe, "whsec_test_secret", "has a 11-byte key"},
+		{Stripe, "whsec_" + strings.Repeat("k", 32), "has 1 distinct characters: at least 8"},
+		{Stripe, "whsec_" + strings.Repeat("abc", 11), "has 3 distinct characters"},
+		{Stripe, "whsec_dev_stripe_secret_do_not_use", ""},
+		{Standard, "whsec_AA==", "has a 1-byte key"},
+		{Standard, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", ""},
+		{Standard, "not base64!", ""}, // New refuses it
+		{GitHub, "It's a Secret to Everybody", ""},
+		{GitHub, "hush", "has a 4-byte key"},
+		{Shopify, strings.Repeat("s", 16), "has 1 distinct characters"},
+		{HMAC, "0123456789abcdef", ""},
 	}
 	for _, tc := range cases {
-		pos, n := WeakSecrets(tc.provider, tc.secrets)
-		require.Equal(t, tc.pos, pos, "%s %q", tc.provider, tc.secrets)
-		require.Equal(t, tc.len, n, "%s %q", tc.provider, tc.secrets)
+		err := CheckKeyStrength(tc.provider, tc.secret)
+		if tc.err == "" {
+			require.NoError(t, err, "%s %q", tc.provider, tc.secret)
+			continue
+		}
+		require.ErrorContains(t, err, tc.err, "%s %q", tc.provider, tc.secret)
+		if len(tc.secret) > 6 {
+			require.NotContains(t, err.Error(), tc.secret[6:], "never quotes the secret")
+		}
 	}
 }

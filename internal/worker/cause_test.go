@@ -68,7 +68,7 @@ func TestCauseRecordedForEachErrorKind(t *testing.T) {
 sources:
   fwd:
     provider: github
-    secrets: ["gh-secret"]
+    secrets: ["gh-secret-0123456789abcdef"]
     forward:
       - url: `+srv.URL+`/hooks
         secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw

@@ -383,7 +383,7 @@ func TestForwardRetryAfterThenDone(t *testing.T) {
 sources:
   src:
     provider: github
-    secrets: ["gh-secret"]
+    secrets: ["gh-secret-0123456789abcdef"]
     forward:
       - url: `+srv.URL+`/hooks
         secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
@@ -425,7 +425,7 @@ func TestForwardClientErrorFailsPermanently(t *testing.T) {
 sources:
   src:
     provider: github
-    secrets: ["gh-secret"]
+    secrets: ["gh-secret-0123456789abcdef"]
     forward:
       - url: `+srv.URL+`/hooks
         secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
