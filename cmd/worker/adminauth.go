@@ -268,6 +268,9 @@ func newCredentials(user, password, usersFile string) (*credentials, error) {
 			return nil, err
 		}
 		c.users = users
+		if _, both := users[user]; both && c.single {
+			return nil, fmt.Errorf("--admin-users %s lists %q, the name of RIVER_BASIC_AUTH_USER (or RIVERUI_USER) too: one name, one password; rename one of them", usersFile, user)
+		}
 	}
 	// An unknown user is compared against a hash as costly as the dearest
 	// real one, so the answer's time does not tell which names exist.

@@ -305,3 +305,18 @@ func TestThrottledLoginsKeepTheSingleUserIn(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, g.get(addr, "admin", "the admin password"), "signed in: still in")
 	require.Zero(t, g.calls.Load(), "the single user needs no bcrypt")
 }
+
+// The single environment user and an --admin-users operator cannot share a
+// name: one actor, two passwords (issue 22).
+func TestSingleUserNameCannotBeAnOperatorsToo(t *testing.T) {
+	t.Parallel()
+	path := writeUsers(t, "alice:"+cheapCost10(t)+"\n")
+	_, err := newCredentials("alice", "a long single-user password", path)
+	require.ErrorContains(t, err, `lists "alice", the name of RIVER_BASIC_AUTH_USER`)
+	require.NotContains(t, err.Error(), "a long single-user password")
+	_, err = newCredentials("admin", "a long single-user password", path)
+	require.NoError(t, err)
+}
+
+// cheapCost10 is a bcrypt hash at the least cost the file accepts.
+func cheapCost10(t *testing.T) string { return hashOf(t, "alice password") }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -55,6 +56,8 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	consoleOn := fs.Bool("console", false, "serve the operator console at /console/ on the admin listener, behind the same basic auth as River UI (the signed-in user is the replay actor) (env WORKER_CONSOLE=true)")
 	adminUsers := fs.String("admin-users", "WORKER_ADMIN_USERS", "", "file of the operators who may sign in to River UI and the console, one name:bcrypt-hash a line (htpasswd -B); each replay records its operator (besides or instead of RIVER_BASIC_AUTH_USER/_PASS)")
 	consoleDB := fs.String("console-database-url", "CONSOLE_DATABASE_URL", "", "the console's database, a role that may replay (inbox_admin); default DATABASE_URL (read-only when that role may not replay)")
+	consoleMax := fs.Int("console-max-replay", "CONSOLE_MAX_REPLAY", console.DefaultMaxReplay, "the most envelopes one replay from the console takes (stated on its page; the CLI has no ceiling)")
+	consoleSupervisors := fs.String("console-supervisors", "CONSOLE_SUPERVISORS", "", "comma-separated operators who may stop any operator's console replay (others stop only their own)")
 	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (user and password: RIVER_BASIC_AUTH_USER/RIVER_BASIC_AUTH_PASS, or RIVERUI_USER/RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -260,7 +263,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			if *riverUI {
 				riverPath = "/riverui"
 			}
-			con, closeConsole, err := newConsole(ctx, *consoleDB, getenv, client, riverPath, logger)
+			con, closeConsole, err := newConsole(ctx, consoleConfig{dbURL: *consoleDB, maxReplay: *consoleMax, supervisors: *consoleSupervisors}, getenv, client, riverPath, logger)
 			if err != nil {
 				return err
 			}
@@ -342,7 +345,15 @@ func reconcileWithinRetention(cfg *config.Config, deleteAfter time.Duration) err
 // newConsole opens the console's own small pool (its queries and replays
 // never take a batch's connection) on dbURL, or on DATABASE_URL, and
 // returns the console, read-only when that role may not replay.
-func newConsole(ctx context.Context, dbURL string, getenv func(string) string, jobs admin.JobInserter, riverPath string, logger *slog.Logger) (*console.Console, func(), error) {
+// consoleConfig is what the console's flags say.
+type consoleConfig struct {
+	dbURL       string
+	maxReplay   int
+	supervisors string // comma-separated operator names
+}
+
+func newConsole(ctx context.Context, cc consoleConfig, getenv func(string) string, jobs admin.JobInserter, riverPath string, logger *slog.Logger) (*console.Console, func(), error) {
+	dbURL := cc.dbURL
 	if dbURL == "" {
 		dbURL = getenv("DATABASE_URL")
 	}
@@ -360,6 +371,14 @@ func newConsole(ctx context.Context, dbURL string, getenv func(string) string, j
 		RiverUI: riverPath,
 		Logger:  logger,
 		Context: ctx,
+
+		MaxReplay:   cc.maxReplay,
+		Supervisors: map[string]bool{},
+	}
+	for _, name := range strings.Split(cc.supervisors, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			opts.Supervisors[name] = true
+		}
 	}
 	can, err := admin.CanReplay(ctx, pool)
 	if err != nil {

@@ -51,7 +51,17 @@ type Options struct {
 	// the replay form is not offered; a POST is refused with 403.
 	ReadOnly       bool
 	ReadOnlyReason string
+	// MaxReplay is the most envelopes one replay from the console takes
+	// (default DefaultMaxReplay): a dry run that counts more replays that
+	// many, and the page says so. The CLI has no such ceiling.
+	MaxReplay int
+	// Supervisors may stop any operator's replay run; everyone else stops
+	// only their own.
+	Supervisors map[string]bool
 }
+
+// DefaultMaxReplay is Options.MaxReplay's default.
+const DefaultMaxReplay = 10000
 
 // Console serves the pages. Create it with New.
 type Console struct {
@@ -59,6 +69,7 @@ type Console struct {
 	key   []byte // CSRF tokens' HMAC key, random per process
 	pages map[string]*template.Template
 	runs  *runs
+	dry   *dryRuns
 	mux   *http.ServeMux
 }
 
@@ -73,7 +84,10 @@ func New(opts Options) (*Console, error) {
 	if opts.Context == nil {
 		opts.Context = context.Background()
 	}
-	c := &Console{opts: opts, key: make([]byte, 32), pages: map[string]*template.Template{}, runs: newRuns(maxRuns)}
+	if opts.MaxReplay <= 0 {
+		opts.MaxReplay = DefaultMaxReplay
+	}
+	c := &Console{opts: opts, key: make([]byte, 32), pages: map[string]*template.Template{}, runs: newRuns(maxRuns), dry: newDryRuns()}
 	if _, err := rand.Read(c.key); err != nil {
 		return nil, err
 	}

@@ -263,16 +263,18 @@ func TestReplayNeedsTokenAndReason(t *testing.T) {
 	code, _, _ = b.post(t, "/console/replay", form)
 	require.Equal(t, http.StatusForbidden, code, "a wrong token")
 	form.Set("csrf", tok)
-	form.Set("reason", "   ")
 	code, body, _ := b.post(t, "/console/replay", form)
-	require.Equal(t, http.StatusBadRequest, code)
-	require.Contains(t, body, "a reason is required")
-	form.Del("status")
-	form.Del("cause")
-	form.Set("reason", "everything")
+	require.Equal(t, http.StatusBadRequest, code, "a form no dry run produced")
+	require.Contains(t, body, "dry run")
+	form.Set("nonce", "0123456789abcdef")
+	code, body, _ = b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusBadRequest, code, "a dry run this worker never showed")
+	require.Contains(t, body, "no record of that dry run")
+	form = hidden(t, page)
+	form.Set("reason", "   ")
 	code, body, _ = b.post(t, "/console/replay", form)
 	require.Equal(t, http.StatusBadRequest, code)
-	require.Contains(t, body, "replaying everything is not allowed")
+	require.Contains(t, body, "a reason is required")
 	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`), "nothing was replayed")
 	require.Equal(t, 3, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE status = 'failed'`), "nothing changed")
 
@@ -410,11 +412,100 @@ func TestReplayTakesWhatTheDryRunShowed(t *testing.T) {
 	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-8' AND envelope_id = ANY($1)`, ids),
 		"exactly the envelopes the dry run showed: not the one that failed since (a lower id), nor the one stored since")
 
-	// A form without its dry run's count is refused.
-	form.Del("expect")
+	// A form without its dry run's mark is refused.
+	form.Del("nonce")
 	code, body, _ := b.post(t, "/console/replay", form)
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, body, "dry run")
+}
+
+// A replay runs against the dry run the server recorded (issue 22: one POST
+// with expect=1000000 and no dry run ever loaded replayed 20,109): a form
+// edited in the browser (a bigger count, its pinned ids and its selection
+// removed) replays what the dry run showed, no more.
+func TestAnEditedReplayFormReplaysOnlyTheRecordedDryRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 3)
+	others := envelopetest.InsertMany(t, b.pool, 5, func(int) envelopetest.Row {
+		return envelopetest.Row{Source: "other", Status: "failed", LastCause: "unknown_currency"}
+	})
+	_, page, _ := b.get(t, "/console/replay?source=stripe&status=failed")
+	require.Contains(t, page, `<b id="would-replay">3</b>`)
+	form := hidden(t, page)
+	form.Set("expect", "1000000")
+	for _, k := range []string{"within", "source", "max_id"} {
+		form.Del(k)
+	}
+	form.Set("reason", "INC-10 forged")
+	code, _, h := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	b.waitDone(t, h.Get("Location"))
+	require.Equal(t, 3, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-10 forged' AND envelope_id = ANY($1)`, ids))
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE envelope_id = ANY($1)`, others), "outside the dry run")
+}
+
+// The console's ceiling caps a run, and the page says so before it starts.
+func TestConsoleReplayCeiling(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *console.Options) { o.MaxReplay = 2 })
+	seed(t, b.pool, 3)
+	_, page, _ := b.get(t, "/console/replay?source=stripe&status=failed")
+	require.Contains(t, page, `<b id="would-replay">3</b>`)
+	require.Contains(t, page, "replays at most 2 envelopes per run")
+	require.Contains(t, page, `id="confirm">Replay 2 envelopes`)
+	form := hidden(t, page)
+	form.Set("reason", "INC-11")
+	code, _, h := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	b.waitDone(t, h.Get("Location"))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay WHERE reason = 'INC-11'`))
+}
+
+// An operator confirms only their own dry run and stops only their own
+// run; a supervisor may stop anyone's.
+func TestDryRunsAndStopsAreTheOperators(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *console.Options) {
+		o.Actor = func(r *http.Request) string { return r.Header.Get("X-Test-User") }
+		o.Supervisors = map[string]bool{"sam": true}
+	})
+	ids := seed(t, b.pool, 2)
+	as := func(user, method, path string, form url.Values) (int, string, http.Header) {
+		req, err := http.NewRequest(method, b.srv.URL+path, strings.NewReader(form.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("X-Test-User", user)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := noRedirect.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body), resp.Header
+	}
+	_, alicePage, _ := as("alice", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[0]), nil)
+	_, bobPage, _ := as("bob", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[1]), nil)
+	form := hidden(t, alicePage)
+	form.Set("csrf", token(t, bobPage)) // bob's own token, alice's dry run
+	form.Set("reason", "not mine")
+	code, _, _ := as("bob", http.MethodPost, "/console/replay", form)
+	require.Equal(t, http.StatusForbidden, code, "another operator's dry run")
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
+
+	form = hidden(t, alicePage)
+	form.Set("reason", "mine")
+	code, _, h := as("alice", http.MethodPost, "/console/replay", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	run := h.Get("Location")
+	stop := url.Values{"csrf": {token(t, bobPage)}}
+	code, body, _ := as("bob", http.MethodPost, run+"/stop", stop)
+	require.Equal(t, http.StatusForbidden, code, "bob may not stop alice's run")
+	require.Contains(t, body, "console:alice")
+	_, samPage, _ := as("sam", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[1]), nil)
+	code, _, _ = as("sam", http.MethodPost, run+"/stop", url.Values{"csrf": {token(t, samPage)}})
+	require.Equal(t, http.StatusSeeOther, code, "a supervisor may")
+	code, _, _ = as("alice", http.MethodPost, run+"/stop", url.Values{"csrf": {token(t, alicePage)}})
+	require.Equal(t, http.StatusSeeOther, code, "and so may its operator")
 }
 
 // Beyond MaxIDs matches the form cannot name them: it pins the dry run's

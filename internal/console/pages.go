@@ -353,6 +353,10 @@ type previewData struct {
 	Purged     bool
 	NotFound   bool
 	Unbounded  bool // the filter has no time bound: say so
+	// MaxReplay is the console's ceiling per replay; OverCeiling says the
+	// dry run counts more (the replay stops at the ceiling).
+	MaxReplay   int
+	OverCeiling bool
 }
 
 type statusN struct {
@@ -424,14 +428,23 @@ func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Valu
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	d.Hidden = append(d.Hidden, header{"expect", strconv.Itoa(res.WouldReplay)}, header{"nonce", nonce})
-	d.ConfirmCLI = "worker replay" + cliArgs(pinned) + " --limit " + strconv.Itoa(res.WouldReplay) + " --reason '…'"
+	expect := min(res.WouldReplay, c.opts.MaxReplay) // the ceiling: the recorded count the replay takes
+	d.MaxReplay, d.OverCeiling = c.opts.MaxReplay, res.WouldReplay > c.opts.MaxReplay
+	d.Hidden = append(d.Hidden, header{"expect", strconv.Itoa(expect)}, header{"nonce", nonce})
+	d.ConfirmCLI = "worker replay" + cliArgs(pinned) + " --limit " + strconv.Itoa(expect) + " --reason '…'"
 	if len(res.ReplayIDs) > 0 {
 		// Few enough to name: the replay takes exactly these.
 		d.Pinned = len(res.ReplayIDs)
 		d.Hidden = append(d.Hidden, header{"within", admin.JoinIDs(res.ReplayIDs, ",")})
 		d.ConfirmCLI = "worker replay " + strings.ReplaceAll(admin.JoinIDs(res.ReplayIDs, ","), ",", " ") + " --reason '…'"
 	}
+	// The confirmed replay takes these fields as recorded here, not as
+	// the browser sends them back.
+	form := url.Values{}
+	for _, h := range d.Hidden {
+		form.Add(h.Name, h.Value)
+	}
+	c.dry.record(nonce, c.opts.Actor(r), form)
 	c.render(w, r, status, "replay", "Replay", d)
 }
 
@@ -502,6 +515,29 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.PostForm
 	reason := strings.TrimSpace(q.Get("reason"))
+	// The selection, the count and the pinned ids are the dry run's as this
+	// server recorded it for this operator; the browser adds only the
+	// reason and a lower "at most".
+	nonce := q.Get("nonce")
+	if nonce == "" {
+		c.showPreview(w, r, q, reason, "the form lacks its dry run's mark: review the dry run below and confirm again", http.StatusBadRequest)
+		return
+	}
+	dry, ok := c.dry.get(nonce)
+	if !ok {
+		c.showPreview(w, r, q, reason, "this worker has no record of that dry run (it restarted, or the dry run is over an hour old): review the dry run below and confirm again", http.StatusBadRequest)
+		return
+	}
+	if dry.actor != c.opts.Actor(r) {
+		c.opts.Logger.Warn("console: replay refused: another operator's dry run", "remote", r.RemoteAddr, "actor", c.opts.Actor(r))
+		c.fail(w, r, http.StatusForbidden, errors.New("that dry run was shown to another operator: run your own dry run and confirm it"))
+		return
+	}
+	q = maps.Clone(dry.form)
+	q.Set("reason", reason)
+	if l := r.PostForm.Get("limit"); l != "" {
+		q.Set("limit", l)
+	}
 	f, limit, err := replayInput(q)
 	if err != nil {
 		c.showPreview(w, r, q, reason, err.Error(), http.StatusBadRequest)
@@ -535,11 +571,6 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Limit == 0 || expect < req.Limit {
 		req.Limit = expect
-	}
-	nonce := q.Get("nonce")
-	if nonce == "" {
-		c.showPreview(w, r, q, reason, "the form lacks its dry run's mark: review the dry run below and confirm again", http.StatusBadRequest)
-		return
 	}
 	run, started, err := c.runs.start(c.opts.Context, c.opts.Logger, nonce, actor, reason, req.Limit, filterQuery(q), func(ctx context.Context, progress func(admin.Progress)) (admin.ReplayResult, error) {
 		req.ProgressFunc = progress
@@ -616,6 +647,16 @@ func (c *Console) stopRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("run")
+	v, ok := c.runs.get(id)
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, errNoRun)
+		return
+	}
+	if user := c.opts.Actor(r); v.Actor != "console:"+user && !c.opts.Supervisors[user] {
+		c.opts.Logger.Warn("console: stop refused: another operator's run", "run", id, "actor", user, "run_actor", v.Actor)
+		c.fail(w, r, http.StatusForbidden, errors.New("this replay is "+v.Actor+"'s: only they, or a supervisor (--console-supervisors), may stop it"))
+		return
+	}
 	if !c.runs.stop(id) {
 		c.fail(w, r, http.StatusNotFound, errNoRun)
 		return
