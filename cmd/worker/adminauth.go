@@ -94,6 +94,11 @@ func guardUI(creds *credentials, h http.Handler, logger *slog.Logger) http.Handl
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Frame-Options", "DENY")
 		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'") // the console replaces it with its fuller one
+		if strings.Contains(r.URL.Path, "/api/") {
+			// River UI's JSON (jobs, their arguments and errors) is never
+			// kept by a browser or a proxy; its static assets may be.
+			w.Header().Set("Cache-Control", "no-store")
+		}
 		guarded.ServeHTTP(w, r)
 	})
 }

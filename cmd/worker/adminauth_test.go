@@ -320,3 +320,24 @@ func TestSingleUserNameCannotBeAnOperatorsToo(t *testing.T) {
 
 // cheapCost10 is a bcrypt hash at the least cost the file accepts.
 func cheapCost10(t *testing.T) string { return hashOf(t, "alice password") }
+
+// River UI's JSON answers are never cached (issue 22); the guard's headers
+// are on every answer, authenticated or not.
+func TestRiverUIJSONIsNotCached(t *testing.T) {
+	t.Parallel()
+	creds, err := newCredentials("admin", "the admin password", "")
+	require.NoError(t, err)
+	g := newGuessRig(t, creds)
+	for _, path := range []string{"/riverui/api/jobs?state=running", "/riverui/api/queues"} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.SetBasicAuth("admin", "the admin password")
+		rec := httptest.NewRecorder()
+		g.h.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusNoContent, rec.Code)
+		require.Equal(t, "no-store", rec.Header().Get("Cache-Control"), path)
+	}
+	rec := httptest.NewRecorder()
+	g.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/riverui/api/jobs", nil))
+	require.Equal(t, http.StatusUnauthorized, rec.Code)
+	require.Equal(t, "no-store", rec.Header().Get("Cache-Control"))
+}

@@ -673,3 +673,20 @@ func TestBadLimitKeepsTheForm(t *testing.T) {
 	require.Contains(t, body, `value="INC-11 typed carefully"`, "with the reason")
 	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
 }
+
+// An envelope resent with 300 other bodies lists the first 50 and says how
+// many there are (issue 22: 3,000 conflicts made a 2.7 MB page).
+func TestEnvelopePageListsAtMost50Conflicts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := seed(t, b.pool, 1)[0]
+	b.exec(t, `INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body, headers)
+		SELECT e.id, e.source, e.delivery_id, sha256(convert_to(g::text, 'UTF8')), 3, convert_to(g::text, 'UTF8'), '{"X-Variant":"v"}'
+		  FROM envelope e, generate_series(1, 300) g WHERE e.id = $1`, id)
+	code, page, _ := b.get(t, fmt.Sprintf("/console/envelopes/%d", id))
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "<h2>Conflicts <small>300</small></h2>")
+	require.Contains(t, page, "the first 50 of 300 shown")
+	require.Equal(t, 50, strings.Count(page, `<article class="conflict">`))
+	require.Less(t, len(page), 200_000)
+}

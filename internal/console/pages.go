@@ -127,7 +127,11 @@ type envelopeData struct {
 	Result     string
 	Duplicates []time.Time
 	Conflicts  []conflictView
-	CLI        string
+	// ConflictsTotal counts them all; Conflicts holds the first
+	// maxConflictRows (an envelope resent 3,000 times with other bodies
+	// made a 2.7 MB page).
+	ConflictsTotal int
+	CLI            string
 }
 
 type header struct{ Name, Value string }
@@ -175,7 +179,11 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, statusOf(err), err)
 		return
 	}
+	d.ConflictsTotal = len(det.Conflicts)
 	for i, cf := range det.Conflicts {
+		if i >= maxConflictRows {
+			break
+		}
 		v := conflictView{Conflict: cf, Headers: displayHeaders(cf.Headers)}
 		if i >= maxConflictDiffs {
 			v.Note = fmt.Sprintf("not compared here: only the first %d conflicts are (the SQL below shows every one)", maxConflictDiffs)
@@ -207,8 +215,12 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "envelope", fmt.Sprintf("Envelope %d", id), d)
 }
 
-// maxConflictDiffs is how many of an envelope's conflicts its page diffs.
-const maxConflictDiffs = 5
+// maxConflictDiffs is how many of an envelope's conflicts its page diffs,
+// and maxConflictRows how many it lists (the SQL it shows lists them all).
+const (
+	maxConflictDiffs = 5
+	maxConflictRows  = 50
+)
 
 // hasChange reports whether a diff has a changed line.
 func hasChange(d []diffLine) bool {

@@ -36,6 +36,12 @@ func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 			allow = append(allow, m)
 		}
 	}
+	if len(allow) == 0 {
+		// No method is served there (PRI *, a request target that is no
+		// path): nothing to allow, so nothing is there.
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "not found", Status: "not_found", RequestID: requestIDOf(r)})
+		return
+	}
 	w.Header().Set("Allow", strings.Join(allow, ", "))
 	writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method not allowed", Status: "method_not_allowed", RequestID: requestIDOf(r)})
 }

@@ -105,3 +105,24 @@ func TestMethodNotAllowedSaysAllow(t *testing.T) {
 		require.Equal(t, tc.allow, r.header.Get("Allow"), "%s %s", tc.method, tc.path)
 	}
 }
+
+// A request for no path (PRI *, OPTIONS-less asterisk targets) is not a
+// 405 with an empty Allow (issue 22): nothing is served there.
+func TestAsteriskTargetIsNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, method := range []string{"PRI", "GET", "POST"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
+		require.NoError(t, err)
+		_, err = fmt.Fprintf(c, "%s * HTTP/1.1\r\nHost: x\r\n\r\n", method)
+		require.NoError(t, err)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		c.Close()
+		require.NotEqual(t, http.StatusMethodNotAllowed, resp.StatusCode, method)
+		require.Empty(t, resp.Header.Values("Allow"), method)
+		require.Less(t, resp.StatusCode, 500, method)
+	}
+}
