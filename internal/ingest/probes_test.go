@@ -109,6 +109,22 @@ var probes = []probe{
 		send: signed("github", githubDelivery("p-\u202egnp\u200b", []byte(`{}`)), func(r *http.Request) { r.Header.Set("User-Agent", "probe\u009b31m") })},
 
 	// 9. Framing and method.
+	// Issue 22 (second probe), the ones that are one request to ingest.
+	{name: "PRI * is a 404, not a 405 with an empty Allow", code: http.StatusNotFound,
+		send: func(t *testing.T, b *bundle) (*http.Response, []byte) {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
+			require.NoError(t, err)
+			t.Cleanup(func() { conn.Close() })
+			require.NoError(t, conn.SetDeadline(time.Now().Add(20*time.Second)))
+			_, err = io.WriteString(conn, "PRI * HTTP/1.1\r\nHost: x\r\n\r\n")
+			require.NoError(t, err)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			require.NoError(t, err)
+			out, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			return resp, out
+		},
+		check: func(t *testing.T, _ *bundle, resp *http.Response, _ []byte) { require.Empty(t, resp.Header.Values("Allow")) }},
 	{name: "Content-Length with Transfer-Encoding: chunked closes the connection", id: "p-clte", code: http.StatusAccepted, stored: 1,
 		send: func(t *testing.T, b *bundle) (*http.Response, []byte) {
 			body := []byte(`{"ref":"clte"}`)
