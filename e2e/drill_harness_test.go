@@ -272,7 +272,7 @@ func drillDeliveries(run string, n int) []drillItem {
 				key: "stripe:payment:" + pi, merchant: "stripe", currency: "USD", delta: amount})
 		case 5:
 			out = append(out, drillItem{source: "github", d: webhooktest.Delivery{Provider: provider.GitHub, Secret: sec("E2E_GITHUB_SECRET"),
-				DeliveryID: fmt.Sprintf("gh-%s-%d", run, i), EventType: "push", Body: webhooktest.GitHubPush(fmt.Sprintf("refs/heads/b%d", i))}})
+				DeliveryID: fmt.Sprintf("gh-%s-%d", run, i), EventType: "push", Body: webhooktest.GitHubPushOf(fmt.Sprintf("refs/heads/b%d", i), fmt.Sprintf("gh-%s-%d", run, i))}})
 		case 6:
 			// The group's payment again, under a new delivery id.
 			out = append(out, drillItem{source: "payments", d: webhooktest.Delivery{Provider: provider.Standard, Secret: sec("E2E_STANDARD_SECRET"),

@@ -158,8 +158,9 @@ func deliveries(run string) []sent {
 			EventType: "orders/paid", Header: shop, Body: webhooktest.ShopifyOrderPaid(order, "12.345", "KWD")}})
 		out = append(out, sent{"shopify", webhooktest.Delivery{Provider: provider.Shopify, Secret: sec("E2E_SHOPIFY_SECRET"), DeliveryID: fmt.Sprintf("%s-refund-%d", run, i),
 			EventType: "refunds/create", Header: shop, Body: webhooktest.ShopifyRefund(order*10, order, "1.000", "KWD")}})
-		out = append(out, sent{"github", webhooktest.Delivery{Provider: provider.GitHub, Secret: sec("E2E_GITHUB_SECRET"), DeliveryID: fmt.Sprintf("%s-gh-%d", run, i),
-			EventType: "push", Body: webhooktest.GitHubPush("refs/heads/main")}})
+		ghID := fmt.Sprintf("%s-gh-%d", run, i)
+		out = append(out, sent{"github", webhooktest.Delivery{Provider: provider.GitHub, Secret: sec("E2E_GITHUB_SECRET"), DeliveryID: ghID,
+			EventType: "push", Body: webhooktest.GitHubPushOf("refs/heads/main", ghID)}})
 	}
 	// An event with no handler: ignored.
 	out = append(out, sent{"stripe", webhooktest.Delivery{Provider: provider.Stripe, Secret: sec("E2E_STRIPE_SECRET"), DeliveryID: "evt_" + run + "_customer",

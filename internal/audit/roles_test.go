@@ -35,6 +35,7 @@ var grantDecisions = map[string]map[string]string{
 	"envelope_conflict":              {"inbox_ingest": "INSERT", "inbox_worker": "DELETE,INSERT,SELECT", "inbox_admin": "DELETE,INSERT,SELECT"},
 	"backfill_run":                   {"inbox_worker": "INSERT,SELECT,UPDATE", "inbox_admin": "INSERT,SELECT,UPDATE"},
 	"envelope_count":                 {"inbox_worker": "SELECT", "inbox_admin": "SELECT"},
+	"envelope_digest":                {"inbox_ingest": "INSERT,SELECT,UPDATE", "inbox_worker": "DELETE,SELECT", "inbox_admin": "SELECT"},
 	"envelope_conflict.id":           {"inbox_ingest": "SELECT"},
 	"envelope_replay":                {"inbox_worker": "DELETE,SELECT", "inbox_admin": "DELETE,INSERT,SELECT"},
 	"ledger_account":                 {"inbox_worker": "INSERT,SELECT", "inbox_admin": "SELECT"},

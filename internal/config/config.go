@@ -64,6 +64,12 @@ type Source struct {
 	Throttle *Throttle `yaml:"throttle"`
 	// Forward sends verified deliveries on to internal HTTP endpoints.
 	Forward []*Forward `yaml:"forward"`
+	// ReplayWindow is how long a delivery's signed body is remembered, for
+	// providers whose signature does not cover the delivery id (GitHub,
+	// Shopify, hmac with the id from a header): the same event type and body
+	// under another id within it is a replay, answered 200 duplicate and
+	// recorded. Zero: provider.DefaultReplayWindow (72 h).
+	ReplayWindow time.Duration `yaml:"replay_window"`
 	// MaxAge bounds how long an envelope of the source may keep waiting
 	// (snoozing: a refund for its payment) before it fails. Zero: the
 	// worker's --max-age, raised to the provider's retry window (Stripe 3
@@ -439,6 +445,12 @@ func (s *Source) validate() error {
 	}
 	if s.MaxAttempts > MaxMaxAttempts {
 		return fmt.Errorf("max_attempts %d: at most %d (River's default, which replayed and reconciled jobs carry; lower it, or raise the backoff to retry over a longer time)", s.MaxAttempts, MaxMaxAttempts)
+	}
+	if s.ReplayWindow < 0 {
+		return errors.New("replay_window must not be negative")
+	}
+	if s.ReplayWindow == 0 {
+		s.ReplayWindow = provider.DefaultReplayWindow
 	}
 	if s.MaxAge < 0 {
 		return errors.New("max_age must not be negative")

@@ -89,6 +89,13 @@ type NewDelivery struct {
 	// stored it.
 	Origin        Origin
 	BackfillRunID int64
+	// ReplayDigest, when set (provider.Delivery.ReplayDigest: the signature
+	// does not cover the delivery id), is claimed for ReplayWindow in
+	// envelope_digest: a later delivery with the same digest under another
+	// delivery id within that window is a replay of this one, stored as
+	// nothing new (InsertResult.ReplayOf).
+	ReplayDigest []byte
+	ReplayWindow time.Duration
 }
 
 // Origin says how an envelope reached the inbox.
@@ -126,8 +133,14 @@ func (s *Store) Stored(ctx context.Context, source string, ids []string) (map[st
 type InsertResult struct {
 	EnvelopeID int64
 	// Duplicate is true when the delivery id was already stored with the same
-	// body: nothing new was stored or enqueued.
+	// body, or the delivery is a replay (ReplayOf): nothing new was stored or
+	// enqueued.
 	Duplicate bool
+	// ReplayOf, when set, is the delivery id whose signed body (and event
+	// type) this delivery resent under a new id within the source's replay
+	// window; EnvelopeID is that delivery's envelope. The replay is recorded
+	// in envelope_duplicate (replayed_as).
+	ReplayOf string
 }
 
 // ConflictError is returned by Insert when the delivery id is already stored
@@ -232,56 +245,108 @@ func (s *Store) insertTx(ctx context.Context, items []prepared) ([]groupcommit.R
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var fresh, dups []int
 		var conflicts []int
-		todo := order
-		for round := 0; len(todo) > 0; round++ {
-			if round == 3 {
-				return errVanished
-			}
-			inserted, err := insertEnvelopes(ctx, tx, items, todo)
-			if err != nil {
-				return err
-			}
-			var taken []int
-			for _, i := range todo {
-				k := deliveryKey{items[i].d.Source, items[i].d.DeliveryID}
-				if id, ok := inserted[k]; ok {
-					delete(inserted, k) // a second copy in this batch is a duplicate of the first
-					out[i].Value.EnvelopeID = id
-					fresh = append(fresh, i)
-					continue
+		todo, replayOf, err := claimDigests(ctx, tx, items, order)
+		if err != nil {
+			return err
+		}
+		store := func(todo []int) error {
+			for round := 0; len(todo) > 0; round++ {
+				if round == 3 {
+					return errVanished
 				}
-				taken = append(taken, i)
+				inserted, err := insertEnvelopes(ctx, tx, items, todo)
+				if err != nil {
+					return err
+				}
+				var taken []int
+				for _, i := range todo {
+					k := deliveryKey{items[i].d.Source, items[i].d.DeliveryID}
+					if id, ok := inserted[k]; ok {
+						delete(inserted, k) // a second copy in this batch is a duplicate of the first
+						out[i].Value.EnvelopeID = id
+						fresh = append(fresh, i)
+						continue
+					}
+					taken = append(taken, i)
+				}
+				if len(taken) == 0 {
+					break
+				}
+				stored, err := lookupStored(ctx, tx, items, taken)
+				if err != nil {
+					return err
+				}
+				todo = todo[:0:0]
+				for _, i := range taken {
+					st, ok := stored[deliveryKey{items[i].d.Source, items[i].d.DeliveryID}]
+					if !ok {
+						// Deleted by retention between the two statements: insert again.
+						todo = append(todo, i)
+						continue
+					}
+					out[i].Value.EnvelopeID = st.id
+					if sameEvent(st, items[i].sum, items[i].d.Origin) {
+						out[i].Value.Duplicate = true
+						dups = append(dups, i)
+					} else {
+						conflicts = append(conflicts, i)
+					}
+				}
 			}
-			if len(taken) == 0 {
-				break
+			return nil
+		}
+		if err := store(todo); err != nil {
+			return err
+		}
+		if len(replayOf) > 0 {
+			// Replays point at the envelope of the delivery whose body they
+			// resent (stored before, or just now in this transaction).
+			var srcs, ofs []string
+			for i, of := range replayOf {
+				srcs, ofs = append(srcs, items[i].d.Source), append(ofs, of)
 			}
-			stored, err := lookupStored(ctx, tx, items, taken)
+			originals, err := lookupStoredKeys(ctx, tx, srcs, ofs)
 			if err != nil {
 				return err
 			}
-			todo = todo[:0:0]
-			for _, i := range taken {
-				st, ok := stored[deliveryKey{items[i].d.Source, items[i].d.DeliveryID}]
+			var late []int
+			for i, of := range replayOf {
+				st, ok := originals[deliveryKey{items[i].d.Source, of}]
 				if !ok {
-					// Deleted by retention between the two statements: insert again.
-					todo = append(todo, i)
+					// Its envelope is gone (retention outran the replay
+					// window): nothing to point at, so the digest is this
+					// delivery's now, and the delivery is stored.
+					late = append(late, i)
 					continue
 				}
-				out[i].Value.EnvelopeID = st.id
-				if sameEvent(st, items[i].sum, items[i].d.Origin) {
-					out[i].Value.Duplicate = true
-					dups = append(dups, i)
-				} else {
-					conflicts = append(conflicts, i)
+				out[i].Value = InsertResult{EnvelopeID: st.id, Duplicate: true, ReplayOf: of}
+				dups = append(dups, i)
+			}
+			if len(late) > 0 {
+				slices.SortFunc(late, func(a, b int) int {
+					return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), cmp.Compare(items[a].d.DeliveryID, items[b].d.DeliveryID))
+				})
+				for _, i := range late {
+					d := items[i].d
+					if _, err := tx.Exec(ctx, `UPDATE envelope_digest SET delivery_id = $3 WHERE source = $1 AND digest = $2`, d.Source, d.ReplayDigest, d.DeliveryID); err != nil {
+						return fmt.Errorf("reclaim replay digest: %w", err)
+					}
+				}
+				if err := store(late); err != nil {
+					return err
 				}
 			}
 		}
 		if len(dups) > 0 {
 			ids := make([]int64, len(dups))
+			as := make([]*string, len(dups))
 			for n, i := range dups {
 				ids[n] = out[i].Value.EnvelopeID
+				if out[i].Value.ReplayOf != "" {
+					as[n] = &items[i].d.DeliveryID
+				}
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO envelope_duplicate (envelope_id) SELECT unnest($1::bigint[])`, ids); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO envelope_duplicate (envelope_id, replayed_as) SELECT * FROM unnest($1::bigint[], $2::text[])`, ids, as); err != nil {
 				return fmt.Errorf("record duplicates: %w", err)
 			}
 		}
@@ -429,6 +494,11 @@ func lookupStored(ctx context.Context, tx pgx.Tx, items []prepared, idx []int) (
 	for j, i := range idx {
 		sources[j], ids[j] = items[i].d.Source, items[i].d.DeliveryID
 	}
+	return lookupStoredKeys(ctx, tx, sources, ids)
+}
+
+// lookupStoredKeys is lookupStored of (sources[j], ids[j]).
+func lookupStoredKeys(ctx context.Context, tx pgx.Tx, sources, ids []string) (map[deliveryKey]storedDelivery, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT e.id, e.source, e.delivery_id, e.body_sha256, e.origin
 		  FROM envelope e
@@ -438,7 +508,7 @@ func lookupStored(ctx context.Context, tx pgx.Tx, items []prepared, idx []int) (
 	if err != nil {
 		return nil, fmt.Errorf("load stored deliveries: %w", err)
 	}
-	stored := make(map[deliveryKey]storedDelivery, len(idx))
+	stored := make(map[deliveryKey]storedDelivery, len(ids))
 	var k deliveryKey
 	var st storedDelivery
 	_, err = pgx.ForEachRow(rows, []any{&st.id, &k.source, &k.id, &st.sum, &st.origin}, func() error {
@@ -449,4 +519,124 @@ func lookupStored(ctx context.Context, tx pgx.Tx, items []prepared, idx []int) (
 		return nil, fmt.Errorf("load stored deliveries: %w", err)
 	}
 	return stored, nil
+}
+
+type digestKey struct{ source, digest string }
+
+// claimDigests claims, in envelope_digest, the replay digests of the items
+// at order that have one (NewDelivery.ReplayDigest), and returns the items
+// to store (order, less the replays) and the replays: item -> the delivery
+// id whose digest it carries. A digest is the item's when it is new, or its
+// holder's claim has expired, or its holder is the same delivery id (a
+// provider's retry: stored as the duplicate it is). Within the batch the
+// first copy claims; rows are claimed in (source, digest) order, so two
+// batches cannot deadlock on them.
+func claimDigests(ctx context.Context, tx pgx.Tx, items []prepared, order []int) ([]int, map[int]string, error) {
+	first := map[digestKey]int{}
+	replayOf := map[int]string{}
+	var claim []int
+	rest := make([]int, 0, len(order))
+	for _, i := range order {
+		d := items[i].d
+		if d.ReplayDigest == nil {
+			rest = append(rest, i)
+			continue
+		}
+		k := digestKey{d.Source, string(d.ReplayDigest)}
+		if j, ok := first[k]; ok {
+			if of := items[j].d.DeliveryID; of != d.DeliveryID {
+				replayOf[i] = of
+			} else {
+				rest = append(rest, i)
+			}
+			continue
+		}
+		first[k] = i
+		claim = append(claim, i)
+	}
+	if len(claim) == 0 {
+		return rest, replayOf, nil
+	}
+	slices.SortFunc(claim, func(a, b int) int {
+		return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), bytes.Compare(items[a].d.ReplayDigest, items[b].d.ReplayDigest))
+	})
+	n := len(claim)
+	sources, digests, ids, windows := make([]string, n), make([][]byte, n), make([]string, n), make([]int64, n)
+	for j, i := range claim {
+		d := items[i].d
+		sources[j], digests[j], ids[j], windows[j] = d.Source, d.ReplayDigest, d.DeliveryID, d.ReplayWindow.Microseconds()
+	}
+	rows, err := tx.Query(ctx, `
+		INSERT INTO envelope_digest (source, digest, delivery_id, expires_at)
+		SELECT source, digest, delivery_id, now() + window_us * interval '1 microsecond'
+		  FROM unnest($1::text[], $2::bytea[], $3::text[], $4::bigint[]) WITH ORDINALITY AS c(source, digest, delivery_id, window_us, ord)
+		 ORDER BY ord
+		ON CONFLICT (source, digest) DO UPDATE SET delivery_id = EXCLUDED.delivery_id, expires_at = EXCLUDED.expires_at
+		 WHERE envelope_digest.expires_at <= now()
+		RETURNING source, digest`, sources, digests, ids, windows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim replay digests: %w", err)
+	}
+	claimed := map[digestKey]bool{}
+	var k digestKey
+	var digest []byte
+	if _, err := pgx.ForEachRow(rows, []any{&k.source, &digest}, func() error {
+		k.digest = string(digest)
+		claimed[k] = true
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("claim replay digests: %w", err)
+	}
+	if len(claimed) < n {
+		// Held by a live claim: whose? (committed: the claim above waited
+		// for any transaction still writing it)
+		rows, err := tx.Query(ctx, `
+			SELECT g.source, g.digest, g.delivery_id
+			  FROM envelope_digest g
+			 WHERE (g.source, g.digest) IN (SELECT * FROM unnest($1::text[], $2::bytea[]))`, sources, digests)
+		if err != nil {
+			return nil, nil, fmt.Errorf("look up replay digests: %w", err)
+		}
+		holders := map[digestKey]string{}
+		var holder string
+		if _, err := pgx.ForEachRow(rows, []any{&k.source, &digest, &holder}, func() error {
+			k.digest = string(digest)
+			holders[k] = holder
+			return nil
+		}); err != nil {
+			return nil, nil, fmt.Errorf("look up replay digests: %w", err)
+		}
+		for _, i := range claim {
+			d := items[i].d
+			k := digestKey{d.Source, string(d.ReplayDigest)}
+			if h, ok := holders[k]; ok && !claimed[k] && h != d.DeliveryID {
+				replayOf[i] = h
+			}
+		}
+	}
+	for _, i := range claim {
+		if _, replay := replayOf[i]; !replay {
+			rest = append(rest, i)
+		}
+	}
+	// The items the batch's later copies replay keep their order: store
+	// them in (source, delivery id) order as before.
+	slices.SortStableFunc(rest, func(a, b int) int {
+		return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), cmp.Compare(items[a].d.DeliveryID, items[b].d.DeliveryID))
+	})
+	return rest, replayOf, nil
+}
+
+// DeleteExpiredDigests deletes up to limit envelope_digest rows whose
+// replay window has passed, and returns how many it deleted: the table
+// holds a window's worth of deliveries, whatever the envelopes kept. The
+// worker's reconcile runs it every minute.
+func DeleteExpiredDigests(ctx context.Context, db DB, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, `
+		DELETE FROM envelope_digest WHERE (source, digest) IN (
+			SELECT source, digest FROM envelope_digest WHERE expires_at < now() ORDER BY expires_at LIMIT $1)`, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete expired replay digests: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }

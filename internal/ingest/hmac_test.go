@@ -7,16 +7,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/config"
-	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ingest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
@@ -35,22 +32,15 @@ sources:
     hmac: {preset: slack}
 `), func(k string) string { return map[string]string{"SLACK_SIGNING_SECRET": secret}[k] })
 	require.NoError(t, err)
-	pool := pgtest.NewPool(t)
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, nil))
-	rc, err := envelope.NewInsertClient(pool, logger)
-	require.NoError(t, err)
-	srv, err := ingest.New(cfg, envelope.NewStore(pool, rc), logger, ingest.Options{})
-	require.NoError(t, err)
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
+	b := serveConfig(t, pgtest.NewPool(t), cfg, ingest.Options{})
+	pool := b.pool
 
 	body := []byte(`{"token":"x","team_id":"T1","type":"event_callback","event_id":"Ev08MFMKH6","event_time":1700000000,"event":{"type":"app_mention","user":"U1","text":"hi"}}`)
 	send := func(body []byte, at time.Time, secret string) response {
 		ts := fmt.Sprint(at.Unix())
 		m := hmac.New(sha256.New, []byte(secret))
 		fmt.Fprintf(m, "v0:%s:%s", ts, body)
-		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, hs.URL+"/webhooks/slack", bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, b.url+"/webhooks/slack", bytes.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Slack-Request-Timestamp", ts)

@@ -93,14 +93,20 @@ func loadConfig(t testing.TB) *config.Config {
 	return cfg
 }
 
-// serve starts a real HTTP server for ingest on pool.
+// serve starts a real HTTP server for ingest on pool with the test sources.
 func serve(t testing.TB, pool *pgxpool.Pool, opts ingest.Options) *bundle {
+	t.Helper()
+	return serveConfig(t, pool, loadConfig(t), opts)
+}
+
+// serveConfig starts a real HTTP server for ingest of cfg's sources on pool.
+func serveConfig(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, opts ingest.Options) *bundle {
 	t.Helper()
 	logs := &syncBuffer{}
 	logger := slogJSON(logs)
 	rc, err := envelope.NewInsertClient(pool, logger)
 	require.NoError(t, err)
-	srv, err := ingest.New(loadConfig(t), envelope.NewStore(pool, rc), logger, opts)
+	srv, err := ingest.New(cfg, envelope.NewStore(pool, rc), logger, opts)
 	require.NoError(t, err)
 	return &bundle{pool: pool, url: newServer(t, srv), logs: logs}
 }
@@ -161,7 +167,7 @@ func sample(providerName, id string) (string, webhooktest.Delivery) {
 			Body: webhooktest.StripePayment(id, "pi_"+id, 2000, "usd")}
 	case provider.GitHub:
 		return "github", webhooktest.Delivery{Provider: provider.GitHub, Secret: githubSecret, DeliveryID: id, EventType: "push",
-			Body: webhooktest.GitHubPush("refs/heads/main")}
+			Body: webhooktest.GitHubPushOf("refs/heads/main", id)}
 	case provider.Shopify:
 		return "shopify", webhooktest.Delivery{Provider: provider.Shopify, Secret: shopifySecret, DeliveryID: id, EventType: "orders/paid",
 			Body: webhooktest.ShopifyOrderPaid(1001, "19.99", "USD"), Header: http.Header{"X-Shopify-Shop-Domain": {"demo.myshopify.com"}}}
@@ -249,6 +255,7 @@ func TestSameDeliveryIDDifferentBodyIs200DuplicateAndRecorded(t *testing.T) {
 	source, d := sample(provider.GitHub, "7b2f0c1e-conflict")
 	first := b.send(t, source, d)
 	require.Equal(t, http.StatusAccepted, first.code)
+	original := d.Body
 	d.Body = webhooktest.GitHubPush("refs/heads/other")
 	r := b.send(t, source, d)
 	require.Equal(t, http.StatusOK, r.code, r.raw)
@@ -258,7 +265,7 @@ func TestSameDeliveryIDDifferentBodyIs200DuplicateAndRecorded(t *testing.T) {
 	env, jobs, conflicts := b.stored(t)
 	require.Equal(t, [3]int{1, 1, 1}, [3]int{env, jobs, conflicts})
 	// The original is untouched.
-	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND body = $2`, first.EnvelopeID, webhooktest.GitHubPush("refs/heads/main")))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND body = $2`, first.EnvelopeID, original))
 	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_duplicate`), "a conflict is not a duplicate")
 	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1 AND body = $2 AND body_sha256 = sha256($2)`, first.EnvelopeID, d.Body))
 

@@ -158,7 +158,10 @@ func TestBudgetedBodiesAreExact(t *testing.T) {
 			if n == 0 {
 				body = []byte(`{}`)
 			}
-			d := webhooktest.Delivery{Provider: provider.GitHub, Secret: githubSecret, DeliveryID: id, EventType: "push", Body: body}
+			// The chunked copy of a body is sent as another event type: the
+			// same body and event under another id would be a replay.
+			event := map[bool]string{false: "push", true: "ping"}[chunked]
+			d := webhooktest.Delivery{Provider: provider.GitHub, Secret: githubSecret, DeliveryID: id, EventType: event, Body: body}
 			req, err := d.Request(context.Background(), b.url+"/webhooks/github")
 			require.NoError(t, err)
 			if chunked {

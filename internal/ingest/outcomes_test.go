@@ -22,7 +22,7 @@ import (
 // so an alert on any outcome sees 0 before the first one.
 func TestMetricsOutcomesAreInitialised(t *testing.T) {
 	t.Parallel()
-	seen := map[labels.IngestOutcome]bool{labels.Accepted: true, labels.Duplicate: true} // the success path's (handleWebhook)
+	seen := map[labels.IngestOutcome]bool{labels.Accepted: true, labels.Duplicate: true, labels.Replay: true} // the success path's (handleWebhook)
 	for _, err := range []error{
 		errUnknownSource, errTooLarge, &readError{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}},
 		&readError{io.ErrUnexpectedEOF}, &provider.SignatureError{Reason: "x"}, &provider.FormatError{Reason: "x"},

@@ -124,7 +124,9 @@ var probes = []probe{
 			require.NoError(t, err)
 			return resp, out
 		},
-		check: func(t *testing.T, _ *bundle, resp *http.Response, _ []byte) { require.Empty(t, resp.Header.Values("Allow")) }},
+		check: func(t *testing.T, _ *bundle, resp *http.Response, _ []byte) {
+			require.Empty(t, resp.Header.Values("Allow"))
+		}},
 	{name: "Content-Length with Transfer-Encoding: chunked closes the connection", id: "p-clte", code: http.StatusAccepted, stored: 1,
 		send: func(t *testing.T, b *bundle) (*http.Response, []byte) {
 			body := []byte(`{"ref":"clte"}`)

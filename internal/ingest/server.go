@@ -174,6 +174,9 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		Headers:     d.Headers,
 		SignedAt:    d.SignedAt,
 		MaxAttempts: src.cfg.MaxAttempts,
+		// Set when the signature does not cover the delivery id.
+		ReplayDigest: d.ReplayDigest,
+		ReplayWindow: src.cfg.ReplayWindow,
 		// The request's span, not the store's: attempts are its children.
 		TraceContext: tracing.TraceParent(r.Context()),
 	})
@@ -184,9 +187,17 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err, log.With("delivery_id", d.DeliveryID, "event_type", d.EventType, "envelope_id", res.EnvelopeID))
 		return
 	}
-	code, outcome := http.StatusAccepted, labels.Accepted
-	if res.Duplicate {
-		code, outcome = http.StatusOK, labels.Duplicate
+	code, outcome, status := http.StatusAccepted, labels.Accepted, labels.Accepted
+	switch {
+	case res.ReplayOf != "":
+		// A captured signed body resent under a new delivery id (the
+		// signature does not cover the id): answered as the duplicate it
+		// is, recorded, and said to the operator.
+		code, outcome, status = http.StatusOK, labels.Replay, labels.Duplicate
+		log.WarnContext(r.Context(), "signed body replayed under a new delivery id: acknowledged as a duplicate, nothing stored, recorded in envelope_duplicate",
+			"delivery_id", d.DeliveryID, "replay_of", res.ReplayOf, "event_type", d.EventType, "envelope_id", res.EnvelopeID)
+	case res.Duplicate:
+		code, outcome, status = http.StatusOK, labels.Duplicate, labels.Duplicate
 	}
 	// DEBUG: at full rate an INFO line per delivery cost 13% of ingest's
 	// throughput (docs/benchmarks.md), and the envelope row is the record.
@@ -196,7 +207,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	s.observe(r, outcome, "")
 	traceResult(r, code, string(outcome), res.EnvelopeID)
-	writeJSON(w, code, acceptedBody{EnvelopeID: res.EnvelopeID, Status: string(outcome)})
+	writeJSON(w, code, acceptedBody{EnvelopeID: res.EnvelopeID, Status: string(status)})
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {

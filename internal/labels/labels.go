@@ -20,6 +20,7 @@ const (
 	Accepted      IngestOutcome = "accepted"       // 202: stored, with its job
 	Duplicate     IngestOutcome = "duplicate"      // 200: the delivery id was stored, same body
 	Conflict      IngestOutcome = "conflict"       // 200: the delivery id was stored, another body (recorded)
+	Replay        IngestOutcome = "replay"         // 200: a signed body stored under another delivery id, resent (recorded)
 	BadSignature  IngestOutcome = "bad_signature"  // 401
 	BadRequest    IngestOutcome = "bad_request"    // 400: no delivery id, an unreadable body
 	TooLarge      IngestOutcome = "too_large"      // 413
@@ -34,7 +35,7 @@ const (
 // IngestOutcomes are the outcomes a configured source's requests can have:
 // all of them but UnknownSource.
 var IngestOutcomes = []IngestOutcome{
-	Accepted, Duplicate, Conflict, BadSignature, BadRequest, TooLarge,
+	Accepted, Duplicate, Conflict, Replay, BadSignature, BadRequest, TooLarge,
 	ReadTimeout, Unavailable, Overloaded, DBPermission, InternalError,
 }
 

@@ -42,7 +42,7 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 	m := &Ingest{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inbox_ingest_requests_total",
-			Help: "Webhook requests by source and outcome (accepted, duplicate, conflict, bad_signature, bad_request, too_large, read_timeout, unknown_source, unavailable, overloaded, db_permission, internal_error).",
+			Help: "Webhook requests by source and outcome (accepted, duplicate, conflict, replay, bad_signature, bad_request, too_large, read_timeout, unknown_source, unavailable, overloaded, db_permission, internal_error).",
 		}, []string{"source", "outcome"}),
 		SignatureFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inbox_ingest_signature_failures_total",

@@ -81,10 +81,11 @@ func (v *githubVerifier) Verify(h http.Header, body []byte, _ time.Time) (Delive
 		typ += "." + action
 	}
 	return Delivery{
-		DeliveryID: id,
-		EventType:  usableEventType(typ),
-		Payload:    p,
-		Headers:    auditHeaders(h, githubKeep, []string{githubSignatureHeader, githubSHA1SignatureHeader}),
+		DeliveryID:   id,
+		EventType:    usableEventType(typ),
+		Payload:      p,
+		Headers:      auditHeaders(h, githubKeep, []string{githubSignatureHeader, githubSHA1SignatureHeader}),
+		ReplayDigest: replayDigest(typ, body),
 	}, nil
 }
 

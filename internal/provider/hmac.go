@@ -215,6 +215,9 @@ type hmacVerifier struct {
 	size      int
 	parts     []hmacPart
 	tolerance time.Duration
+	// signsID: signed_content has {id}, so the delivery id is signed and
+	// no replay digest is needed.
+	signsID bool
 }
 
 func newHMAC(cfg Config) (Verifier, error) {
@@ -265,6 +268,7 @@ func newHMAC(cfg Config) (Verifier, error) {
 	signsTimestamp := false
 	for _, p := range v.parts {
 		signsTimestamp = signsTimestamp || p.field == "timestamp"
+		v.signsID = v.signsID || p.field == "id"
 	}
 	if hasTimestamp && !signsTimestamp {
 		return nil, errors.New("a timestamp is read (timestamp_header or pairs.timestamp) but signed_content has no {timestamp}: it would not be signed, and a captured delivery would pass the tolerance check under a fresh one; add {timestamp} where the sender signs it, or drop the timestamp")
@@ -384,13 +388,17 @@ func (v *hmacVerifier) Verify(h http.Header, body []byte, now time.Time) (Delive
 			keep = append(keep, k)
 		}
 	}
-	return Delivery{
+	d := Delivery{
 		DeliveryID: id,
 		EventType:  usableEventType(v.field(c.EventType, h, p, body)),
 		Payload:    p,
 		Headers:    auditHeaders(h, keep, []string{c.SignatureHeader}),
 		SignedAt:   signedAt,
-	}, nil
+	}
+	if c.DeliveryID.Header != "" && !v.signsID {
+		d.ReplayDigest = replayDigest(v.field(c.EventType, h, p, body), body)
+	}
+	return d, nil
 }
 
 // matches reports whether any of sigs is the MAC of the signed content

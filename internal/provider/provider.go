@@ -5,6 +5,7 @@
 package provider
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,21 @@ type Delivery struct {
 	Headers map[string]string
 	// SignedAt is the provider's signed timestamp, zero when it signs none.
 	SignedAt time.Time
+	// ReplayDigest is set when the signature does not cover the delivery
+	// id (GitHub, Shopify, an hmac source taking the id from a header
+	// without {id} in signed_content): sha256 of the event type, a 0 byte
+	// and the body. A captured body resent under a new id verifies; the
+	// store recognises it by this digest within the source's replay window.
+	ReplayDigest []byte
+}
+
+// replayDigest is Delivery.ReplayDigest of eventType and body.
+func replayDigest(eventType string, body []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(eventType))
+	h.Write([]byte{0})
+	h.Write(body)
+	return h.Sum(nil)
 }
 
 // Verifier checks one request of one configured source.
@@ -88,6 +104,14 @@ func RetryWindow(name string) time.Duration {
 	}
 	return 0
 }
+
+// DefaultReplayWindow is how long a source remembers the signed bodies of
+// deliveries whose id the signature does not cover (config replay_window):
+// GitHub lets an operator redeliver the last 3 days of deliveries (with the
+// same id, which is a plain duplicate), Shopify retries for 4 hours (48
+// before September 2024); 3 days covers both. A captured body resent after
+// it is stored again: the residual risk docs/security.md states.
+const DefaultReplayWindow = 72 * time.Hour
 
 // DefaultTolerance is the timestamp tolerance when a source sets none; it is
 // Stripe's and Standard Webhooks' own default.

@@ -61,9 +61,10 @@ func (v *shopifyVerifier) Verify(h http.Header, body []byte, _ time.Time) (Deliv
 		return Delivery{}, err
 	}
 	return Delivery{
-		DeliveryID: id,
-		EventType:  usableEventType(h.Get(shopifyTopicHeader)),
-		Payload:    jsonPayload(body),
-		Headers:    auditHeaders(h, shopifyKeep, []string{shopifySignatureHeader}),
+		DeliveryID:   id,
+		EventType:    usableEventType(h.Get(shopifyTopicHeader)),
+		Payload:      jsonPayload(body),
+		Headers:      auditHeaders(h, shopifyKeep, []string{shopifySignatureHeader}),
+		ReplayDigest: replayDigest(h.Get(shopifyTopicHeader), body),
 	}, nil
 }

@@ -106,5 +106,6 @@ func TestShopifyDelivery(t *testing.T) {
 			"X-Shopify-Api-Version":  "2025-01",
 			"X-Shopify-Hmac-Sha256":  Redacted,
 		},
+		ReplayDigest: sha256Of("orders/paid\x00" + string(shopifyBody)),
 	}, d)
 }

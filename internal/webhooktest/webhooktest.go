@@ -116,3 +116,11 @@ func ShopifyRefund(refundID, orderID int64, amount, currency string) []byte {
 func GitHubPush(ref string) []byte {
 	return fmt.Appendf(nil, `{"ref":%q,"repository":{"full_name":"octo/repo"},"commits":[]}`, ref)
 }
+
+// GitHubPushOf returns the push event of one delivery: its "after" (the
+// commit the branch moved to) names the delivery, as two real pushes
+// differ. GitHub does not sign the delivery id, so two deliveries of one
+// body are one delivery replayed (provider.Delivery.ReplayDigest).
+func GitHubPushOf(ref, deliveryID string) []byte {
+	return fmt.Appendf(nil, `{"ref":%q,"after":%q,"repository":{"full_name":"octo/repo"},"commits":[]}`, ref, deliveryID)
+}

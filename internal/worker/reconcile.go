@@ -34,9 +34,10 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 // cancelled it in River UI, or River gave up on it while the database was
 // unreachable), the envelope fails with that reason, so an operator can
 // replay it on purpose. If it has no job at all, a job is enqueued. Both log
-// a warning. It also deletes old throttle windows and folds the envelope
+// a warning. It also deletes old throttle windows, folds the envelope
 // counts' deltas (envelope.CompactCounts), so that a read of the counts
-// sums at most about a minute of them.
+// sums at most about a minute of them, and deletes replay digests past
+// their window.
 type ReconcileWorker struct {
 	river.WorkerDefaults[ReconcileArgs]
 	Pool   *pgxpool.Pool
@@ -55,6 +56,18 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	}
 	if _, err := envelope.CompactCounts(ctx, w.Pool); err != nil {
 		w.Logger.Warn("compact envelope counts", "error", err)
+	}
+	// Batches of 10,000, until the expired ones are gone or 20 s have
+	// passed (a minute of 2,000 GitHub deliveries/s is 12 batches).
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		n, err := envelope.DeleteExpiredDigests(ctx, w.Pool, 10000)
+		if err != nil {
+			w.Logger.Warn("delete expired replay digests", "error", err)
+			break
+		}
+		if n < 10000 {
+			break
+		}
 	}
 	failed, enqueued, err := Reconcile(ctx, w.Pool, w.Grace)
 	if err != nil {
