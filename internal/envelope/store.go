@@ -145,10 +145,82 @@ type InsertResult struct {
 
 // ConflictError is returned by Insert when the delivery id is already stored
 // with a different body. The stored envelope is untouched; the conflicting
-// delivery is recorded in envelope_conflict.
+// delivery is recorded in envelope_conflict (see Kept).
 type ConflictError struct {
 	EnvelopeID int64
 	ConflictID int64
+	// Kept says how: its body stored on a row of its own (ConflictStored),
+	// counted on the row of the same variant recorded before
+	// (ConflictRepeat), or counted on the envelope's overflow row without
+	// its body, past MaxConflictVariants (ConflictOverflow).
+	Kept ConflictKept
+}
+
+// ConflictKept is how a conflicting delivery was recorded.
+type ConflictKept string
+
+// How conflicts are kept.
+const (
+	ConflictStored   ConflictKept = "stored"
+	ConflictRepeat   ConflictKept = "repeat"
+	ConflictOverflow ConflictKept = "overflow"
+)
+
+// MaxConflictVariants is how many distinct conflicting bodies one envelope
+// keeps; later variants are counted without their bodies, so what one
+// captured signed body can make the inbox store is bounded.
+const MaxConflictVariants = 20
+
+// recordConflict records it as a conflict of envelope envelopeID, under the
+// envelope's advisory lock (two resends of one variant at once make one
+// row): a variant already recorded counts on its row, a new one gets a row
+// while the envelope has fewer than MaxConflictVariants, and any later one
+// counts on the overflow row, without its body.
+func recordConflict(ctx context.Context, tx pgx.Tx, it prepared, envelopeID int64) (*ConflictError, error) {
+	c := &ConflictError{EnvelopeID: envelopeID}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('envelope_conflict', $1))`, envelopeID); err != nil {
+		return nil, fmt.Errorf("record conflict: %w", err)
+	}
+	err := tx.QueryRow(ctx, `
+		UPDATE envelope_conflict SET repeats = repeats + 1, last_received_at = now()
+		 WHERE envelope_id = $1 AND body_sha256 = $2 AND NOT overflow
+		RETURNING id`, envelopeID, it.sum).Scan(&c.ConflictID)
+	if err == nil {
+		c.Kept = ConflictRepeat
+		return c, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("record conflict: %w", err)
+	}
+	var variants int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1 AND NOT overflow`, envelopeID).Scan(&variants); err != nil {
+		return nil, fmt.Errorf("record conflict: %w", err)
+	}
+	if variants < MaxConflictVariants {
+		c.Kept = ConflictStored
+		err = tx.QueryRow(ctx, `
+			INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body, headers)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			RETURNING id`, envelopeID, it.d.Source, it.d.DeliveryID, it.sum, len(it.d.Body), it.d.Body, it.headers,
+		).Scan(&c.ConflictID)
+	} else {
+		c.Kept = ConflictOverflow
+		err = tx.QueryRow(ctx, `
+			UPDATE envelope_conflict SET repeats = repeats + 1, last_received_at = now(), body_sha256 = $2, body_size = $3, headers = $4
+			 WHERE envelope_id = $1 AND overflow
+			RETURNING id`, envelopeID, it.sum, len(it.d.Body), it.headers).Scan(&c.ConflictID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = tx.QueryRow(ctx, `
+				INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body, headers, overflow)
+				VALUES ($1, $2, $3, $4, $5, NULL, $6, true)
+				RETURNING id`, envelopeID, it.d.Source, it.d.DeliveryID, it.sum, len(it.d.Body), it.headers,
+			).Scan(&c.ConflictID)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record conflict: %w", err)
+	}
+	return c, nil
 }
 
 func (e *ConflictError) Error() string {
@@ -352,15 +424,9 @@ func (s *Store) insertTx(ctx context.Context, items []prepared) ([]groupcommit.R
 		}
 		for _, i := range conflicts {
 			// Different body: record the conflict, leave the original alone.
-			it := items[i]
-			conflict := &ConflictError{EnvelopeID: out[i].Value.EnvelopeID}
-			err := tx.QueryRow(ctx, `
-				INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body, headers)
-				VALUES ($1, $2, $3, $4, $5, $6, $7)
-				RETURNING id`, conflict.EnvelopeID, it.d.Source, it.d.DeliveryID, it.sum, len(it.d.Body), it.d.Body, it.headers,
-			).Scan(&conflict.ConflictID)
+			conflict, err := recordConflict(ctx, tx, items[i], out[i].Value.EnvelopeID)
 			if err != nil {
-				return fmt.Errorf("record conflict: %w", err)
+				return err
 			}
 			out[i].Err = conflict
 		}

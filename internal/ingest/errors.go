@@ -121,8 +121,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, l
 		// counted (outcome "conflict") and logged for the operator. The log
 		// names ids only, never the body.
 		log.WarnContext(r.Context(), "delivery id reused with a different body: acknowledged as a duplicate, original kept, variant recorded",
-			"envelope_id", conflict.EnvelopeID, "conflict_id", conflict.ConflictID, "status", code, "outcome", outcome)
-		s.observe(r, outcome, "")
+			"envelope_id", conflict.EnvelopeID, "conflict_id", conflict.ConflictID, "kept", conflict.Kept, "status", code, "outcome", outcome)
+		s.observe(r, outcome, string(conflict.Kept))
 		traceResult(r, code, string(outcome), conflict.EnvelopeID)
 		writeJSON(w, code, acceptedBody{EnvelopeID: conflict.EnvelopeID, Status: msg})
 		return

@@ -32,6 +32,10 @@ type Ingest struct {
 	Duplicates        *prometheus.CounterVec
 	Conflicts         *prometheus.CounterVec
 	Duration          *prometheus.HistogramVec
+	// ConflictsNotStored counts conflicting deliveries whose body was not
+	// stored again: a variant already recorded (kept="repeat"), or one past
+	// the per-envelope cap (kept="overflow").
+	ConflictsNotStored *prometheus.CounterVec
 	// ConnectionsEvicted counts connections closed without a request in
 	// progress to make room at --max-conns (cli.ListenLimited).
 	ConnectionsEvicted prometheus.Counter
@@ -56,6 +60,10 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 			Name: "inbox_ingest_conflicts_total",
 			Help: "Deliveries that reused a stored delivery id with a different body (answered 200 duplicate; the variant is in envelope_conflict).",
 		}, []string{"source"}),
+		ConflictsNotStored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inbox_ingest_conflict_bodies_not_stored_total",
+			Help: "Conflicting deliveries whose body was not stored: a variant already recorded for the envelope (kept=repeat) or one past the per-envelope cap of distinct variants (kept=overflow); each is counted on its envelope_conflict row.",
+		}, []string{"source", "kept"}),
 		ConnectionsEvicted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "inbox_ingest_connections_evicted_total",
 			Help: "Connections without a request in progress (idle keep-alive, or open and silent) closed to make room for a new one at --max-conns.",
@@ -66,7 +74,7 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"source", "outcome"}),
 	}
-	reg.MustRegister(m.Requests, m.SignatureFailures, m.Duplicates, m.Conflicts, m.Duration, m.ConnectionsEvicted)
+	reg.MustRegister(m.Requests, m.SignatureFailures, m.Duplicates, m.Conflicts, m.ConflictsNotStored, m.Duration, m.ConnectionsEvicted)
 	return m
 }
 
@@ -93,6 +101,8 @@ func (m *Ingest) Init(sources []string) {
 	for _, s := range sources {
 		m.Duplicates.WithLabelValues(s)
 		m.Conflicts.WithLabelValues(s)
+		m.ConflictsNotStored.WithLabelValues(s, "repeat")
+		m.ConflictsNotStored.WithLabelValues(s, "overflow")
 		m.SignatureFailures.WithLabelValues(s, SignatureNoMatch)
 		for _, o := range labels.IngestOutcomes {
 			m.Requests.WithLabelValues(s, string(o))
@@ -111,8 +121,10 @@ func (m *Ingest) RegisterInflightBodyBytes(reg prometheus.Registerer, bytes func
 	}, func() float64 { return float64(bytes()) }))
 }
 
-// Observe records one webhook request.
-func (m *Ingest) Observe(source string, outcome labels.IngestOutcome, signatureReason string, elapsed time.Duration) {
+// Observe records one webhook request. reason is the signature's failure
+// reason for bad_signature, how a conflict was kept for conflict
+// (envelope.ConflictKept), else "".
+func (m *Ingest) Observe(source string, outcome labels.IngestOutcome, reason string, elapsed time.Duration) {
 	m.Requests.WithLabelValues(source, string(outcome)).Inc()
 	m.Duration.WithLabelValues(source, string(outcome)).Observe(elapsed.Seconds())
 	switch outcome {
@@ -120,8 +132,11 @@ func (m *Ingest) Observe(source string, outcome labels.IngestOutcome, signatureR
 		m.Duplicates.WithLabelValues(source).Inc()
 	case labels.Conflict:
 		m.Conflicts.WithLabelValues(source).Inc()
+		if reason == "repeat" || reason == "overflow" { // how the conflict was kept (envelope.ConflictKept)
+			m.ConflictsNotStored.WithLabelValues(source, reason).Inc()
+		}
 	case labels.BadSignature:
-		m.SignatureFailures.WithLabelValues(source, signatureReason).Inc()
+		m.SignatureFailures.WithLabelValues(source, reason).Inc()
 	}
 }
 
