@@ -127,6 +127,31 @@ var probes = []probe{
 		check: func(t *testing.T, _ *bundle, resp *http.Response, _ []byte) {
 			require.Empty(t, resp.Header.Values("Allow"))
 		}},
+	{name: "a captured GitHub body under a new delivery id is a duplicate, stored once", id: "p-replay-2", code: http.StatusOK, stored: 0,
+		send: func(t *testing.T, b *bundle) (*http.Response, []byte) {
+			d := githubDelivery("p-replay-1", []byte(`{"ref":"refs/heads/replayed"}`))
+			resp, _ := signed("github", d, nil)(t, b)
+			require.Equal(t, http.StatusAccepted, resp.StatusCode)
+			d.DeliveryID = "p-replay-2"
+			return signed("github", d, nil)(t, b)
+		},
+		check: func(t *testing.T, b *bundle, _ *http.Response, body []byte) {
+			require.Contains(t, string(body), `"status":"duplicate"`)
+			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_duplicate WHERE replayed_as = 'p-replay-2'`))
+		}},
+	{name: "one conflicting variant resent is stored once", id: "p-variant", code: http.StatusOK, stored: 1,
+		send: func(t *testing.T, b *bundle) (*http.Response, []byte) {
+			resp, _ := signed("github", githubDelivery("p-variant", []byte(`{"ref":"a"}`)), nil)(t, b)
+			require.Equal(t, http.StatusAccepted, resp.StatusCode)
+			variant := githubDelivery("p-variant", []byte(`{"ref":"b"}`))
+			resp, _ = signed("github", variant, nil)(t, b)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			return signed("github", variant, nil)(t, b)
+		},
+		check: func(t *testing.T, b *bundle, _ *http.Response, _ []byte) {
+			require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT sum(repeats) FROM envelope_conflict WHERE delivery_id = 'p-variant'`))
+			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict WHERE delivery_id = 'p-variant'`))
+		}},
 	{name: "Content-Length with Transfer-Encoding: chunked closes the connection", id: "p-clte", code: http.StatusAccepted, stored: 1,
 		send: func(t *testing.T, b *bundle) (*http.Response, []byte) {
 			body := []byte(`{"ref":"clte"}`)
