@@ -33,7 +33,7 @@ func scanned(t *testing.T, q envelope.Querier) []envelope.SourceCounts {
 		), d AS (
 			SELECT e.source, count(*) AS duplicates FROM envelope_duplicate x JOIN envelope e ON e.id = x.envelope_id GROUP BY e.source
 		), c AS (
-			SELECT source, count(*) AS conflicts FROM envelope_conflict GROUP BY source
+			SELECT source, sum(repeats) AS conflicts FROM envelope_conflict GROUP BY source
 		)
 		SELECT coalesce(e.source, c.source), coalesce(pending, 0), coalesce(done, 0), coalesce(failed, 0),
 		       coalesce(ignored, 0), coalesce(total, 0), coalesce(duplicates, 0), coalesce(conflicts, 0)
@@ -123,6 +123,9 @@ func TestEnvelopeCountsEqualAScanAfterEveryPath(t *testing.T) {
 			}
 			if i%7 == 0 {
 				insert(src, fmt.Sprintf("d-%d", i), `{"other":true}`) // conflict
+			}
+			if i%14 == 0 {
+				insert(src, fmt.Sprintf("d-%d", i), `{"other":true}`) // the same variant again: counted on its row
 			}
 		}()
 	}
