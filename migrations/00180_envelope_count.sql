@@ -52,6 +52,7 @@ BEGIN
         INSERT INTO envelope_count (source, kind, n)
         SELECT source, status, -count(*) FROM old_rows GROUP BY source, status;
     ELSIF TG_OP = 'TRUNCATE' THEN
+        PERFORM pg_advisory_xact_lock(7305733214712620180); -- after any compaction in flight
         DELETE FROM envelope_count;
     END IF;
     RETURN NULL;
@@ -66,6 +67,7 @@ BEGIN
     -- envelope_duplicate has no source: its envelope's (which exists: the foreign key, and
     -- retention deletes duplicates before their envelope).
     IF TG_OP = 'TRUNCATE' THEN
+        PERFORM pg_advisory_xact_lock(7305733214712620180);
         DELETE FROM envelope_count WHERE kind = 'duplicate';
     ELSIF TG_OP = 'INSERT' THEN
         INSERT INTO envelope_count (source, kind, n)
@@ -84,6 +86,7 @@ CREATE FUNCTION envelope_count_conflict() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     IF TG_OP = 'TRUNCATE' THEN
+        PERFORM pg_advisory_xact_lock(7305733214712620180);
         DELETE FROM envelope_count WHERE kind = 'conflict';
     ELSIF TG_OP = 'INSERT' THEN
         INSERT INTO envelope_count (source, kind, n)

@@ -26,6 +26,7 @@ CREATE OR REPLACE FUNCTION envelope_count_conflict() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     IF TG_OP = 'TRUNCATE' THEN
+        PERFORM pg_advisory_xact_lock(7305733214712620180);
         DELETE FROM envelope_count WHERE kind = 'conflict';
     ELSIF TG_OP = 'INSERT' THEN
         INSERT INTO envelope_count (source, kind, n)
@@ -57,6 +58,7 @@ CREATE OR REPLACE FUNCTION envelope_count_conflict() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     IF TG_OP = 'TRUNCATE' THEN
+        PERFORM pg_advisory_xact_lock(7305733214712620180);
         DELETE FROM envelope_count WHERE kind = 'conflict';
     ELSIF TG_OP = 'INSERT' THEN
         INSERT INTO envelope_count (source, kind, n)
@@ -69,6 +71,10 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
+-- The counts go back to counting rows, as the restored trigger does.
+SELECT pg_advisory_xact_lock(7305733214712620180);
+DELETE FROM envelope_count WHERE kind = 'conflict';
+INSERT INTO envelope_count (source, kind, n) SELECT source, 'conflict', count(*) FROM envelope_conflict GROUP BY source;
 REVOKE UPDATE (repeats, last_received_at, body_sha256, body_size, headers) ON envelope_conflict FROM inbox_ingest;
 REVOKE SELECT (envelope_id, body_sha256, overflow, repeats) ON envelope_conflict FROM inbox_ingest;
 ALTER TABLE envelope_conflict DROP COLUMN overflow, DROP COLUMN last_received_at, DROP COLUMN repeats;

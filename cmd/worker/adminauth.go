@@ -132,10 +132,10 @@ func clientKey(r *http.Request) string {
 	return host
 }
 
-// begin takes a slot for a credential check by key: false, and how long to
+// begin takes a slot for a credential check by key and returns its budget: nil, and how long to
 // wait, when the client (or everyone) has no failure left counting the
-// checks in progress. Every true must be followed by one end.
-func (t *loginThrottle) begin(key string) (bool, time.Duration) {
+// checks in progress. Every budget returned must be given to end once.
+func (t *loginThrottle) begin(key string) (*clientBudget, time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
@@ -143,42 +143,37 @@ func (t *loginThrottle) begin(key string) (bool, time.Duration) {
 	if !ok {
 		if len(t.clients) >= maxTracked {
 			// Bounded memory; the limit across all clients still holds.
-			// Checks in progress keep their own budget (end finds it gone
-			// and counts a failure on a new one).
+			// Checks in progress keep the budget they began with (end is
+			// given it).
 			clear(t.clients)
 		}
 		c = &clientBudget{lim: rate.NewLimiter(rate.Every(clientRefill), failuresPerClient)}
 		t.clients[key] = c
 	}
 	if c.lim.TokensAt(now)-float64(c.pending) < 1 {
-		return false, clientRefill
+		return nil, clientRefill
 	}
 	if t.all.TokensAt(now)-float64(t.pendingAll) < 1 {
-		return false, allRefill
+		return nil, allRefill
 	}
 	c.pending++
 	t.pendingAll++
-	return true, 0
+	return c, 0
 }
 
-// end gives back the slot begin took, and counts a failure when failed.
-func (t *loginThrottle) end(key string, failed bool) {
+// end gives back the slot begin took for c, and counts a failure when
+// failed. c is the budget begin returned, still counted (and its limiter
+// still the address's when the map was cleared meanwhile: a failure after a
+// clear counts on the budget the check began with and on everyone's).
+func (t *loginThrottle) end(c *clientBudget, failed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.pendingAll--
-	c, ok := t.clients[key]
-	if ok {
-		c.pending = max(c.pending-1, 0)
+	c.pending = max(c.pending-1, 0)
+	if failed {
+		c.lim.Allow()
+		t.all.Allow()
 	}
-	if !failed {
-		return
-	}
-	if !ok {
-		c = &clientBudget{lim: rate.NewLimiter(rate.Every(clientRefill), failuresPerClient)}
-		t.clients[key] = c
-	}
-	c.lim.Allow()
-	t.all.Allow()
 }
 
 // basicAuth guards h with HTTP basic authentication (creds), throttled by
@@ -207,14 +202,14 @@ func basicAuth(creds *credentials, h http.Handler, t *loginThrottle, logger *slo
 			unauthorized()
 			return
 		}
-		key := clientKey(r)
-		if allowed, wait := t.begin(key); !allowed {
+		budget, wait := t.begin(clientKey(r))
+		if budget == nil {
 			w.Header().Set("Retry-After", fmt.Sprint(int(wait.Seconds())))
 			http.Error(w, "too many failed logins; retry later", http.StatusTooManyRequests)
 			return
 		}
 		good, err := creds.check(r.Context(), u, p)
-		t.end(key, err == nil && !good)
+		t.end(budget, err == nil && !good)
 		switch {
 		case err != nil: // the request ended while waiting for the check
 			http.Error(w, "login check not done; retry", http.StatusServiceUnavailable)
@@ -309,6 +304,11 @@ func (c *credentials) check(ctx context.Context, u, p string) (bool, error) {
 		select {
 		case c.bcryptSlot <- struct{}{}:
 		case <-ctx.Done():
+			if c.single {
+				// The single user's password was compared (and did not
+				// match): that guess counts, whoever hung up.
+				return false, nil
+			}
 			return false, ctx.Err()
 		}
 		hash, known := c.users[u]

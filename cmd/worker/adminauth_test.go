@@ -341,3 +341,30 @@ func TestRiverUIJSONIsNotCached(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, rec.Code)
 	require.Equal(t, "no-store", rec.Header().Get("Cache-Control"))
 }
+
+// A guess at the single user's password is compared at once; when the
+// client hangs up while the check waits for the bcrypt slot (the name is
+// not an operator's), the guess still counts as a failure, or hanging up
+// would give free guesses (review of issue 22). With no single user nothing
+// was compared, and the check reports the context's end.
+func TestAGuessThatHangsUpStillCounts(t *testing.T) {
+	t.Parallel()
+	path := writeUsers(t, "alice:"+hashOf(t, "alice password")+"\n")
+	creds, err := newCredentials("admin", "the admin password", path)
+	require.NoError(t, err)
+	creds.bcryptSlot <- struct{}{} // another check holds the slot
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ok, err := creds.check(ctx, "admin", "a wrong guess")
+	require.NoError(t, err, "compared: a failure, not a cancelled check")
+	require.False(t, ok)
+	ok, err = creds.check(ctx, "admin", "the admin password")
+	require.NoError(t, err)
+	require.True(t, ok, "the right single-user password needs no bcrypt")
+
+	usersOnly, err := newCredentials("", "", path)
+	require.NoError(t, err)
+	usersOnly.bcryptSlot <- struct{}{}
+	_, err = usersOnly.check(ctx, "alice", "alice password")
+	require.ErrorIs(t, err, context.Canceled, "nothing compared")
+}

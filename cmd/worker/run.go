@@ -62,6 +62,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
+	if *consoleMax < 1 {
+		return usageError{fmt.Errorf("--console-max-replay %d: must be at least 1", *consoleMax)}
+	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("run: unexpected argument %q", fs.Arg(0))}
 	}

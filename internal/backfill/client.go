@@ -216,7 +216,7 @@ func (c *httpDoer) once(ctx context.Context, build func(ctx context.Context) (*h
 		}
 		apiErr.Message = "redirected to " + to + ", not followed (the API key would go along): set api_url to the API's own address"
 	}
-	apiErr.Message = c.redact(apiErr.Message)
+	apiErr.Message, apiErr.Code = c.redact(apiErr.Message), c.redact(apiErr.Code)
 	wait = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	if resp.StatusCode == http.StatusForbidden && (resp.Header.Get("Retry-After") != "" || resp.Header.Get("X-RateLimit-Remaining") == "0") {
 		apiErr.rateLimited = true

@@ -80,9 +80,20 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 func (l *connLimiter) track(c net.Conn) *limitedConn {
 	lc := &limitedConn{Conn: c, l: l}
 	l.mu.Lock()
-	l.waiting[lc] = time.Now()
+	l.wait(lc)
 	l.mu.Unlock()
 	return lc
+}
+
+// wait and unwait put c in and out of waiting; called with l.mu held.
+func (l *connLimiter) wait(c *limitedConn) {
+	l.waiting[c] = time.Now()
+	c.waiting.Store(true)
+}
+
+func (l *connLimiter) unwait(c *limitedConn) {
+	delete(l.waiting, c)
+	c.waiting.Store(false)
 }
 
 // Close stops Accept and closes the listener; open connections are the
@@ -94,7 +105,9 @@ func (l *connLimiter) Close() error {
 
 // evictOne closes the connection that has waited longest without a
 // request in progress, if it has waited since before, and reports whether
-// there was one.
+// there was one. The choice and the close happen under l.mu, so a
+// connection whose next request's first bytes arrived (limitedConn.Read
+// takes it out of waiting under the same lock) is never the one closed.
 func (l *connLimiter) evictOne(before time.Time) bool {
 	l.mu.Lock()
 	var oldest *limitedConn
@@ -105,7 +118,8 @@ func (l *connLimiter) evictOne(before time.Time) bool {
 		}
 	}
 	if oldest != nil {
-		delete(l.waiting, oldest)
+		l.unwait(oldest)
+		_ = oldest.Conn.Close() // the server's read fails; its Close gives the slot back
 	}
 	l.mu.Unlock()
 	if oldest == nil {
@@ -129,25 +143,39 @@ func (l *connLimiter) connState(c net.Conn, s http.ConnState) {
 	switch s {
 	case http.StateIdle:
 		if !lc.closed.Load() {
-			l.waiting[lc] = time.Now()
+			l.wait(lc)
 		}
 	case http.StateActive, http.StateHijacked, http.StateClosed:
-		delete(l.waiting, lc)
+		l.unwait(lc)
 	}
 }
 
 // limitedConn gives its slot back once, when closed.
 type limitedConn struct {
 	net.Conn
-	l      *connLimiter
-	closed atomic.Bool
+	l       *connLimiter
+	closed  atomic.Bool
+	waiting atomic.Bool // in l.waiting (a hint read without l.mu)
+}
+
+// Read takes the connection out of waiting as soon as bytes of a request
+// arrive: net/http reports it active only once the whole header is read,
+// and a connection whose request is arriving must not be closed for room.
+func (c *limitedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.waiting.Load() {
+		c.l.mu.Lock()
+		c.l.unwait(c)
+		c.l.mu.Unlock()
+	}
+	return n, err
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	if c.closed.CompareAndSwap(false, true) {
 		c.l.mu.Lock()
-		delete(c.l.waiting, c)
+		c.l.unwait(c)
 		c.l.mu.Unlock()
 		<-c.l.slots
 	}

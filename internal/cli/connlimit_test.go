@@ -38,3 +38,28 @@ func TestEvictOneClosesTheLongestWaiting(t *testing.T) {
 	require.False(t, l.evictOne(now.Add(-evictAfter)), "the 100 ms one has not waited long enough")
 	require.Len(t, l.waiting, 1)
 }
+
+// A connection whose next request's first bytes have arrived is no longer
+// waiting (net/http reports it active only once the whole header is in):
+// it is not closed to make room.
+func TestAConnectionReceivingARequestIsNotEvicted(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := newConnLimiter(ln, 1, nil)
+	t.Cleanup(func() { l.Close() })
+	server, client := net.Pipe()
+	t.Cleanup(func() { client.Close() })
+	l.slots <- struct{}{}
+	lc := &limitedConn{Conn: server, l: l}
+	l.mu.Lock()
+	l.wait(lc)
+	l.waiting[lc] = time.Now().Add(-time.Minute) // idle for long
+	l.mu.Unlock()
+	go func() { _, _ = client.Write([]byte("POST /webhooks/x HT")) }()
+	n, err := lc.Read(make([]byte, 64))
+	require.NoError(t, err)
+	require.Positive(t, n)
+	require.False(t, l.evictOne(time.Now()), "its request is arriving")
+	require.False(t, lc.closed.Load())
+}

@@ -70,6 +70,10 @@ type Source struct {
 	// under another id within it is a replay, answered 200 duplicate and
 	// recorded. Zero: provider.DefaultReplayWindow (72 h).
 	ReplayWindow time.Duration `yaml:"replay_window"`
+	// ReplayCheck, when false, turns that recognition off for a sender
+	// whose distinct events can have byte-identical bodies and event types
+	// under different ids (each is then stored). Unset: on.
+	ReplayCheck *bool `yaml:"replay_check"`
 	// MaxAge bounds how long an envelope of the source may keep waiting
 	// (snoozing: a refund for its payment) before it fails. Zero: the
 	// worker's --max-age, raised to the provider's retry window (Stripe 3
@@ -492,6 +496,10 @@ func (s *Source) validate() error {
 	}
 	return nil
 }
+
+// ChecksReplays reports whether the source recognises a signed body resent
+// under a new delivery id (ReplayCheck, on unless set to false).
+func (s *Source) ChecksReplays() bool { return s.ReplayCheck == nil || *s.ReplayCheck }
 
 // ErrNoDeliveryLog is the error of a backfill section on a source whose
 // provider keeps no log of events or deliveries to recover from.

@@ -56,3 +56,10 @@ func (d *dryRuns) get(nonce string) (dryRun, bool) {
 	}
 	return r, true
 }
+
+// forget drops the dry run of nonce: it was confirmed, and is not run again.
+func (d *dryRuns) forget(nonce string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.byKey, nonce) // its nonce leaves order when it is the oldest
+}

@@ -535,6 +535,11 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 		c.showPreview(w, r, q, reason, "the form lacks its dry run's mark: review the dry run below and confirm again", http.StatusBadRequest)
 		return
 	}
+	if id, ok := c.runs.startedFrom(nonce); ok {
+		// Submitted again (a double click, the back button): its run.
+		http.Redirect(w, r, Prefix+"/replays/"+id, http.StatusSeeOther)
+		return
+	}
 	dry, ok := c.dry.get(nonce)
 	if !ok {
 		c.showPreview(w, r, q, reason, "this worker has no record of that dry run (it restarted, or the dry run is over an hour old): review the dry run below and confirm again", http.StatusBadRequest)
@@ -593,6 +598,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if started {
+		c.dry.forget(nonce) // a dry run is confirmed once
 		c.opts.Logger.Info("console: replay started", "run", run.ID, "actor", actor, "filter", cli.Bound(filterQuery(q).Encode()))
 	}
 	http.Redirect(w, r, Prefix+"/replays/"+run.ID, http.StatusSeeOther)

@@ -125,6 +125,18 @@ func (rs *runs) start(ctx context.Context, logger *slog.Logger, nonce, actor, re
 	return r, true, nil
 }
 
+// startedFrom returns the id of the run a form (nonce) started, if this
+// console still remembers it.
+func (rs *runs) startedFrom(nonce string) (string, bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r, ok := rs.byNonce[nonce]
+	if !ok {
+		return "", false
+	}
+	return r.ID, true
+}
+
 // randomID is 16 hex digits from crypto/rand: a run's id, a form's nonce.
 func randomID() (string, error) {
 	var b [8]byte

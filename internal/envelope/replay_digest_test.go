@@ -102,3 +102,43 @@ func (b *storeBundle) exec(t *testing.T, q string, args ...any) {
 	_, err := b.pool.Exec(context.Background(), q, args...)
 	require.NoError(t, err)
 }
+
+// Replays of a stored body that share a batch are all its replays,
+// whatever their ids (two ids, or one id twice): none is stored (review of
+// issue 22: the second copy was taken for a replay of the first, whose
+// envelope did not exist, and stored).
+func TestSeveralReplaysOfAStoredBodyInOneBatch(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t, envelope.StoreOptions{MaxConcurrent: 1})
+	orig, err := b.store.Insert(context.Background(), signedBody("z", `{"n":1}`))
+	require.NoError(t, err)
+	answers := b.sendTogether(t, []envelope.NewDelivery{
+		ghDelivery("first", `{}`),
+		signedBody("x", `{"n":1}`), signedBody("y", `{"n":1}`), signedBody("x", `{"n":1}`),
+	})
+	for _, a := range answers[1:] {
+		require.NoError(t, a.err)
+		require.Equal(t, envelope.InsertResult{EnvelopeID: orig.EnvelopeID, Duplicate: true, ReplayOf: "z"}, a.res)
+	}
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`), "z and first")
+	require.Equal(t, 3, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_duplicate WHERE replayed_as IN ('x', 'y')`))
+}
+
+// A conflicting variant (its id stored with another body) claims its
+// digest, but a later delivery of that body under another id is not a
+// replay of an envelope that holds something else: it is stored, and the
+// digest is its now.
+func TestAConflictingVariantsDigestMakesNoFalseReplay(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t, envelope.StoreOptions{})
+	ctx := context.Background()
+	_, err := b.store.Insert(ctx, signedBody("x", `{"n":1}`))
+	require.NoError(t, err)
+	_, err = b.store.Insert(ctx, signedBody("x", `{"n":2}`))
+	var c *envelope.ConflictError
+	require.ErrorAs(t, err, &c)
+	w, err := b.store.Insert(ctx, signedBody("w", `{"n":2}`))
+	require.NoError(t, err)
+	require.False(t, w.Duplicate, "x's envelope holds another body: w is not its replay")
+	require.Equal(t, "w", pgtest.Scalar[string](t, b.pool, `SELECT delivery_id FROM envelope_digest WHERE digest = $1`, signedBody("w", `{"n":2}`).ReplayDigest))
+}

@@ -370,9 +370,17 @@ func (s *Store) insertTx(ctx context.Context, items []prepared) ([]groupcommit.R
 		if err := store(todo); err != nil {
 			return err
 		}
-		if len(replayOf) > 0 {
-			// Replays point at the envelope of the delivery whose body they
-			// resent (stored before, or just now in this transaction).
+		// Replays point at the envelope of the delivery whose body they
+		// resent (stored before, or just now in this transaction). When that
+		// envelope is gone (retention outran the window) or holds another
+		// body (its delivery id was a conflicting variant's), there is
+		// nothing to be a replay of: the batch's first such copy of each
+		// digest takes the digest over and is stored, its other copies are
+		// its replays.
+		for round := 0; len(replayOf) > 0; round++ {
+			if round == 2 {
+				return errVanished
+			}
 			var srcs, ofs []string
 			for i, of := range replayOf {
 				srcs, ofs = append(srcs, items[i].d.Source), append(ofs, of)
@@ -384,29 +392,44 @@ func (s *Store) insertTx(ctx context.Context, items []prepared) ([]groupcommit.R
 			var late []int
 			for i, of := range replayOf {
 				st, ok := originals[deliveryKey{items[i].d.Source, of}]
-				if !ok {
-					// Its envelope is gone (retention outran the replay
-					// window): nothing to point at, so the digest is this
-					// delivery's now, and the delivery is stored.
+				if !ok || !bytes.Equal(st.sum, items[i].sum) {
 					late = append(late, i)
 					continue
 				}
 				out[i].Value = InsertResult{EnvelopeID: st.id, Duplicate: true, ReplayOf: of}
 				dups = append(dups, i)
+				delete(replayOf, i)
 			}
-			if len(late) > 0 {
-				slices.SortFunc(late, func(a, b int) int {
-					return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), cmp.Compare(items[a].d.DeliveryID, items[b].d.DeliveryID))
-				})
-				for _, i := range late {
-					d := items[i].d
-					if _, err := tx.Exec(ctx, `UPDATE envelope_digest SET delivery_id = $3 WHERE source = $1 AND digest = $2`, d.Source, d.ReplayDigest, d.DeliveryID); err != nil {
-						return fmt.Errorf("reclaim replay digest: %w", err)
+			if len(late) == 0 {
+				break
+			}
+			slices.SortFunc(late, func(a, b int) int {
+				return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), cmp.Compare(items[a].d.DeliveryID, items[b].d.DeliveryID))
+			})
+			owners := map[digestKey]string{}
+			var own []int
+			for _, i := range late {
+				d := items[i].d
+				k := digestKey{d.Source, string(d.ReplayDigest)}
+				if o, ok := owners[k]; ok {
+					if o != d.DeliveryID {
+						replayOf[i] = o // resolved against the new owner next round
+					} else {
+						delete(replayOf, i)
+						own = append(own, i)
 					}
+					continue
 				}
-				if err := store(late); err != nil {
-					return err
+				owners[k] = d.DeliveryID
+				delete(replayOf, i)
+				own = append(own, i)
+				if _, err := tx.Exec(ctx, `UPDATE envelope_digest SET delivery_id = $3, expires_at = now() + $4 * interval '1 microsecond'
+					WHERE source = $1 AND digest = $2`, d.Source, d.ReplayDigest, d.DeliveryID, d.ReplayWindow.Microseconds()); err != nil {
+					return fmt.Errorf("reclaim replay digest: %w", err)
 				}
+			}
+			if err := store(own); err != nil {
+				return err
 			}
 		}
 		if len(dups) > 0 {
@@ -592,15 +615,15 @@ type digestKey struct{ source, digest string }
 // claimDigests claims, in envelope_digest, the replay digests of the items
 // at order that have one (NewDelivery.ReplayDigest), and returns the items
 // to store (order, less the replays) and the replays: item -> the delivery
-// id whose digest it carries. A digest is the item's when it is new, or its
-// holder's claim has expired, or its holder is the same delivery id (a
-// provider's retry: stored as the duplicate it is). Within the batch the
-// first copy claims; rows are claimed in (source, digest) order, so two
-// batches cannot deadlock on them.
+// id whose digest it carries. Each digest has one owner: the batch's first
+// copy when its claim succeeds (the digest is new, or its holder's claim has
+// expired), else the live holder. Every copy under the owner's delivery id is
+// stored as usual (a provider's retry is then the duplicate it is); every
+// copy under another id is a replay of the owner. Rows are claimed in
+// (source, digest) order, so two batches cannot deadlock on them.
 func claimDigests(ctx context.Context, tx pgx.Tx, items []prepared, order []int) ([]int, map[int]string, error) {
 	first := map[digestKey]int{}
-	replayOf := map[int]string{}
-	var claim []int
+	var claim, withDigest []int
 	rest := make([]int, 0, len(order))
 	for _, i := range order {
 		d := items[i].d
@@ -608,20 +631,15 @@ func claimDigests(ctx context.Context, tx pgx.Tx, items []prepared, order []int)
 			rest = append(rest, i)
 			continue
 		}
+		withDigest = append(withDigest, i)
 		k := digestKey{d.Source, string(d.ReplayDigest)}
-		if j, ok := first[k]; ok {
-			if of := items[j].d.DeliveryID; of != d.DeliveryID {
-				replayOf[i] = of
-			} else {
-				rest = append(rest, i)
-			}
-			continue
+		if _, ok := first[k]; !ok {
+			first[k] = i
+			claim = append(claim, i)
 		}
-		first[k] = i
-		claim = append(claim, i)
 	}
 	if len(claim) == 0 {
-		return rest, replayOf, nil
+		return rest, map[int]string{}, nil
 	}
 	slices.SortFunc(claim, func(a, b int) int {
 		return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), bytes.Compare(items[a].d.ReplayDigest, items[b].d.ReplayDigest))
@@ -653,6 +671,10 @@ func claimDigests(ctx context.Context, tx pgx.Tx, items []prepared, order []int)
 	}); err != nil {
 		return nil, nil, fmt.Errorf("claim replay digests: %w", err)
 	}
+	owner := map[digestKey]string{}
+	for k := range claimed {
+		owner[k] = items[first[k]].d.DeliveryID
+	}
 	if len(claimed) < n {
 		// Held by a live claim: whose? (committed: the claim above waited
 		// for any transaction still writing it)
@@ -663,30 +685,27 @@ func claimDigests(ctx context.Context, tx pgx.Tx, items []prepared, order []int)
 		if err != nil {
 			return nil, nil, fmt.Errorf("look up replay digests: %w", err)
 		}
-		holders := map[digestKey]string{}
 		var holder string
 		if _, err := pgx.ForEachRow(rows, []any{&k.source, &digest, &holder}, func() error {
 			k.digest = string(digest)
-			holders[k] = holder
+			if !claimed[k] {
+				owner[k] = holder
+			}
 			return nil
 		}); err != nil {
 			return nil, nil, fmt.Errorf("look up replay digests: %w", err)
 		}
-		for _, i := range claim {
-			d := items[i].d
-			k := digestKey{d.Source, string(d.ReplayDigest)}
-			if h, ok := holders[k]; ok && !claimed[k] && h != d.DeliveryID {
-				replayOf[i] = h
-			}
-		}
 	}
-	for _, i := range claim {
-		if _, replay := replayOf[i]; !replay {
-			rest = append(rest, i)
+	replayOf := map[int]string{}
+	for _, i := range withDigest {
+		d := items[i].d
+		if o, ok := owner[digestKey{d.Source, string(d.ReplayDigest)}]; ok && o != d.DeliveryID {
+			replayOf[i] = o
+			continue
 		}
+		rest = append(rest, i)
 	}
-	// The items the batch's later copies replay keep their order: store
-	// them in (source, delivery id) order as before.
+	// Store in (source, delivery id) order, as the batch always does.
 	slices.SortStableFunc(rest, func(a, b int) int {
 		return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), cmp.Compare(items[a].d.DeliveryID, items[b].d.DeliveryID))
 	})
@@ -698,9 +717,14 @@ func claimDigests(ctx context.Context, tx pgx.Tx, items []prepared, order []int)
 // holds a window's worth of deliveries, whatever the envelopes kept. The
 // worker's reconcile runs it every minute.
 func DeleteExpiredDigests(ctx context.Context, db DB, limit int) (int64, error) {
+	// SKIP LOCKED: a row ingest is renewing is left for the next round
+	// (waiting for it could deadlock, and the renewal makes it live); the
+	// outer expires_at check keeps a row renewed meanwhile.
 	tag, err := db.Exec(ctx, `
 		DELETE FROM envelope_digest WHERE (source, digest) IN (
-			SELECT source, digest FROM envelope_digest WHERE expires_at < now() ORDER BY expires_at LIMIT $1)`, limit)
+			SELECT source, digest FROM envelope_digest WHERE expires_at < now()
+			 ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+		   AND expires_at < now()`, limit)
 	if err != nil {
 		return 0, fmt.Errorf("delete expired replay digests: %w", err)
 	}

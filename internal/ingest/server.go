@@ -175,7 +175,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		SignedAt:    d.SignedAt,
 		MaxAttempts: src.cfg.MaxAttempts,
 		// Set when the signature does not cover the delivery id.
-		ReplayDigest: d.ReplayDigest,
+		ReplayDigest: replayDigest(src.cfg, d),
 		ReplayWindow: src.cfg.ReplayWindow,
 		// The request's span, not the store's: attempts are its children.
 		TraceContext: tracing.TraceParent(r.Context()),
@@ -254,4 +254,12 @@ func (s *Server) observe(r *http.Request, outcome labels.IngestOutcome, reason s
 	}
 	si, _ := r.Context().Value(startKey{}).(startInfo)
 	s.observeFunc(si.source, outcome, reason, time.Since(si.at))
+}
+
+// replayDigest is d's replay digest when its source checks replays.
+func replayDigest(src *config.Source, d provider.Delivery) []byte {
+	if !src.ChecksReplays() {
+		return nil
+	}
+	return d.ReplayDigest
 }
