@@ -45,9 +45,12 @@ func main() { cli.Main("inboxload", run, nil) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: inboxload send|drain|rss [flags] (see the package doc)")
+		return errors.New(inboxloadUsage)
 	}
 	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, inboxloadUsage)
+		return nil
 	case "send":
 		return runSend(ctx, args[1:], getenv, stdout, stderr)
 	case "drain":
@@ -57,6 +60,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	return fmt.Errorf("unknown command %q: send, drain or rss", args[0])
 }
+
+// inboxloadUsage is the top-level usage; each command's -h lists its flags.
+const inboxloadUsage = "usage: inboxload send|drain|rss [flags] (inboxload send -h for a command's flags; the package doc explains the load)"
 
 type sendResult struct {
 	Sent         int64   `json:"sent"`

@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	fs := cli.NewFlags("sendhook", getenv, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: sendhook demo [--url URL]
+		fmt.Fprint(fs.Output(), `usage: sendhook demo [--url URL]
        sendhook --source NAME [flags]
        sendhook --source payments --count 3000 --rate 500   a backlog of distinct deliveries
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -282,4 +283,15 @@ func TestCountSendsDistinctDeliveries(t *testing.T) {
 
 	err := run(context.Background(), []string{"--url", url, "--source", "github", "--delivery-id", "d-1", "--count", "2"}, getenv, io.Discard, io.Discard)
 	require.ErrorContains(t, err, "use --repeat")
+}
+
+// -h prints the usage once (issue 23: the header came twice, the first
+// time without its flags) and succeeds.
+func TestHelpPrintsTheUsageOnce(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &stdout, &stderr)
+	require.ErrorIs(t, err, flag.ErrHelp)
+	require.Equal(t, 1, strings.Count(stderr.String(), "usage: sendhook demo"), stderr.String())
+	require.Contains(t, stderr.String(), "-source string")
 }
