@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/ingest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -51,4 +52,63 @@ func BenchmarkIngestHTTP(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "deliveries/s")
+}
+
+// BenchmarkIngestGitHubReplayCheck measures what recognising replayed
+// bodies costs a GitHub source (one more statement per batch: the digest
+// claim), through the real HTTP server, against the same source with
+// replay_check: false, on one database. Sub-benchmarks run in order, each
+// -count times: run it again with the order swapped before reading a
+// difference (docs/benchmarks.md).
+//
+//	go test -run '^$' -bench IngestGitHubReplayCheck -benchtime 3000x -count 5 ./internal/ingest
+func BenchmarkIngestGitHubReplayCheck(b *testing.B) {
+	env := map[string]string{"GITHUB_SECRET": githubSecret}
+	cfg, err := config.Parse([]byte(`
+sources:
+  checked:
+    provider: github
+    secrets: ["${GITHUB_SECRET}"]
+  unchecked:
+    provider: github
+    secrets: ["${GITHUB_SECRET}"]
+    replay_check: false
+`), func(k string) string { return env[k] })
+	if err != nil {
+		b.Fatal(err)
+	}
+	bb := serveConfig(b, pgtest.NewPool(b), cfg, ingest.Options{})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	for _, source := range []string{"checked", "unchecked"} {
+		b.Run(source, func(b *testing.B) {
+			var seq atomic.Int64
+			b.SetParallelism(8)
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := fmt.Sprintf("gh_bench_%s_%d_%d", source, time.Now().UnixNano(), seq.Add(1))
+					d := webhooktest.Delivery{Provider: provider.GitHub, Secret: githubSecret, DeliveryID: id, EventType: "push",
+						Body: webhooktest.GitHubPushOf("refs/heads/main", id)}
+					req, err := d.Request(context.Background(), bb.url+"/webhooks/"+source)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusAccepted {
+						b.Errorf("status %d", resp.StatusCode)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "deliveries/s")
+		})
+	}
 }
