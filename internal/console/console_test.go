@@ -72,6 +72,22 @@ func (b *bundle) post(t *testing.T, path string, form url.Values) (int, string, 
 	return resp.StatusCode, string(body), resp.Header
 }
 
+// as sends a request signed in as user (the X-Test-User header, for a
+// console whose Actor reads it), a form body when form is set.
+func (b *bundle) as(t *testing.T, user, method, path string, form url.Values) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, b.srv.URL+path, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("X-Test-User", user)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := noRedirect.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body), resp.Header
+}
+
 func (b *bundle) exec(t *testing.T, q string, args ...any) {
 	t.Helper()
 	_, err := b.pool.Exec(context.Background(), q, args...)
@@ -471,40 +487,28 @@ func TestDryRunsAndStopsAreTheOperators(t *testing.T) {
 		o.Supervisors = map[string]bool{"sam": true}
 	})
 	ids := seed(t, b.pool, 2)
-	as := func(user, method, path string, form url.Values) (int, string, http.Header) {
-		req, err := http.NewRequest(method, b.srv.URL+path, strings.NewReader(form.Encode()))
-		require.NoError(t, err)
-		req.Header.Set("X-Test-User", user)
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		resp, err := noRedirect.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(body), resp.Header
-	}
-	_, alicePage, _ := as("alice", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[0]), nil)
-	_, bobPage, _ := as("bob", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[1]), nil)
+	_, alicePage, _ := b.as(t, "alice", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[0]), nil)
+	_, bobPage, _ := b.as(t, "bob", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[1]), nil)
 	form := hidden(t, alicePage)
 	form.Set("csrf", token(t, bobPage)) // bob's own token, alice's dry run
 	form.Set("reason", "not mine")
-	code, _, _ := as("bob", http.MethodPost, "/console/replay", form)
+	code, _, _ := b.as(t, "bob", http.MethodPost, "/console/replay", form)
 	require.Equal(t, http.StatusForbidden, code, "another operator's dry run")
 	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
 
 	form = hidden(t, alicePage)
 	form.Set("reason", "mine")
-	code, _, h := as("alice", http.MethodPost, "/console/replay", form)
+	code, _, h := b.as(t, "alice", http.MethodPost, "/console/replay", form)
 	require.Equal(t, http.StatusSeeOther, code)
 	run := h.Get("Location")
 	stop := url.Values{"csrf": {token(t, bobPage)}}
-	code, body, _ := as("bob", http.MethodPost, run+"/stop", stop)
+	code, body, _ := b.as(t, "bob", http.MethodPost, run+"/stop", stop)
 	require.Equal(t, http.StatusForbidden, code, "bob may not stop alice's run")
 	require.Contains(t, body, "console:alice")
-	_, samPage, _ := as("sam", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[1]), nil)
-	code, _, _ = as("sam", http.MethodPost, run+"/stop", url.Values{"csrf": {token(t, samPage)}})
+	_, samPage, _ := b.as(t, "sam", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[1]), nil)
+	code, _, _ = b.as(t, "sam", http.MethodPost, run+"/stop", url.Values{"csrf": {token(t, samPage)}})
 	require.Equal(t, http.StatusSeeOther, code, "a supervisor may")
-	code, _, _ = as("alice", http.MethodPost, run+"/stop", url.Values{"csrf": {token(t, alicePage)}})
+	code, _, _ = b.as(t, "alice", http.MethodPost, run+"/stop", url.Values{"csrf": {token(t, alicePage)}})
 	require.Equal(t, http.StatusSeeOther, code, "and so may its operator")
 }
 
@@ -542,25 +546,13 @@ func TestFormTokenIsTheOperators(t *testing.T) {
 		o.Actor = func(r *http.Request) string { return r.Header.Get("X-Test-User") }
 	})
 	ids := seed(t, b.pool, 1)
-	as := func(user, method, path string, form url.Values) (int, string) {
-		req, err := http.NewRequest(method, b.srv.URL+path, strings.NewReader(form.Encode()))
-		require.NoError(t, err)
-		req.Header.Set("X-Test-User", user)
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		resp, err := noRedirect.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(body)
-	}
-	_, page := as("alice", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[0]), nil)
+	_, page, _ := b.as(t, "alice", http.MethodGet, fmt.Sprintf("/console/replay?id=%d", ids[0]), nil)
 	form := hidden(t, page)
 	form.Set("reason", "mine")
-	code, _ := as("bob", http.MethodPost, "/console/replay", form)
+	code, _, _ := b.as(t, "bob", http.MethodPost, "/console/replay", form)
 	require.Equal(t, http.StatusForbidden, code, "alice's token, bob's request")
 	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_replay`))
-	code, _ = as("alice", http.MethodPost, "/console/replay", form)
+	code, _, _ = b.as(t, "alice", http.MethodPost, "/console/replay", form)
 	require.Equal(t, http.StatusSeeOther, code)
 }
 

@@ -74,14 +74,6 @@ func requireCountsMatchAScan(t *testing.T, pool *pgxpool.Pool, after string) {
 	require.Equal(t, want, counted(t, tx), "counters after %s", after)
 }
 
-func rolePool(t *testing.T, url, role string) *pgxpool.Pool {
-	t.Helper()
-	p, err := pgxpool.New(context.Background(), pgtest.RoleURL(t, url, role))
-	require.NoError(t, err)
-	t.Cleanup(p.Close)
-	return p
-}
-
 // The counters equal a scan after every path that changes envelopes, each
 // under the role that takes it: ingest's inserts, duplicates and conflicts
 // (group commit), a rolled-back transaction, the worker's status changes,
@@ -92,11 +84,9 @@ func TestEnvelopeCountsEqualAScanAfterEveryPath(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.NewURL(t)
-	owner, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(owner.Close)
-	ingestPool := rolePool(t, url, pgtest.RoleIngest)
-	workerPool := rolePool(t, url, pgtest.RoleWorker)
+	owner := pgtest.OpenPool(t, url)
+	ingestPool := pgtest.OpenPool(t, pgtest.RoleURL(t, url, pgtest.RoleIngest))
+	workerPool := pgtest.OpenPool(t, pgtest.RoleURL(t, url, pgtest.RoleWorker))
 	rc, err := envelope.NewInsertClient(ingestPool, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	store := envelope.NewStore(ingestPool, rc)

@@ -622,16 +622,16 @@ type digestKey struct{ source, digest string }
 // copy under another id is a replay of the owner. Rows are claimed in
 // (source, digest) order, so two batches cannot deadlock on them.
 func claimDigests(ctx context.Context, tx pgx.Tx, items []prepared, order []int) ([]int, map[int]string, error) {
-	first := map[digestKey]int{}
-	var claim, withDigest []int
-	rest := make([]int, 0, len(order))
+	var first map[digestKey]int
+	var claim []int
 	for _, i := range order {
 		d := items[i].d
 		if d.ReplayDigest == nil {
-			rest = append(rest, i)
 			continue
 		}
-		withDigest = append(withDigest, i)
+		if first == nil {
+			first = map[digestKey]int{}
+		}
 		k := digestKey{d.Source, string(d.ReplayDigest)}
 		if _, ok := first[k]; !ok {
 			first[k] = i
@@ -639,7 +639,7 @@ func claimDigests(ctx context.Context, tx pgx.Tx, items []prepared, order []int)
 		}
 	}
 	if len(claim) == 0 {
-		return rest, map[int]string{}, nil
+		return order, nil, nil // no source of the batch checks replays: the common case costs nothing
 	}
 	slices.SortFunc(claim, func(a, b int) int {
 		return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), bytes.Compare(items[a].d.ReplayDigest, items[b].d.ReplayDigest))
@@ -696,19 +696,19 @@ func claimDigests(ctx context.Context, tx pgx.Tx, items []prepared, order []int)
 			return nil, nil, fmt.Errorf("look up replay digests: %w", err)
 		}
 	}
+	// rest keeps order's (source, delivery id) order, less the replays.
 	replayOf := map[int]string{}
-	for _, i := range withDigest {
+	rest := make([]int, 0, len(order))
+	for _, i := range order {
 		d := items[i].d
-		if o, ok := owner[digestKey{d.Source, string(d.ReplayDigest)}]; ok && o != d.DeliveryID {
-			replayOf[i] = o
-			continue
+		if d.ReplayDigest != nil {
+			if o, ok := owner[digestKey{d.Source, string(d.ReplayDigest)}]; ok && o != d.DeliveryID {
+				replayOf[i] = o
+				continue
+			}
 		}
 		rest = append(rest, i)
 	}
-	// Store in (source, delivery id) order, as the batch always does.
-	slices.SortStableFunc(rest, func(a, b int) int {
-		return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), cmp.Compare(items[a].d.DeliveryID, items[b].d.DeliveryID))
-	})
 	return rest, replayOf, nil
 }
 

@@ -101,8 +101,8 @@ func (m *Ingest) Init(sources []string) {
 	for _, s := range sources {
 		m.Duplicates.WithLabelValues(s)
 		m.Conflicts.WithLabelValues(s)
-		m.ConflictsNotStored.WithLabelValues(s, "repeat")
-		m.ConflictsNotStored.WithLabelValues(s, "overflow")
+		m.ConflictsNotStored.WithLabelValues(s, string(envelope.ConflictRepeat))
+		m.ConflictsNotStored.WithLabelValues(s, string(envelope.ConflictOverflow))
 		m.SignatureFailures.WithLabelValues(s, SignatureNoMatch)
 		for _, o := range labels.IngestOutcomes {
 			m.Requests.WithLabelValues(s, string(o))
@@ -132,7 +132,7 @@ func (m *Ingest) Observe(source string, outcome labels.IngestOutcome, reason str
 		m.Duplicates.WithLabelValues(source).Inc()
 	case labels.Conflict:
 		m.Conflicts.WithLabelValues(source).Inc()
-		if reason == "repeat" || reason == "overflow" { // how the conflict was kept (envelope.ConflictKept)
+		if kept := envelope.ConflictKept(reason); kept == envelope.ConflictRepeat || kept == envelope.ConflictOverflow {
 			m.ConflictsNotStored.WithLabelValues(source, reason).Inc()
 		}
 	case labels.BadSignature:

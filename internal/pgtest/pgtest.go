@@ -273,6 +273,18 @@ func EmptyURL(t testing.TB) string {
 	return WithDatabase(ServerURL(), name)
 }
 
+// OpenPool opens a pool on dbURL (NewURL's, or RoleURL's to run as a
+// group role), closed when t ends.
+func OpenPool(t testing.TB, dbURL string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // NewPool creates a fresh migrated database for t and returns a pool on it,
 // closed when t ends.
 func NewPool(t testing.TB) *pgxpool.Pool {

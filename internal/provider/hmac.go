@@ -388,15 +388,16 @@ func (v *hmacVerifier) Verify(h http.Header, body []byte, now time.Time) (Delive
 			keep = append(keep, k)
 		}
 	}
+	typ := v.field(c.EventType, h, p, body)
 	d := Delivery{
 		DeliveryID: id,
-		EventType:  usableEventType(v.field(c.EventType, h, p, body)),
+		EventType:  usableEventType(typ),
 		Payload:    p,
 		Headers:    auditHeaders(h, keep, []string{c.SignatureHeader}),
 		SignedAt:   signedAt,
 	}
 	if c.DeliveryID.Header != "" && !v.signsID {
-		d.ReplayDigest = replayDigest(v.field(c.EventType, h, p, body), body)
+		d.ReplayDigest = replayDigest(typ, body)
 	}
 	return d, nil
 }

@@ -36,12 +36,8 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	url := pgtest.NewURL(t)
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	worker, err := pgxpool.New(context.Background(), pgtest.RoleURL(t, url, pgtest.RoleWorker))
-	require.NoError(t, err)
-	t.Cleanup(worker.Close)
+	pool := pgtest.OpenPool(t, url)
+	worker := pgtest.OpenPool(t, pgtest.RoleURL(t, url, pgtest.RoleWorker))
 	return &bundle{ctx: context.Background(), pool: pool, worker: worker}
 }
 
