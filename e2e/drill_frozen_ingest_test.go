@@ -43,8 +43,13 @@ func TestDrillFrozenIngest(t *testing.T) {
 	var lockPID int32
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&lockPID))
 	sum := sha256.Sum256(x.d.Body)
-	_, err = tx.Exec(ctx, `INSERT INTO envelope (source, provider, delivery_id, event_type, body_sha256, body_size)
-		VALUES ($1, 'standard', $2, 'payment.succeeded', $3, $4)`, x.source, x.d.DeliveryID, sum[:], len(x.d.Body))
+	_, err = tx.Exec(ctx, `
+		WITH e AS (
+			INSERT INTO envelope (source, provider, delivery_id, event_type, body_sha256, body_size)
+			VALUES ($1, 'standard', $2, 'payment.succeeded', $3, $4)
+			RETURNING id, source, delivery_id)
+		INSERT INTO envelope_key (delivery_id, source, envelope_id) SELECT delivery_id, source, id FROM e`,
+		x.source, x.d.DeliveryID, sum[:], len(x.d.Body))
 	require.NoError(t, err)
 
 	sendA := make(chan int, 1)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -44,6 +45,11 @@ func provider(db *sql.DB) (*goose.Provider, error) {
 	return p, nil
 }
 
+// PartitionsAhead is how far ahead of now Migrate creates the envelope
+// partitions (envelope.DefaultPartitionsAhead: migrations imports nothing
+// of this module).
+const PartitionsAhead = 3 * 24 * time.Hour
+
 // Migrate applies every pending migration and reports each applied version
 // to out (nil for silence). Running it on a current database applies nothing.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
@@ -56,6 +62,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 	results, err := p.Up(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
+	}
+	// The envelope partitions are kept ahead by the worker and ingest; a
+	// database just migrated gets them too, so it can store at once.
+	if _, err := pool.Exec(ctx, `SELECT envelope_partitions_ensure($1::bigint * interval '1 microsecond')`, PartitionsAhead.Microseconds()); err != nil {
+		return fmt.Errorf("migrate: create envelope partitions: %w", err)
 	}
 	if out != nil {
 		if len(results) == 0 {

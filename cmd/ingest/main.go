@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/config"
@@ -109,6 +112,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return pg.NoSchema(getenv("DATABASE_URL"), `relation "envelope" does not exist`)
 	}
 	cancelPing()
+	// Keep the envelope partitions ahead too (at the newest one's width),
+	// so a worker down for days never leaves ingest without one.
+	go keepPartitions(ctx, pool, logger)
 	httpSrv, bound, errc, err := cli.ListenLimited(*addr, *maxConnsOpen, srv, 20*time.Second, m.ConnectionsEvicted.Inc)
 	if err != nil {
 		return err
@@ -140,4 +146,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger.Info("ingest stopped")
 	return nil
+}
+
+// keepPartitions creates the envelope partitions missing for the days ahead
+// now and every hour until ctx ends, as the worker's reconcile does every
+// minute; a failure is logged and retried the next hour.
+func keepPartitions(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := envelope.EnsurePartitions(cctx, pool, envelope.DefaultPartitionsAhead, 0)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			logger.Warn("create envelope partitions ahead", "error", err)
+		case n > 0:
+			logger.Info("created envelope partitions", "partitions", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Hour):
+		}
+	}
 }

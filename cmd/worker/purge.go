@@ -11,6 +11,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/durations"
+	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/retention"
 )
@@ -99,11 +100,15 @@ func printPurgeReport(w io.Writer, cfg retention.Config, rep retention.Report) e
 		kv.line("dry run: nothing was changed; counts are what a purge would change now")
 	}
 	kv.add("bodies "+verb("dropped", "to drop"), "%d\tdone/ignored, processed before %s (body-after %s)", rep.BodiesDropped, ts(rep.BodyCutoff), durations.Format(cfg.BodyAfter))
-	kv.add("envelopes "+verb("deleted", "to delete"), "%d\tdone/ignored, processed before %s (delete-after %s)", rep.EnvelopesDeleted, ts(rep.DeleteCutoff), durations.Format(cfg.DeleteAfter))
-	kv.add("  attempts", "%d", rep.AttemptsDeleted)
-	kv.add("  replays", "%d", rep.ReplaysDeleted)
-	kv.add("  conflicts", "%d", rep.ConflictsDeleted)
-	kv.add("  duplicates", "%d", rep.DuplicatesDeleted)
-	kv.add("batches", "%d\tof up to %d envelopes, one transaction each", rep.Batches, cfg.BatchSize)
+	kv.add("envelopes "+verb("deleted", "to delete"), "%d\tin partitions stored before %s (delete-after %s), with their attempts, duplicates, conflicts, replays", rep.EnvelopesDeleted, ts(rep.DeleteCutoff), durations.Format(cfg.DeleteAfter))
+	for _, p := range rep.Partitions {
+		what := fmt.Sprintf("%d envelopes", p.Envelopes)
+		if p.Outcome == envelope.PartitionHeld {
+			what = fmt.Sprintf("%d pending envelopes hold it and every newer one: process or replay them", p.Envelopes)
+		}
+		kv.add("  partition "+p.Name, "%s\t%s, stored before %s", p.Outcome, what, ts(p.UpperAt))
+	}
+	kv.add("keys swept", "%d\tdedup keys of deleted envelopes", rep.KeysSwept)
+	kv.add("batches", "%d\tof up to %d bodies, one transaction each", rep.Batches, cfg.BatchSize)
 	return kv.flush()
 }

@@ -51,8 +51,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	adminAddr := fs.String("admin-addr", "WORKER_ADMIN_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz, /readyz and River UI; loopback unless given (empty: off)")
 	purgeEvery := fs.Duration("purge-interval", "WORKER_PURGE_INTERVAL", time.Hour, "how often the retention purge runs (0: never)")
 	purgeBodyAfter := fs.Duration("purge-body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter, "drop bodies of done/ignored envelopes processed longer ago than this")
-	purgeDeleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "delete done/ignored envelope rows (tombstones) processed longer ago than this (at least --purge-body-after)")
-	purgeBatch := fs.Int("purge-batch-size", "WORKER_PURGE_BATCH_SIZE", retention.DefaultBatchSize, "envelopes per purge transaction")
+	purgeDeleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "drop the partitions of envelopes stored longer ago than this, with their attempts, duplicates and conflicts (the tombstone window: a delivery id is recognized for this long; at least --purge-body-after)")
+	purgeBatch := fs.Int("purge-batch-size", "WORKER_PURGE_BATCH_SIZE", retention.DefaultBatchSize, "bodies per purge transaction")
+	partitionWidth := fs.Duration("partition-width", "WORKER_PARTITION_WIDTH", envelope.PartitionDay, "width of the envelope partitions created from now on: 24h (one a day) or 1h (one an hour, for very high volume)")
 	consoleOn := fs.Bool("console", false, "serve the operator console at /console/ on the admin listener, behind the same basic auth as River UI (the signed-in user is the replay actor) (env WORKER_CONSOLE=true)")
 	adminUsers := fs.String("admin-users", "WORKER_ADMIN_USERS", "", "file of the operators who may sign in to River UI and the console, one name:bcrypt-hash a line (htpasswd -B); each replay records its operator (besides or instead of RIVER_BASIC_AUTH_USER/_PASS)")
 	consoleDB := fs.String("console-database-url", "CONSOLE_DATABASE_URL", "", "the console's database, a role that may replay (inbox_admin); default DATABASE_URL (read-only when that role may not replay)")
@@ -64,6 +65,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if *consoleMax < 1 {
 		return usageError{fmt.Errorf("--console-max-replay %d: must be at least 1", *consoleMax)}
+	}
+	if *partitionWidth != envelope.PartitionDay && *partitionWidth != envelope.PartitionHour {
+		return usageError{fmt.Errorf("--partition-width %s: must be 24h or 1h", *partitionWidth)}
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("run: unexpected argument %q", fs.Arg(0))}
@@ -202,9 +206,10 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		ObserveFunc: bm.ObserveRun,
 	}
 	client, err := worker.NewClient(pool, registry, worker.Config{
-		Sources:      sources,
-		Metrics:      wm,
-		PeriodicJobs: periodic,
+		PartitionWidth: *partitionWidth,
+		Sources:        sources,
+		Metrics:        wm,
+		PeriodicJobs:   periodic,
 		Register: func(w *river.Workers) error {
 			// Always registered, so a purge job inserted by hand or by an
 			// earlier configuration still runs (a reconcile of a source no

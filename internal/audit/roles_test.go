@@ -35,8 +35,14 @@ var grantDecisions = map[string]map[string]string{
 	"envelope_conflict":    {"inbox_ingest": "INSERT", "inbox_worker": "DELETE,INSERT,SELECT", "inbox_admin": "DELETE,INSERT,SELECT"},
 	"backfill_run":         {"inbox_worker": "INSERT,SELECT,UPDATE", "inbox_admin": "INSERT,SELECT,UPDATE"},
 	"envelope_count":       {"inbox_worker": "SELECT", "inbox_admin": "SELECT"},
-	"envelope_digest":      {"inbox_ingest": "INSERT,SELECT,UPDATE", "inbox_worker": "DELETE,SELECT", "inbox_admin": "SELECT"},
-	"envelope_conflict.id": {"inbox_ingest": "SELECT"},
+	// The dedup keys and the partitions (migration 00190): ingest, the
+	// worker's backfill and the admin's replay store envelopes, each taking
+	// its key (or taking over one whose partition was dropped).
+	"envelope_key":             {"inbox_ingest": "INSERT,SELECT", "inbox_worker": "INSERT,SELECT", "inbox_admin": "INSERT,SELECT"},
+	"envelope_key.envelope_id": {"inbox_ingest": "UPDATE", "inbox_worker": "UPDATE", "inbox_admin": "UPDATE"},
+	"envelope_partition":       {"inbox_ingest": "SELECT", "inbox_worker": "SELECT", "inbox_admin": "SELECT"},
+	"envelope_digest":          {"inbox_ingest": "INSERT,SELECT,UPDATE", "inbox_worker": "DELETE,SELECT", "inbox_admin": "SELECT"},
+	"envelope_conflict.id":     {"inbox_ingest": "SELECT"},
 	// A variant already recorded is counted on its row (migration 00182).
 	"envelope_conflict.envelope_id":      {"inbox_ingest": "SELECT"},
 	"envelope_conflict.body_sha256":      {"inbox_ingest": "SELECT,UPDATE"},
@@ -95,6 +101,8 @@ func actualGrants(t *testing.T, conn *pgx.Conn) (relations []string, grants map[
 	rows, err := conn.Query(ctx, `
 		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		 WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+		   -- a partition is reached through its table, whose grants apply
+		   AND NOT c.relispartition
 		   -- an extension's own relations (pg_stat_statements, installed by an
 		   -- operator or in template1) are not the schema's to grant
 		   AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')

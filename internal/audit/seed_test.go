@@ -242,8 +242,9 @@ const (
 	yesterday = `date_trunc('day', now()) - interval '1 day'`
 )
 
-// seed writes the cookbook's test data. Envelope ids start at 1001 and
-// ledger transaction ids at 41, in the order below.
+// seed writes the cookbook's test data, in the order below. Ledger
+// transaction ids start at 41; the envelope ids on the left are the order
+// they are stored in (an envelope id is time-ordered: migration 00190).
 //
 //	1001 payments msg_001  payment pay_1 10000 USD m_acme     done, tx 41, 3 days ago
 //	1002 payments msg_002  payment pay_2  5000 USD m_acme     2 retries, done, tx 42, yesterday 10:00
@@ -265,7 +266,6 @@ const (
 func seed(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	s := newSeeder(t, pool)
-	s.exec(`ALTER TABLE envelope ALTER COLUMN id RESTART WITH 1001`)
 	s.exec(`ALTER TABLE ledger_transaction ALTER COLUMN id RESTART WITH 41`)
 	const (
 		done    = envelope.StatusDone

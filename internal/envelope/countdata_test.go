@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
@@ -148,15 +149,24 @@ func TestEnvelopeCountsEqualAScanAfterEveryPath(t *testing.T) {
 	requireCountsMatchAScan(t, owner, "a compaction")
 	require.LessOrEqual(t, pgtest.Count(t, owner, `SELECT count(*) FROM envelope_count`), 3*6, "one row per source and kind once compacted")
 
-	// A replay puts failed envelopes back to pending; retention deletes done
-	// ones with their duplicates.
+	// A replay puts failed envelopes back to pending; retention drops the
+	// partition of done ones, with their duplicates, and their counts.
 	_, err = owner.Exec(ctx, `UPDATE envelope SET status = 'pending', processed_at = NULL WHERE status = 'failed'`)
 	require.NoError(t, err)
-	n, _, deleted, err := envelope.DeleteTombstones(ctx, workerPool, envelope.PurgeBatch{Cutoff: time.Now().Add(time.Hour), Limit: 1000})
+	rows, err := owner.Query(ctx, `SELECT id FROM envelope e WHERE status = 'done' AND NOT EXISTS (SELECT 1 FROM envelope_duplicate d WHERE d.envelope_id = e.id)`)
 	require.NoError(t, err)
-	require.Positive(t, n)
-	require.Positive(t, deleted.Envelopes)
-	requireCountsMatchAScan(t, owner, "a replay and a purge")
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.NotEmpty(t, done)
+	for _, id := range done {
+		envelopetest.MoveTo(t, owner, id, time.Now().Add(-100*24*time.Hour))
+	}
+	requireCountsMatchAScan(t, owner, "envelopes moving partitions")
+	drops, err := envelope.DropPartitions(ctx, workerPool, time.Now().Add(-90*24*time.Hour), time.Second, false)
+	require.NoError(t, err)
+	require.Len(t, drops, 1)
+	require.Equal(t, envelope.PartitionDrop{Name: drops[0].Name, UpperAt: drops[0].UpperAt, Outcome: envelope.PartitionDropped, Envelopes: int64(len(done))}, drops[0])
+	requireCountsMatchAScan(t, owner, "a replay and a partition dropped")
 
 	_, err = envelope.CompactCounts(ctx, workerPool)
 	require.NoError(t, err)

@@ -15,7 +15,7 @@ type PurgeCursor struct {
 	ID          int64
 }
 
-// PurgeBatch is one batch of a retention purge: up to Limit done or ignored
+// PurgeBatch is one batch of a body purge: up to Limit done or ignored
 // envelopes processed before Cutoff, after After, that no ledger
 // transaction references. DryRun reads the same batch and changes nothing.
 type PurgeBatch struct {
@@ -23,11 +23,9 @@ type PurgeBatch struct {
 	After  PurgeCursor
 	Limit  int
 	DryRun bool
-}
-
-// Deleted counts the rows a DeleteTombstones batch deleted (or would).
-type Deleted struct {
-	Envelopes, Attempts, Replays, Conflicts, Duplicates int64
+	// StoredFrom, when not zero, keeps only envelopes stored at or after it
+	// (those before are in partitions that go whole).
+	StoredFrom time.Time
 }
 
 // purgeCandidates selects the next batch of final envelopes processed
@@ -41,6 +39,7 @@ const purgeCandidates = `
 	   AND e.processed_at < $1
 	   AND (e.processed_at, e.id) > ($2, $3)
 	   AND NOT EXISTS (SELECT 1 FROM ledger_transaction t WHERE t.envelope_id = e.id)
+	   AND e.id >= $5
 	 ORDER BY e.processed_at, e.id
 	 LIMIT $4`
 
@@ -49,76 +48,6 @@ const purgeCandidates = `
 // latest version (a replayed envelope is pending, or processed anew).
 const purgeLock = `
 	   FOR UPDATE OF e SKIP LOCKED`
-
-// DeleteTombstones deletes one batch of envelopes (b) with their
-// envelope_attempt, envelope_replay, envelope_conflict and
-// envelope_duplicate rows, in one transaction of its own, and returns how
-// many envelopes the batch held, the last one's position and what it
-// deleted (counted only once the batch committed). Rows another
-// transaction holds are skipped. A dry run counts the same rows and deletes
-// nothing.
-func DeleteTombstones(ctx context.Context, db DB, b PurgeBatch) (int, PurgeCursor, Deleted, error) {
-	var n int
-	var last PurgeCursor
-	var d Deleted
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		q := fmt.Sprintf(purgeCandidates, "")
-		if !b.DryRun {
-			q += purgeLock
-		}
-		rows, err := tx.Query(ctx, q, b.Cutoff, b.After.ProcessedAt, b.After.ID, b.Limit)
-		if err != nil {
-			return fmt.Errorf("select tombstones: %w", err)
-		}
-		var ids []int64
-		var c PurgeCursor
-		_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.ProcessedAt}, func() error {
-			ids = append(ids, c.ID)
-			last = c
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("select tombstones: %w", err)
-		}
-		n = len(ids)
-		if n == 0 {
-			return nil
-		}
-		if b.DryRun {
-			err := tx.QueryRow(ctx, `
-				SELECT (SELECT count(*) FROM envelope_attempt WHERE envelope_id = ANY($1)),
-				       (SELECT count(*) FROM envelope_replay WHERE envelope_id = ANY($1)),
-				       (SELECT count(*) FROM envelope_conflict WHERE envelope_id = ANY($1)),
-				       (SELECT count(*) FROM envelope_duplicate WHERE envelope_id = ANY($1))`, ids,
-			).Scan(&d.Attempts, &d.Replays, &d.Conflicts, &d.Duplicates)
-			if err != nil {
-				return fmt.Errorf("count dependent rows: %w", err)
-			}
-			d.Envelopes = int64(n)
-			return nil
-		}
-		for _, dep := range []struct {
-			table string
-			count *int64
-		}{{"envelope_attempt", &d.Attempts}, {"envelope_replay", &d.Replays}, {"envelope_conflict", &d.Conflicts}, {"envelope_duplicate", &d.Duplicates}} {
-			tag, err := tx.Exec(ctx, `DELETE FROM `+dep.table+` WHERE envelope_id = ANY($1)`, ids)
-			if err != nil {
-				return fmt.Errorf("delete from %s: %w", dep.table, err)
-			}
-			*dep.count = tag.RowsAffected()
-		}
-		tag, err := tx.Exec(ctx, `DELETE FROM envelope WHERE id = ANY($1)`, ids)
-		if err != nil {
-			return fmt.Errorf("delete envelopes: %w", err)
-		}
-		d.Envelopes = tag.RowsAffected()
-		return nil
-	})
-	if err != nil {
-		return 0, PurgeCursor{}, Deleted{}, err
-	}
-	return n, last, d, nil
-}
 
 // DropBodies sets body and payload to NULL and body_purged_at to now() on
 // one batch of envelopes (b) whose body is still there, in one statement
@@ -137,7 +66,7 @@ func DropBodies(ctx context.Context, db DB, b PurgeBatch) (int, PurgeCursor, err
 	 WHERE e.id = c.id
 	RETURNING e.id, c.processed_at`
 	}
-	rows, err := db.Query(ctx, q, b.Cutoff, b.After.ProcessedAt, b.After.ID, b.Limit)
+	rows, err := db.Query(ctx, q, b.Cutoff, b.After.ProcessedAt, b.After.ID, b.Limit, IDAt(b.StoredFrom))
 	if err != nil {
 		return 0, PurgeCursor{}, fmt.Errorf("drop bodies: %w", err)
 	}

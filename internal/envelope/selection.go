@@ -70,7 +70,10 @@ func (s Selection) appendTo(q *sqlBuilder) {
 		q.cond("event_type = " + q.arg(s.EventType))
 	}
 	if s.DeliveryID != "" {
-		q.cond("delivery_id = " + q.arg(s.DeliveryID))
+		// Through envelope_key: no index of the partitioned envelope table
+		// has the delivery id.
+		arg := q.arg(s.DeliveryID)
+		q.cond("id IN (SELECT k.envelope_id FROM envelope_key k WHERE k.delivery_id = " + arg + ") AND delivery_id = " + arg)
 	}
 	if s.Cause != "" {
 		q.cond("last_cause = " + q.arg(s.Cause))

@@ -114,7 +114,11 @@ const (
 // for (a deleted tombstone no longer counts). It takes no lock: a delivery
 // stored meanwhile is found by Insert, which answers Duplicate.
 func (s *Store) Stored(ctx context.Context, source string, ids []string) (map[string]bool, error) {
-	rows, err := s.pool.Query(ctx, `SELECT delivery_id FROM envelope WHERE source = $1 AND delivery_id = ANY($2::text[])`, source, ids)
+	rows, err := s.pool.Query(ctx, `
+		SELECT k.delivery_id
+		  FROM envelope_key k
+		 WHERE k.source = $1 AND k.delivery_id = ANY($2::text[])
+		   AND EXISTS (SELECT 1 FROM envelope e WHERE e.id = k.envelope_id)`, source, ids)
 	if err != nil {
 		return nil, fmt.Errorf("look up stored deliveries: %w", err)
 	}
@@ -533,13 +537,41 @@ func insertEnvelopes(ctx context.Context, tx pgx.Tx, items []prepared, idx []int
 			runs[j] = &it.d.BackfillRunID
 		}
 	}
+	// The key first: ON CONFLICT on envelope_key's unique index waits for a
+	// concurrent inserter of the same delivery id (DO NOTHING: a taken key is
+	// left unlocked, so duplicates do not queue on it), and takeover takes
+	// a key whose envelope is gone: its id is below every live partition's
+	// (its partition was dropped, past the tombstone window). Both test the
+	// key row, never the envelope, which a statement's snapshot may not show
+	// when a concurrent inserter just committed it. A second copy in the
+	// batch is left to the lookup (DISTINCT ON). Keys are written in
+	// (source, delivery id) order, as the items are, so two batches cannot
+	// deadlock.
 	rows, err := tx.Query(ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, trace_context)
-		SELECT source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, nullif(trace_context, '')
-		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::jsonb[], $7::jsonb[], $8::bytea[], $9::int[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[])
-		       WITH ORDINALITY AS d(source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, trace_context, ord)
-		 ORDER BY ord
-		ON CONFLICT (source, delivery_id) DO NOTHING
+		WITH d AS (
+			SELECT *
+			  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::jsonb[], $7::jsonb[], $8::bytea[], $9::int[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[])
+			       WITH ORDINALITY AS d(source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, trace_context, ord)
+		), first AS (
+			SELECT DISTINCT ON (source, delivery_id) * FROM d ORDER BY source, delivery_id, ord
+		), takeover AS (
+			UPDATE envelope_key k SET envelope_id = envelope_next_id()
+			  FROM first f
+			 WHERE k.delivery_id = f.delivery_id AND k.source = f.source
+			   AND k.envelope_id < (SELECT min(coalesce(p.lower_id, -9223372036854775808)) FROM envelope_partition p WHERE p.dropped_at IS NULL)
+			RETURNING k.delivery_id, k.source, k.envelope_id
+		), fresh AS (
+			INSERT INTO envelope_key (delivery_id, source, envelope_id)
+			SELECT delivery_id, source, envelope_next_id() FROM first ORDER BY source, delivery_id
+			ON CONFLICT (delivery_id, source) DO NOTHING
+			RETURNING delivery_id, source, envelope_id
+		), k AS (
+			SELECT * FROM fresh UNION ALL SELECT * FROM takeover
+		)
+		INSERT INTO envelope (id, source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, trace_context)
+		SELECT k.envelope_id, f.source, f.provider, f.delivery_id, f.event_type, f.body, f.payload, f.headers, f.body_sha256, f.body_size, f.signed_at, f.origin, f.backfill_run_id, nullif(f.trace_context, '')
+		  FROM k JOIN first f ON f.source = k.source AND f.delivery_id = k.delivery_id
+		 ORDER BY f.ord
 		RETURNING id, source, delivery_id`,
 		sources, providers, ids, types, bodies, payloads, headers, sums, sizes, signed, origins, runs, traces)
 	if err != nil {
@@ -589,11 +621,12 @@ func lookupStored(ctx context.Context, tx pgx.Tx, items []prepared, idx []int) (
 // lookupStoredKeys is lookupStored of (sources[j], ids[j]).
 func lookupStoredKeys(ctx context.Context, tx pgx.Tx, sources, ids []string) (map[deliveryKey]storedDelivery, error) {
 	rows, err := tx.Query(ctx, `
-		SELECT e.id, e.source, e.delivery_id, e.body_sha256, e.origin
-		  FROM envelope e
-		 WHERE (e.source, e.delivery_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-		 ORDER BY e.source, e.delivery_id
-		   FOR KEY SHARE`, sources, ids)
+		SELECT e.id, k.source, k.delivery_id, e.body_sha256, e.origin
+		  FROM envelope_key k
+		  JOIN envelope e ON e.id = k.envelope_id
+		 WHERE (k.delivery_id, k.source) IN (SELECT * FROM unnest($2::text[], $1::text[]))
+		 ORDER BY k.source, k.delivery_id
+		   FOR KEY SHARE OF e`, sources, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load stored deliveries: %w", err)
 	}

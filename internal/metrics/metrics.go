@@ -319,7 +319,8 @@ type envelopeCollector struct {
 	pool    *pgxpool.Pool
 	counts  []statusCount
 	oldest  float64
-	sources []string // configured: exported at 0 before their first envelope
+	horizon time.Time // when the newest envelope partition ends
+	sources []string  // configured: exported at 0 before their first envelope
 }
 
 func newEnvelopeCollector(pool *pgxpool.Pool, logger *slog.Logger) *envelopeCollector {
@@ -337,12 +338,15 @@ var (
 	envelopesDesc = prometheus.NewDesc("inbox_envelopes", "Envelopes by source and status.", []string{"source", "status"}, nil)
 	oldestDesc    = prometheus.NewDesc("inbox_oldest_pending_age_seconds", "Age of the oldest pending envelope (0 when none).", nil, nil)
 	upDesc        = prometheus.NewDesc("inbox_envelope_stats_up", "1 if the last read of envelope statistics succeeded.", nil, nil)
+	horizonDesc   = prometheus.NewDesc("inbox_envelope_partition_horizon_seconds",
+		"Seconds until the newest envelope partition ends: ingest cannot store past it (the worker keeps it days ahead).", nil, nil)
 )
 
 func (c *envelopeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- envelopesDesc
 	ch <- oldestDesc
 	ch <- upDesc
+	ch <- horizonDesc
 }
 
 func (c *envelopeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -351,6 +355,7 @@ func (c *envelopeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(envelopesDesc, prometheus.GaugeValue, sc.n, sc.source, sc.status)
 		}
 		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, c.oldest)
+		ch <- prometheus.MustNewConstMetric(horizonDesc, prometheus.GaugeValue, time.Until(c.horizon).Seconds())
 	})
 }
 
@@ -369,7 +374,11 @@ func (c *envelopeCollector) read(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.counts, c.oldest = withZeros(counts, c.sources), 0
+	horizon, err := envelope.PartitionHorizon(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	c.counts, c.oldest, c.horizon = withZeros(counts, c.sources), 0, horizon
 	if oldest != nil {
 		c.oldest = oldest.AgeSeconds
 	}

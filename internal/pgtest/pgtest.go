@@ -231,6 +231,17 @@ func NewDatabase() (url string, drop func() error, err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("create database: %w", err)
 	}
+	// A template made days ago has partitions up to a few days after it was
+	// made: create today's (and the next days') as the worker would.
+	db, err := pgx.Connect(ctx, WithDatabase(ServerURL(), name))
+	if err != nil {
+		return "", nil, fmt.Errorf("connect to %s: %w", name, err)
+	}
+	_, err = db.Exec(ctx, `SELECT envelope_partitions_ensure($1::bigint * interval '1 microsecond')`, migrations.PartitionsAhead.Microseconds())
+	db.Close(ctx)
+	if err != nil {
+		return "", nil, fmt.Errorf("create envelope partitions in %s: %w", name, err)
+	}
 	drop = func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -15,7 +15,7 @@
 // (the ledger is append-only and its evidence is kept whole: body and row).
 //
 // It owns the policy (the windows, the batches, the order of the phases,
-// the report); the statements are envelope's (envelope.DeleteTombstones,
+// the report); the statements are envelope's (envelope.DropPartitions,
 // envelope.DropBodies), which owns the envelope tables.
 //
 // All time comes from the database's now(). It imports pgx and River, and of

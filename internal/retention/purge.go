@@ -80,38 +80,49 @@ type Report struct {
 	DeleteCutoff time.Time `json:"delete_cutoff"`
 	// BodiesDropped counts envelopes whose body and payload were set to NULL.
 	BodiesDropped int64 `json:"bodies_dropped"`
-	// EnvelopesDeleted counts deleted envelope rows; the three after it,
-	// their dependent rows deleted with them.
+	// Partitions lists the partitions past DeleteCutoff, oldest first, and
+	// what became of each: dropped, held (it still holds pending
+	// envelopes), busy (its lock was not free: the next run tries again),
+	// or, in a dry run, would drop.
+	Partitions []envelope.PartitionDrop `json:"partitions"`
+	// EnvelopesDeleted counts the envelopes of the dropped partitions (with
+	// their attempts, duplicates, conflicts and replay records).
 	EnvelopesDeleted int64 `json:"envelopes_deleted"`
-	AttemptsDeleted  int64 `json:"attempts_deleted"`
-	ReplaysDeleted   int64 `json:"replays_deleted"`
-	ConflictsDeleted int64 `json:"conflicts_deleted"`
-	// DuplicatesDeleted counts envelope_duplicate rows (provider retries).
-	DuplicatesDeleted int64 `json:"duplicates_deleted"`
-	// Batches counts the transactions that changed (or would change) at
-	// least one envelope.
+	// KeysSwept counts dedup keys of dropped envelopes deleted.
+	KeysSwept int64 `json:"keys_swept"`
+	// Batches counts the transactions that dropped (or would drop) at least
+	// one body.
 	Batches int `json:"batches"`
 }
 
-// Purge drops old bodies and deletes old tombstones, in batches of
-// cfg.BatchSize envelopes, each batch in its own short transaction: it first
-// deletes done/ignored envelopes processed before now() - DeleteAfter (with
-// their envelope_attempt, envelope_replay, envelope_conflict and
-// envelope_duplicate rows), then
-// sets body and payload to NULL and body_purged_at to now() on the remaining
-// done/ignored envelopes processed before now() - BodyAfter. Each phase
-// walks the envelopes in (processed_at, id) order and stops after a batch
-// smaller than the batch size.
+// LockWait is how long dropping a partition waits for its tables' lock:
+// the DETACH needs them to itself for a moment, and a longer wait would
+// queue ingest behind it.
+const LockWait = 500 * time.Millisecond
+
+// Purge deletes what is past the tombstone window and drops old bodies.
+// First it drops, oldest first, each envelope partition whose envelopes
+// were all stored before now() - DeleteAfter, with their attempts,
+// duplicates, conflicts and replay records: O(1) per partition, no dead
+// tuples, no WAL per row (envelope.DropPartitions). A partition that still
+// holds a pending envelope stops it there (work not done is never
+// dropped), and is reported held. Then it sweeps the dedup keys of dropped
+// envelopes, in batches. Last, in batches of cfg.BatchSize envelopes, each
+// its own short transaction, it sets body and payload to NULL and
+// body_purged_at to now() on done/ignored envelopes processed before now()
+// - BodyAfter, in (processed_at, id) order, never one referenced by a
+// ledger transaction (its evidence is kept whole until its partition
+// goes), stopping after a batch smaller than the batch size.
 //
-// It never touches a pending or failed envelope, nor one referenced by a
-// ledger transaction. Rows locked by someone else (a replay, a duplicate
-// being counted) are skipped, and left for the next run.
+// Failed envelopes keep their body, and go with their partition.
+// Rows locked by someone else (a replay, a duplicate being counted) are
+// skipped by the body phase, and left for the next run.
 //
 // Safe to call concurrently and to call again: an interrupted purge (a
-// cancelled ctx) keeps the batches it committed, returns the report so far
-// with the error, and the next call carries on. A dry run reads the same
-// batches and changes nothing; without concurrent writes it reports exactly
-// what a real run would.
+// cancelled ctx) keeps what it committed, returns the report so far with
+// the error, and the next call carries on. A dry run reads the same
+// partitions and batches and changes nothing; without concurrent writes it
+// reports exactly what a real run would.
 func Purge(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) {
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
@@ -126,32 +137,39 @@ func Purge(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) 
 		return rep, fmt.Errorf("read clock: %w", err)
 	}
 
-	// Tombstones first: an envelope old enough to be deleted is not first
-	// stripped of its body. The body phase starts where this one ends.
-	batch := envelope.PurgeBatch{Cutoff: rep.DeleteCutoff, Limit: cfg.BatchSize, DryRun: cfg.DryRun}
-	for {
+	// Partitions first: an envelope old enough to be deleted is not first
+	// stripped of its body.
+	rep.Partitions, err = envelope.DropPartitions(ctx, pool, rep.DeleteCutoff, LockWait, cfg.DryRun)
+	for _, p := range rep.Partitions {
+		if p.Outcome == envelope.PartitionDropped || p.Outcome == envelope.PartitionWouldDrop {
+			rep.EnvelopesDeleted += p.Envelopes
+		}
+	}
+	if err != nil {
+		return rep, err
+	}
+	for !cfg.DryRun {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		n, last, d, err := envelope.DeleteTombstones(ctx, pool, batch)
+		n, err := envelope.SweepKeys(ctx, pool, cfg.BatchSize)
 		if err != nil {
 			return rep, err
 		}
-		rep.EnvelopesDeleted += d.Envelopes
-		rep.AttemptsDeleted += d.Attempts
-		rep.ReplaysDeleted += d.Replays
-		rep.ConflictsDeleted += d.Conflicts
-		rep.DuplicatesDeleted += d.Duplicates
-		if n > 0 {
-			rep.Batches++
-			batch.After = last
-		}
-		if n < cfg.BatchSize {
+		rep.KeysSwept += n
+		if n < int64(cfg.BatchSize) {
 			break
 		}
 	}
 
-	batch = envelope.PurgeBatch{Cutoff: rep.BodyCutoff, After: envelope.PurgeCursor{ProcessedAt: rep.DeleteCutoff}, Limit: cfg.BatchSize, DryRun: cfg.DryRun}
+	// Bodies of envelopes whose partition went (or, in a dry run, would go)
+	// are not counted again.
+	batch := envelope.PurgeBatch{Cutoff: rep.BodyCutoff, Limit: cfg.BatchSize, DryRun: cfg.DryRun}
+	for _, p := range rep.Partitions {
+		if p.Outcome == envelope.PartitionDropped || p.Outcome == envelope.PartitionWouldDrop {
+			batch.StoredFrom = p.UpperAt
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return rep, err

@@ -155,44 +155,63 @@ func counts(r retention.Report) retention.Report {
 	return r
 }
 
-func TestPurgeDropsBodiesAndDeletesTombstonesOnlyWhereAllowed(t *testing.T) {
+// dropped sums the envelopes of the partitions rep dropped (or would), and
+// fails unless every partition it names was dropped (or would be).
+func dropped(t *testing.T, rep retention.Report, want string) int64 {
+	t.Helper()
+	var n int64
+	for _, p := range rep.Partitions {
+		require.Equal(t, want, p.Outcome, "partition %s", p.Name)
+		n += p.Envelopes
+	}
+	return n
+}
+
+func TestPurgeDropsOldPartitionsAndBodiesOnlyWhereAllowed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 
 	untouched := map[string]int64{
-		"pending, received 100 days ago":   b.seed(t, row{status: "pending", age: 100, attempts: 3}),
-		"failed 100 days ago":              b.seed(t, row{status: "failed", age: 100, attempts: 1, conflicts: 1}),
-		"failed 40 days ago":               b.seed(t, row{status: "failed", age: 40, attempts: 1}),
-		"done 100 days ago, in the ledger": b.seed(t, row{status: "done", age: 100, ledger: true, attempts: 1, replays: 1}),
-		"done 40 days ago, in the ledger":  b.seed(t, row{status: "done", age: 40, ledger: true, attempts: 1}),
-		"done 10 days ago":                 b.seed(t, row{status: "done", age: 10, attempts: 1}),
-		"ignored 29 days ago":              b.seed(t, row{status: "ignored", age: 29, attempts: 1}),
-		"done 40 days ago, body purged":    b.seed(t, row{status: "done", age: 40, purged: true, attempts: 1}),
+		"failed 40 days ago":              b.seed(t, row{status: "failed", age: 40, attempts: 1}),
+		"done 40 days ago, in the ledger": b.seed(t, row{status: "done", age: 40, ledger: true, attempts: 1}),
+		"done 10 days ago":                b.seed(t, row{status: "done", age: 10, attempts: 1}),
+		"ignored 29 days ago":             b.seed(t, row{status: "ignored", age: 29, attempts: 1}),
+		"done 40 days ago, body purged":   b.seed(t, row{status: "done", age: 40, purged: true, attempts: 1}),
+		"pending, received 2 days ago":    b.seed(t, row{status: "pending", age: 2, attempts: 3}),
 	}
 	bodyDropped := map[string]int64{
 		"done 40 days ago":    b.seed(t, row{status: "done", age: 40, attempts: 2, replays: 1, conflicts: 1}),
 		"ignored 31 days ago": b.seed(t, row{status: "ignored", age: 31, attempts: 1}),
 		"done 89 days ago":    b.seed(t, row{status: "done", age: 89, attempts: 1}),
 	}
+	// Everything stored before the window goes with its partition: failed
+	// ones too, and ones a ledger posting refers to (the posting stays).
 	deleted := map[string]int64{
-		"done 100 days ago":              b.seed(t, row{status: "done", age: 100, attempts: 2, replays: 2, conflicts: 1}),
-		"ignored 91 days ago":            b.seed(t, row{status: "ignored", age: 91, attempts: 1}),
-		"done 365 days ago, body purged": b.seed(t, row{status: "done", age: 365, purged: true, attempts: 1, conflicts: 1}),
+		"done 100 days ago":                b.seed(t, row{status: "done", age: 100, attempts: 2, replays: 2, conflicts: 1}),
+		"ignored 91 days ago":              b.seed(t, row{status: "ignored", age: 91, attempts: 1}),
+		"done 365 days ago, body purged":   b.seed(t, row{status: "done", age: 365, purged: true, attempts: 1, conflicts: 1}),
+		"failed 100 days ago":              b.seed(t, row{status: "failed", age: 100, attempts: 1, conflicts: 1}),
+		"done 100 days ago, in the ledger": b.seed(t, row{status: "done", age: 100, ledger: true, attempts: 1, replays: 1}),
 	}
+	ledgerID := deleted["done 100 days ago, in the ledger"]
+	var source, deliveryID string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT source, delivery_id FROM envelope WHERE id = $1`, ledgerID).Scan(&source, &deliveryID))
 	before := b.snapshot(t)
 	depsBefore := map[int64]string{}
 	for _, id := range untouched {
 		depsBefore[id] = b.deps(t, id)
 	}
+	keys := pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_key`)
 
 	rep := purge(t, b, retention.Config{})
 
-	require.Equal(t, retention.Report{
-		BodiesDropped: 3, EnvelopesDeleted: 3, AttemptsDeleted: 4, ReplaysDeleted: 2, ConflictsDeleted: 2, Batches: 2,
-	}, counts(rep))
+	require.Equal(t, int64(5), dropped(t, rep, envelope.PartitionDropped))
+	require.Len(t, rep.Partitions, 3, "the days 365, 100 and 91 ago")
+	require.Equal(t, retention.Report{BodiesDropped: 3, EnvelopesDeleted: 5, KeysSwept: 5, Batches: 1, Partitions: rep.Partitions}, counts(rep))
 	require.False(t, rep.DryRun)
 	require.WithinDuration(t, rep.Now.Add(-retention.DefaultBodyAfter), rep.BodyCutoff, 0)
 	require.WithinDuration(t, rep.Now.Add(-retention.DefaultDeleteAfter), rep.DeleteCutoff, 0)
+	require.Equal(t, keys-5, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_key`))
 
 	after := b.snapshot(t)
 	for name, id := range untouched {
@@ -230,9 +249,44 @@ func TestPurgeDropsBodiesAndDeletesTombstonesOnlyWhereAllowed(t *testing.T) {
 			require.Contains(t, before, k, "ledger row %s appeared", k)
 		}
 	}
+	// The posting still says which delivery made it.
+	var auditSource, auditDelivery string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT source, delivery_id FROM ledger_transaction_audit WHERE envelope_id = $1`, ledgerID).Scan(&auditSource, &auditDelivery))
+	require.Equal(t, []string{source, deliveryID}, []string{auditSource, auditDelivery})
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM ledger_payment_audit WHERE envelope_id = $1 AND delivery_id = $2`, ledgerID, deliveryID))
+	// The partitions' own tables are gone, their rows kept as a record.
+	for _, p := range rep.Partitions {
+		require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_class WHERE relname LIKE '%\_' || $1`, p.Name), "tables of partition %s left", p.Name)
+		require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_partition WHERE name = $1 AND dropped_at IS NOT NULL AND dropped_envelopes = $2`, p.Name, p.Envelopes))
+	}
 
 	// Safe to run again: nothing left to do.
 	require.Equal(t, retention.Report{}, counts(purge(t, b, retention.Config{})))
+}
+
+// A partition past the window that still holds a pending envelope is kept,
+// with every newer one (partitions go oldest first), and reported held;
+// once the envelope is processed the next purge drops them.
+func TestPurgeKeepsAPartitionWithPendingWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pending := b.seed(t, row{status: "pending", age: 120})
+	newer := b.seed(t, row{status: "done", age: 100})
+
+	rep := purge(t, b, retention.Config{})
+	require.Len(t, rep.Partitions, 1)
+	require.Equal(t, envelope.PartitionHeld, rep.Partitions[0].Outcome)
+	require.Equal(t, int64(1), rep.Partitions[0].Envelopes, "pending envelopes holding it")
+	require.Zero(t, rep.EnvelopesDeleted)
+	require.NotNil(t, b.envelopeJSON(t, pending))
+	require.NotNil(t, b.envelopeJSON(t, newer))
+
+	_, err := b.pool.Exec(b.ctx, `UPDATE envelope SET status = 'done', processed_at = now() WHERE id = $1`, pending)
+	require.NoError(t, err)
+	rep = purge(t, b, retention.Config{})
+	require.Equal(t, int64(2), dropped(t, rep, envelope.PartitionDropped))
+	require.Nil(t, b.envelopeJSON(t, pending))
+	require.Nil(t, b.envelopeJSON(t, newer))
 }
 
 func TestPurgeWorksInBatches(t *testing.T) {
@@ -244,16 +298,16 @@ func TestPurgeWorksInBatches(t *testing.T) {
 		want    retention.Report
 		wantAll bool
 	}{
-		{"five tombstones, batch of 2", rep(5, row{status: "done", age: 100}), 2,
-			retention.Report{EnvelopesDeleted: 5, Batches: 3}, true},
+		{"five tombstones, keys swept 2 at a time", rep(5, row{status: "done", age: 100}), 2,
+			retention.Report{EnvelopesDeleted: 5, KeysSwept: 5}, true},
 		{"five bodies, batch of 2", rep(5, row{status: "ignored", age: 40}), 2,
 			retention.Report{BodiesDropped: 5, Batches: 3}, true},
 		{"four bodies, batch of 2", rep(4, row{status: "done", age: 40}), 2,
 			retention.Report{BodiesDropped: 4, Batches: 2}, true},
 		{"three of each, batch of 3", append(rep(3, row{status: "done", age: 100, attempts: 1}), rep(3, row{status: "done", age: 40})...), 3,
-			retention.Report{EnvelopesDeleted: 3, AttemptsDeleted: 3, BodiesDropped: 3, Batches: 2}, true},
-		{"ledger rows among them are skipped, not counted", append(rep(3, row{status: "done", age: 100, ledger: true}), rep(3, row{status: "done", age: 100})...), 2,
-			retention.Report{EnvelopesDeleted: 3, Batches: 2}, false},
+			retention.Report{EnvelopesDeleted: 3, KeysSwept: 3, BodiesDropped: 3, Batches: 1}, true},
+		{"bodies of ledger envelopes are kept, not counted", append(rep(3, row{status: "done", age: 40, ledger: true}), rep(3, row{status: "done", age: 40})...), 2,
+			retention.Report{BodiesDropped: 3, Batches: 2}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -261,7 +315,10 @@ func TestPurgeWorksInBatches(t *testing.T) {
 			for _, r := range tc.rows {
 				b.seed(t, r)
 			}
-			require.Equal(t, tc.want, counts(purge(t, b, retention.Config{BatchSize: tc.batch})))
+			got := counts(purge(t, b, retention.Config{BatchSize: tc.batch}))
+			dropped(t, got, envelope.PartitionDropped)
+			got.Partitions = nil
+			require.Equal(t, tc.want, got)
 			if tc.wantAll {
 				require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE body IS NOT NULL`))
 			}
@@ -281,7 +338,7 @@ func TestPurgeDryRunChangesNothingAndPredictsTheRealRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for _, r := range []row{
-		{status: "pending", age: 200},
+		{status: "pending", age: 3},
 		{status: "failed", age: 200, attempts: 2},
 		{status: "done", age: 200, ledger: true, attempts: 1},
 		{status: "done", age: 200, attempts: 3, replays: 1, conflicts: 2},
@@ -300,22 +357,29 @@ func TestPurgeDryRunChangesNothingAndPredictsTheRealRun(t *testing.T) {
 	dry := purge(t, b, retention.Config{BatchSize: 2, DryRun: true})
 	require.True(t, dry.DryRun)
 	require.Equal(t, before, b.snapshot(t), "a dry run changed rows")
-	require.Equal(t, retention.Report{
-		EnvelopesDeleted: 3, AttemptsDeleted: 5, ReplaysDeleted: 1, ConflictsDeleted: 2,
-		BodiesDropped: 3, Batches: 4,
-	}, counts(dry))
+	require.Equal(t, int64(5), dropped(t, dry, envelope.PartitionWouldDrop))
+	require.Equal(t, retention.Report{EnvelopesDeleted: 5, BodiesDropped: 3, Batches: 2, Partitions: dry.Partitions}, counts(dry))
 
 	real := purge(t, b, retention.Config{BatchSize: 2})
 	require.False(t, real.DryRun)
-	require.Equal(t, counts(dry), counts(real))
+	require.Equal(t, int64(5), dropped(t, real, envelope.PartitionDropped))
+	require.Equal(t, retention.Report{EnvelopesDeleted: 5, KeysSwept: 5, BodiesDropped: 3, Batches: 2, Partitions: real.Partitions}, counts(real))
+	require.Len(t, real.Partitions, len(dry.Partitions))
+	for i := range real.Partitions {
+		require.Equal(t, dry.Partitions[i].Name, real.Partitions[i].Name)
+		require.Equal(t, dry.Partitions[i].Envelopes, real.Partitions[i].Envelopes)
+	}
 	require.NotEqual(t, before, b.snapshot(t))
 }
 
-func TestPurgeSkipsRowsLockedByOthers(t *testing.T) {
+// Dropping a partition needs its tables to itself for a moment: a
+// transaction that holds one of its rows makes the drop give up after
+// retention.LockWait (it does not queue ingest behind it), reported busy,
+// and the next purge drops it.
+func TestPurgeGivesUpOnABusyPartition(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	locked := b.seed(t, row{status: "done", age: 100})
-	free := b.seed(t, row{status: "done", age: 100})
 
 	tx := pgtest.Tx(t, b.pool)
 	_, err := tx.Exec(b.ctx, `SELECT 1 FROM envelope WHERE id = $1 FOR UPDATE`, locked)
@@ -323,7 +387,7 @@ func TestPurgeSkipsRowsLockedByOthers(t *testing.T) {
 
 	done := make(chan retention.Report, 1)
 	go func() {
-		r, err := retention.Purge(b.ctx, b.pool, retention.Config{})
+		r, err := retention.Purge(b.ctx, b.worker, retention.Config{})
 		if err != nil {
 			t.Error(err)
 		}
@@ -331,15 +395,16 @@ func TestPurgeSkipsRowsLockedByOthers(t *testing.T) {
 	}()
 	select {
 	case r := <-done:
-		require.Equal(t, retention.Report{EnvelopesDeleted: 1, Batches: 1}, counts(r))
+		require.Len(t, r.Partitions, 1)
+		require.Equal(t, envelope.PartitionBusy, r.Partitions[0].Outcome)
+		require.Zero(t, r.EnvelopesDeleted)
 	case <-time.After(20 * time.Second):
-		t.Fatal("purge waited for a locked row instead of skipping it")
+		t.Fatal("purge waited for a locked partition instead of giving up")
 	}
-	require.Nil(t, b.envelopeJSON(t, free))
 	require.NotNil(t, b.envelopeJSON(t, locked))
 
 	require.NoError(t, tx.Rollback(b.ctx))
-	require.Equal(t, retention.Report{EnvelopesDeleted: 1, Batches: 1}, counts(purge(t, b, retention.Config{})))
+	require.Equal(t, int64(1), dropped(t, purge(t, b, retention.Config{}), envelope.PartitionDropped))
 	require.Nil(t, b.envelopeJSON(t, locked))
 }
 
@@ -429,14 +494,31 @@ func TestTombstoneStillBlocksARedeliveredID(t *testing.T) {
 	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1`, first.EnvelopeID))
 	require.Nil(t, b.envelopeJSON(t, first.EnvelopeID)["body"], "the conflict restored a body")
 
-	// Once the tombstone window is over too, the id is forgotten.
-	_, err = b.pool.Exec(b.ctx, `UPDATE envelope SET processed_at = now() - interval '91 days' WHERE id = $1`, first.EnvelopeID)
-	require.NoError(t, err)
-	require.Equal(t, retention.Report{EnvelopesDeleted: 1, ConflictsDeleted: 1, DuplicatesDeleted: 1, Batches: 1}, counts(purge(t, b, retention.Config{})))
+	// Once the tombstone window is over too, the id is forgotten: its
+	// partition is dropped, and the key, left behind, is taken over by the
+	// next delivery of the id (before the sweep deletes it, and after).
+	moved := envelopetest.MoveTo(t, b.pool, first.EnvelopeID, time.Now().Add(-91*24*time.Hour))
+	rep := purge(t, b, retention.Config{})
+	require.Equal(t, int64(1), dropped(t, rep, envelope.PartitionDropped))
+	require.Equal(t, int64(1), rep.KeysSwept)
 	fresh, err := store.Insert(b.ctx, delivery)
 	require.NoError(t, err)
 	require.False(t, fresh.Duplicate)
-	require.NotEqual(t, first.EnvelopeID, fresh.EnvelopeID)
+	require.NotEqual(t, moved, fresh.EnvelopeID)
+
+	other.DeliveryID = "8f0e5c2a-cc78-11e3-81ab-4c9367dc0958"
+	kept, err := store.Insert(b.ctx, other)
+	require.NoError(t, err)
+	keptID := envelopetest.MoveTo(t, b.pool, kept.EnvelopeID, time.Now().Add(-92*24*time.Hour))
+	_, err = b.pool.Exec(b.ctx, `UPDATE envelope SET status = 'done', processed_at = now() WHERE id = $1`, keptID)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `SELECT envelope_partition_drop(name, now() - interval '90 days') FROM envelope_partition WHERE dropped_at IS NULL ORDER BY upper_id LIMIT 1`)
+	require.NoError(t, err)
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_key WHERE delivery_id = $1`, other.DeliveryID), "the key is not swept yet")
+	again, err = store.Insert(b.ctx, other)
+	require.NoError(t, err)
+	require.False(t, again.Duplicate, "a key whose partition was dropped still blocked its id")
+	require.Equal(t, again.EnvelopeID, int64(pgtest.Count(t, b.pool, `SELECT envelope_id FROM envelope_key WHERE delivery_id = $1`, other.DeliveryID)))
 }
 
 // startClient runs a River client with only the purge worker registered.
@@ -487,14 +569,15 @@ func TestPurgeWorkerRunsAsARiverJob(t *testing.T) {
 	b := setup(t)
 	old := b.seed(t, row{status: "done", age: 100, attempts: 1})
 	stale := b.seed(t, row{status: "ignored", age: 40})
-	kept := b.seed(t, row{status: "failed", age: 100})
+	kept := b.seed(t, row{status: "failed", age: 40})
 	client := startClient(t, b, &river.Config{})
 
 	res, err := client.Insert(b.ctx, retention.PurgeArgs{BatchSize: 1}, nil)
 	require.NoError(t, err)
 	state, rep := b.waitJob(t, res.Job.ID)
 	require.Equal(t, "completed", state)
-	require.Equal(t, retention.Report{EnvelopesDeleted: 1, AttemptsDeleted: 1, BodiesDropped: 1, Batches: 2}, counts(rep))
+	require.Equal(t, int64(1), dropped(t, rep, envelope.PartitionDropped))
+	require.Equal(t, retention.Report{EnvelopesDeleted: 1, KeysSwept: 1, BodiesDropped: 1, Batches: 1, Partitions: rep.Partitions}, counts(rep))
 	require.Nil(t, b.envelopeJSON(t, old))
 	require.NotNil(t, b.envelopeJSON(t, stale)["body_purged_at"])
 	require.NotNil(t, b.envelopeJSON(t, kept)["body"])

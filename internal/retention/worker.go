@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -90,9 +91,8 @@ func (w *PurgeWorker) Work(ctx context.Context, job *river.Job[PurgeArgs]) error
 		"dry_run", rep.DryRun,
 		"bodies_dropped", rep.BodiesDropped,
 		"envelopes_deleted", rep.EnvelopesDeleted,
-		"attempts_deleted", rep.AttemptsDeleted,
-		"replays_deleted", rep.ReplaysDeleted,
-		"conflicts_deleted", rep.ConflictsDeleted,
+		"partitions", partitionSummary(rep.Partitions),
+		"keys_swept", rep.KeysSwept,
 		"batches", rep.Batches,
 		"body_cutoff", rep.BodyCutoff,
 		"delete_cutoff", rep.DeleteCutoff,
@@ -102,8 +102,26 @@ func (w *PurgeWorker) Work(ctx context.Context, job *river.Job[PurgeArgs]) error
 		log.Warn("purge stopped early: committed batches stay, the rest waits for the retry", append(attrs, "error", err)...)
 		return fmt.Errorf("purge: %w", err)
 	}
+	for _, p := range rep.Partitions {
+		if p.Outcome == envelope.PartitionHeld {
+			log.Warn("purge: an envelope partition past the delete-after window still holds pending envelopes; it and the newer ones are kept until they are processed",
+				"partition", p.Name, "pending", p.Envelopes)
+		}
+	}
 	log.Info("purge done", attrs...)
 	return nil
+}
+
+// partitionSummary is "name outcome envelopes, ..." for the log.
+func partitionSummary(ps []envelope.PartitionDrop) string {
+	var b strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %s %d", p.Name, p.Outcome, p.Envelopes)
+	}
+	return b.String()
 }
 
 // PeriodicJob returns the periodic job that inserts a purge with args every

@@ -46,6 +46,10 @@ type Config struct {
 	// ReconcileEvery is how often pending envelopes without a live job are
 	// looked for (default 1 minute; negative disables).
 	ReconcileEvery time.Duration
+	// PartitionWidth is the width of the envelope partitions the reconcile
+	// creates ahead (envelope.PartitionDay or PartitionHour; 0: as wide as
+	// the newest one).
+	PartitionWidth time.Duration
 	// PeriodicJobs and Workers add jobs of other packages (retention).
 	PeriodicJobs []*river.PeriodicJob
 	// Register adds other packages' workers.
@@ -108,7 +112,7 @@ func NewClient(pool *pgxpool.Pool, registry handlers.Router, cfg Config, logger 
 		if every == 0 {
 			every = time.Minute
 		}
-		if err := river.AddWorkerSafely(workers, &ReconcileWorker{Pool: pool, Logger: logger, Grace: max(every, time.Minute)}); err != nil {
+		if err := river.AddWorkerSafely(workers, &ReconcileWorker{Pool: pool, Logger: logger, Grace: max(every, time.Minute), PartitionWidth: cfg.PartitionWidth}); err != nil {
 			return nil, fmt.Errorf("register reconcile worker: %w", err)
 		}
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(every),

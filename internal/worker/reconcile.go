@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,7 +35,8 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 // cancelled it in River UI, or River gave up on it while the database was
 // unreachable), the envelope fails with that reason, so an operator can
 // replay it on purpose. If it has no job at all, a job is enqueued. Both log
-// a warning. It also deletes old throttle windows, folds the envelope
+// a warning. It also creates the envelope partitions ahead
+// (envelope.EnsurePartitions), deletes old throttle windows, folds the envelope
 // counts' deltas (envelope.CompactCounts), so that a read of the counts
 // sums at most about a minute of them, and deletes replay digests past
 // their window.
@@ -44,6 +46,10 @@ type ReconcileWorker struct {
 	Logger *slog.Logger
 	// Grace is how old a pending envelope must be before it is checked.
 	Grace time.Duration
+	// PartitionWidth is the width of the envelope partitions it creates
+	// (envelope.PartitionDay or PartitionHour; 0: as wide as the newest),
+	// PartitionsAhead how far past now (0: envelope.DefaultPartitionsAhead).
+	PartitionWidth, PartitionsAhead time.Duration
 }
 
 // Timeout implements river.Worker.
@@ -53,6 +59,12 @@ func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration { ret
 func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs]) error {
 	if err := sweepThrottle(ctx, w.Pool); err != nil {
 		w.Logger.Warn("sweep throttle windows", "error", err)
+	}
+	ahead := cmp.Or(w.PartitionsAhead, envelope.DefaultPartitionsAhead)
+	if n, err := envelope.EnsurePartitions(ctx, w.Pool, ahead, w.PartitionWidth); err != nil {
+		w.Logger.Error("create envelope partitions ahead: ingest cannot store past the newest one", "error", err)
+	} else if n > 0 {
+		w.Logger.Info("created envelope partitions", "partitions", n, "ahead", ahead)
 	}
 	if _, err := envelope.CompactCounts(ctx, w.Pool); err != nil {
 		w.Logger.Warn("compact envelope counts", "error", err)

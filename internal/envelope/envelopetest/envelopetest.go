@@ -104,26 +104,35 @@ func CreateMany(ctx context.Context, q Querier, rows []Row) ([]int64, error) {
 			return nil, err
 		}
 	}
-	// Identity values are drawn in the order the SELECT yields its rows
-	// (ORDER BY ord), so the ids sorted are the rows' ids in order.
+	if err := ensurePartitions(ctx, q, c.receivedAt); err != nil {
+		return nil, err
+	}
+	// Each row's id says when it was stored: its ReceivedAt, as ingest's
+	// (both are the transaction's now() there), so a row received 100 days
+	// ago lives in that day's partition. Each row takes its delivery id's
+	// key, as ingest's insert does.
 	var ids []int64
 	err := q.QueryRow(ctx, `
-		WITH ins AS (
-			INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, payload, headers,
-			                      body_sha256, body_size, received_at, processed_at, attempts, last_error, result,
-			                      body_purged_at, last_cause)
-			SELECT source, provider, delivery_id, event_type, status, body, payload::jsonb, headers::jsonb,
-			       body_sha256, body_size, received_at, processed_at, attempts, last_error, result::jsonb,
-			       body_purged_at, last_cause
+		WITH r AS MATERIALIZED (
+			SELECT envelope_id_at(received_at) | (nextval('envelope_id_seq') & 1048575) AS id, *
 			  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], $8::text[],
 			              $9::bytea[], $10::int[], $11::timestamptz[], $12::timestamptz[], $13::int[], $14::text[], $15::text[],
 			              $16::timestamptz[], $17::text[])
 			       WITH ORDINALITY AS r(source, provider, delivery_id, event_type, status, body, payload, headers,
 			                            body_sha256, body_size, received_at, processed_at, attempts, last_error, result,
 			                            body_purged_at, last_cause, ord)
-			 ORDER BY ord
-			RETURNING id)
-		SELECT array_agg(id ORDER BY id) FROM ins`,
+		), ins AS (
+			INSERT INTO envelope (id, source, provider, delivery_id, event_type, status, body, payload, headers,
+			                      body_sha256, body_size, received_at, processed_at, attempts, last_error, result,
+			                      body_purged_at, last_cause)
+			SELECT id, source, provider, delivery_id, event_type, status, body, payload::jsonb, headers::jsonb,
+			       body_sha256, body_size, received_at, processed_at, attempts, last_error, result::jsonb,
+			       body_purged_at, last_cause
+			  FROM r ORDER BY ord
+		), keys AS (
+			INSERT INTO envelope_key (delivery_id, source, envelope_id) SELECT delivery_id, source, id FROM r
+		)
+		SELECT array_agg(id ORDER BY ord) FROM r`,
 		c.source, c.provider, c.deliveryID, c.eventType, c.status, c.body, c.payload, c.headers,
 		c.sha256, c.size, c.receivedAt, c.processedAt, c.attempts, c.lastError, c.result,
 		c.purgedAt, c.lastCause).Scan(&ids)
@@ -134,6 +143,58 @@ func CreateMany(ctx context.Context, q Querier, rows []Row) ([]int64, error) {
 		return nil, fmt.Errorf("insert %d envelopes: %w", len(rows), err)
 	}
 	return ids, nil
+}
+
+// ensurePartitions creates the day partitions (UTC) of the times that no
+// live partition covers yet, as the worker keeps them for the days ahead.
+func ensurePartitions(ctx context.Context, q Querier, times []time.Time) error {
+	days := map[time.Time]bool{}
+	for _, t := range times {
+		days[t.UTC().Truncate(24*time.Hour)] = true
+	}
+	for d := range days {
+		var name string
+		err := q.QueryRow(ctx, `
+			SELECT CASE WHEN EXISTS (SELECT 1 FROM envelope_partition p
+			                          WHERE p.dropped_at IS NULL AND coalesce(p.lower_id, -9223372036854775808) <= envelope_id_at($1)
+			                            AND p.upper_id > envelope_id_at($1))
+			            THEN '' ELSE envelope_partition_create($1, $1 + interval '1 day') END`, d).Scan(&name)
+		if err != nil {
+			return fmt.Errorf("create the envelope partition of %s: %w", d.Format(time.DateOnly), err)
+		}
+	}
+	return nil
+}
+
+// MoveTo makes envelope id as if stored at `at`: it gives it the id a
+// delivery stored then would have (in that day's partition, made if
+// missing), with received_at = at, and moves its key, attempts,
+// duplicates, conflicts and replay records along; it returns the new id.
+// For retention tests, which need envelopes from months ago stored through
+// envelope.Store. Ledger rows are append-only: an envelope with one cannot
+// move. The counts (envelope_count) of its duplicates stay in the hour it
+// left: their trigger finds a duplicate's source through its envelope,
+// which moves in the same statement.
+func MoveTo(t testing.TB, q Querier, id int64, at time.Time) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if err := ensurePartitions(ctx, q, []time.Time{at}); err != nil {
+		t.Fatalf("envelopetest: %v", err)
+	}
+	var moved int64
+	err := q.QueryRow(ctx, `
+		WITH n AS MATERIALIZED (SELECT envelope_id_at($2) | (nextval('envelope_id_seq') & 1048575) AS id),
+		e AS (UPDATE envelope SET id = n.id, received_at = $2 FROM n WHERE envelope.id = $1 RETURNING envelope.id),
+		k AS (UPDATE envelope_key SET envelope_id = n.id FROM n WHERE envelope_id = $1),
+		a AS (UPDATE envelope_attempt SET envelope_id = n.id FROM n WHERE envelope_id = $1),
+		d AS (UPDATE envelope_duplicate SET envelope_id = n.id FROM n WHERE envelope_id = $1),
+		c AS (UPDATE envelope_conflict SET envelope_id = n.id FROM n WHERE envelope_id = $1),
+		r AS (UPDATE envelope_replay SET envelope_id = n.id FROM n WHERE envelope_id = $1)
+		SELECT id FROM e`, id, at).Scan(&moved)
+	if err != nil {
+		t.Fatalf("envelopetest: move envelope %d to %s: %v", id, at, err)
+	}
+	return moved
 }
 
 // columns holds rows column by column, as CreateMany's unnest takes them.
