@@ -26,7 +26,7 @@
 -- The upgrade. A database that holds envelopes keeps them: each of the four tables is renamed
 -- *_legacy and attached as the partition of all ids below today's first (its rows are checked
 -- once: a scan of each), and envelope_key is filled from it. Writers wait meanwhile (the LOCK
--- below): on 2 cores about 10 s per million envelopes; ingest answers 503 after its store
+-- below): 6.9 s for 1 M envelopes and their attempts on 2 cores; ingest answers 503 after its store
 -- deadline, and providers retry (docs/operations.md, "Upgrading to partitioned envelopes").
 -- The legacy partition is dropped like any other once its newest row is past the window.
 -- A fresh database (no envelope yet) has no legacy partition.

@@ -1,0 +1,125 @@
+package migrations_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/ledger"
+	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/migrations"
+)
+
+// An inbox running the layout before 00190 (one table per kind) is
+// upgraded in place: every envelope, attempt, duplicate, conflict and
+// posting is kept and reachable as before; its delivery ids still dedup;
+// the counts still equal a scan; the postings name their delivery; new
+// envelopes go to the new partitions; and the legacy partition is dropped
+// like any other once it is past the window, its postings kept.
+func TestUpgradeToPartitionedEnvelopesKeepsEverything(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.EmptyURL(t)
+	pool := pgtest.OpenPool(t, url)
+	require.NoError(t, migrations.MigrateTo(ctx, pool, 182))
+
+	// The old layout, seeded as the old release wrote it.
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(t, err, sql)
+	}
+	exec(`
+		INSERT INTO envelope (source, provider, delivery_id, event_type, status, body, payload, body_sha256, body_size, received_at, processed_at, attempts)
+		SELECT 'src', 'standard', 'old-' || g, 'payment.succeeded', CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'done' END,
+		       convert_to('{"n":' || g || '}', 'UTF8'), ('{"n":' || g || '}')::jsonb, sha256(convert_to('{"n":' || g || '}', 'UTF8')),
+		       octet_length('{"n":' || g || '}'), now() - interval '40 days' + g * interval '1 minute', now() - interval '40 days' + g * interval '1 minute', 1
+		  FROM generate_series(1, 200) g`)
+	exec(`INSERT INTO envelope_attempt (envelope_id, job_id, attempt, outcome, started_at) SELECT id, id, 1, status, received_at FROM envelope`)
+	exec(`INSERT INTO envelope_duplicate (envelope_id) SELECT id FROM envelope WHERE id % 20 = 0`)
+	exec(`INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body) SELECT id, source, delivery_id, sha256(body || 'x'), body_size + 1, body || 'x' FROM envelope WHERE id % 50 = 0`)
+	var postedID int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM envelope WHERE delivery_id = 'old-7'`).Scan(&postedID))
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ledger.Post(ctx, tx, postedID, ledger.Posting{Kind: ledger.KindPayment, IdempotencyKey: "standard:m:payment:old-7",
+			Merchant: "m", Currency: "USD", AmountMinor: 700})
+		return err
+	}))
+	// Each table's rows, as a count and a sum of their hashes (the ledger's
+	// by the columns it had: 00190 adds two).
+	counts := func(table string) string {
+		row := "t::text"
+		if table == "ledger_transaction" {
+			row = "(t.id, t.envelope_id, t.idempotency_key, t.kind, t.merchant, t.payment_key, t.currency, t.amount_minor, t.description, t.posted_at)::text"
+		}
+		var s string
+		require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) || ':' || coalesce(sum(hashtext(%s)), 0) FROM %s t`, row, table)).Scan(&s))
+		return s
+	}
+	tables := []string{"envelope", "envelope_attempt", "envelope_duplicate", "envelope_conflict", "ledger_transaction", "ledger_entry"}
+	before := map[string]string{}
+	for _, table := range tables {
+		before[table] = counts(table)
+	}
+	var lastOldID int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT max(id) FROM envelope`).Scan(&lastOldID))
+
+	require.NoError(t, migrations.Migrate(ctx, pool, io.Discard))
+
+	for _, table := range tables[4:] {
+		require.Equal(t, before[table], counts(table), "%s changed", table)
+	}
+	for _, table := range tables[:4] {
+		require.Equal(t, before[table], counts(table), "%s changed", table)
+		var part string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT DISTINCT tableoid::regclass::text FROM `+table).Scan(&part))
+		require.Equal(t, table+"_legacy", part)
+	}
+	require.Equal(t, 200, pgtest.Count(t, pool, `SELECT count(*) FROM envelope_key k JOIN envelope e ON e.id = k.envelope_id AND e.delivery_id = k.delivery_id`))
+	require.Equal(t, 1, pgtest.Count(t, pool, `SELECT count(*) FROM ledger_transaction_audit WHERE envelope_id = $1 AND delivery_id = 'old-7' AND source = 'src' AND provider = 'standard'`, postedID))
+	require.Equal(t, 4, pgtest.Count(t, pool, `SELECT count(*) FROM envelope_conflict_audit`))
+	require.Equal(t, 200, pgtest.Count(t, pool, `SELECT count(*) FROM envelope_audit`))
+	var scan, counted string
+	require.NoError(t, pool.QueryRow(ctx, `
+		SELECT (SELECT string_agg(status || '=' || n, ' ' ORDER BY status) FROM (SELECT status, count(*) n FROM envelope GROUP BY 1) x),
+		       (SELECT string_agg(kind || '=' || n, ' ' ORDER BY kind) FROM (SELECT kind, sum(n) n FROM envelope_count WHERE kind IN ('done', 'failed') GROUP BY 1) y)`).Scan(&scan, &counted))
+	require.Equal(t, scan, counted)
+
+	// Old ids still dedup; new deliveries go to today's partition, with ids
+	// above every old one.
+	rc, err := envelope.NewInsertClient(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	store := envelope.NewStore(pool, rc)
+	old := envelope.NewDelivery{Source: "src", Provider: "standard", DeliveryID: "old-7", EventType: "payment.succeeded",
+		Body: []byte(`{"n":7}`), Payload: []byte(`{"n":7}`)}
+	res, err := store.Insert(ctx, old)
+	require.NoError(t, err)
+	require.Equal(t, envelope.InsertResult{EnvelopeID: postedID, Duplicate: true}, res)
+	fresh := old
+	fresh.DeliveryID = "new-1"
+	res, err = store.Insert(ctx, fresh)
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+	require.Greater(t, res.EnvelopeID, lastOldID)
+	var part string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM envelope WHERE id = $1`, res.EnvelopeID).Scan(&part))
+	require.Regexp(t, `^envelope_\d{8}(h\d\d)?$`, part)
+
+	// The legacy partition goes whole once past the window; postings stay.
+	drops, err := envelope.DropPartitions(ctx, pool, time.Now().Add(time.Minute), time.Second, false)
+	require.NoError(t, err)
+	require.Equal(t, []envelope.PartitionDrop{{Name: "legacy", UpperAt: drops[0].UpperAt, Outcome: envelope.PartitionDropped, Envelopes: 200}}, drops)
+	require.Equal(t, 1, pgtest.Count(t, pool, `SELECT count(*) FROM envelope`))
+	require.Equal(t, before["ledger_transaction"], counts("ledger_transaction"))
+	require.Equal(t, 1, pgtest.Count(t, pool, `SELECT count(*) FROM ledger_transaction_audit WHERE envelope_id = $1 AND delivery_id = 'old-7' AND provider IS NULL`, postedID))
+	res, err = store.Insert(ctx, old)
+	require.NoError(t, err)
+	require.False(t, res.Duplicate, "an id past the window is new again")
+}
