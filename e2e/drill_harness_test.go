@@ -327,12 +327,16 @@ type load struct {
 	missingRetryAfter int
 	maxLatency        time.Duration
 	unexpected        []string
+	// retired marks deliveries whose envelopes retention dropped (their
+	// partition went): verify finds their ledger postings by delivery id
+	// instead of through the envelope.
+	retired []bool
 }
 
 func newLoad(d *drill, items []drillItem, target func(copy, attempt int) string) *load {
 	return &load{d: d, items: items, target: target, senders: 8, copies: 1, retryWait: 25 * time.Millisecond,
 		ackedAt: make([]time.Time, len(items)), accepted: make([]int, len(items)), unanswered: make([]bool, len(items)),
-		codes: map[int]int{}}
+		codes: map[int]int{}, retired: make([]bool, len(items))}
 }
 
 // run sends every delivery and returns when all got a 2xx, or ctx ends.
@@ -675,7 +679,37 @@ func (d *drill) verify(l *load, drainTimeout time.Duration) figures {
 			problem("envelope %s has %d ledger transactions", id, r.own)
 		}
 	}
+	postedBy := map[string]int64{} // source/delivery id -> ledger transactions
+	{
+		rows, err := d.pool.Query(ctx, `SELECT source || '/' || delivery_id, count(*) FROM ledger_transaction GROUP BY 1`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var id string
+			var n int64
+			require.NoError(t, rows.Scan(&id, &n))
+			postedBy[id] = n
+		}
+		require.NoError(t, rows.Err())
+	}
+	retired := 0
 	for i, it := range l.items {
+		if l.retired[i] {
+			retired++
+			if _, ok := envs[it.id()]; ok {
+				problem("envelope %s is still there after its partition was dropped", it.id())
+			}
+			if it.key == "" {
+				if postedBy[it.id()] != 0 {
+					problem("retired delivery %s (no ledger effect) has %d ledger transactions", it.id(), postedBy[it.id()])
+				}
+				continue
+			}
+			if _, seen := keyOwners[it.key]; !seen {
+				keyOwners[it.key] = 0
+			}
+			keyOwners[it.key] += postedBy[it.id()]
+			continue
+		}
 		r, ok := envs[it.id()]
 		if !ok {
 			if !l.ackedAt[i].IsZero() {
@@ -704,6 +738,9 @@ func (d *drill) verify(l *load, drainTimeout time.Duration) figures {
 			keyOwners[it.key] = 0
 		}
 		keyOwners[it.key] += r.own
+	}
+	if retired > 0 {
+		f.set("retired", retired)
 	}
 	var byKey map[string]int64
 	{
@@ -809,8 +846,8 @@ func (d *drill) verify(l *load, drainTimeout time.Duration) figures {
 	if f.acknowledged != f.sent {
 		problem("%d of %d deliveries acknowledged", f.acknowledged, f.sent)
 	}
-	if f.stored != len(sentIDs) {
-		problem("%d envelopes for %d distinct delivery ids", f.stored, len(sentIDs))
+	if f.stored+retired != len(sentIDs) {
+		problem("%d envelopes (and %d retired with their partitions) for %d distinct delivery ids", f.stored, retired, len(sentIDs))
 	}
 	if len(problems) > 0 {
 		d.report(f)

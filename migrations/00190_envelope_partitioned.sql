@@ -178,7 +178,7 @@ SELECT pg_temp.copy_grants('envelope_conflict_legacy', 'envelope_conflict');
 
 -- The partitions, one row per time range; dropped ones stay, with what they held.
 CREATE TABLE envelope_partition (
-    name              text        PRIMARY KEY CHECK (name ~ '^(legacy|[0-9]{8}(h[0-9]{2})?)$'),
+    name              text        NOT NULL CHECK (name ~ '^(legacy|[0-9]{8}(h[0-9]{2}([0-9]{4})?)?)$'),
     lower_id          bigint,                 -- NULL: every id below upper_id (the legacy partition)
     upper_id          bigint      NOT NULL,
     lower_at          timestamptz,
@@ -186,27 +186,34 @@ CREATE TABLE envelope_partition (
     created_at        timestamptz NOT NULL DEFAULT now(),
     dropped_at        timestamptz,
     dropped_envelopes bigint,
-    CHECK (lower_id IS NULL OR lower_id < upper_id)
+    CHECK (lower_id IS NULL OR lower_id < upper_id),
+    PRIMARY KEY (name, created_at)
 );
+-- A live partition's name is its tables' suffix; a range dropped and made again reuses it.
+CREATE UNIQUE INDEX envelope_partition_live_name ON envelope_partition (name) WHERE dropped_at IS NULL;
 COMMENT ON TABLE envelope_partition IS
     'The partitions of envelope (and of envelope_attempt, envelope_duplicate, envelope_conflict on the same ids): envelope_<name> holds ids in [lower_id, upper_id), stored in [lower_at, upper_at); a dropped one keeps its row with dropped_at and dropped_envelopes';
 
 -- +goose StatementBegin
 -- Creates the four partitions of ids stored in [lower_at, upper_at), and registers them.
+-- envelope_partitions_ensure creates whole UTC days or hours; a drill or a test may make any
+-- range of whole seconds up to a day (named after its start: yyyymmdd, yyyymmddhHH, or
+-- yyyymmddhHHMMSS).
 CREATE FUNCTION envelope_partition_create(lower_at timestamptz, upper_at timestamptz) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
-    name text := to_char(lower_at AT TIME ZONE 'UTC', 'YYYYMMDD')
-                 || CASE WHEN upper_at - lower_at = interval '1 day' AND date_trunc('day', lower_at AT TIME ZONE 'UTC') = lower_at AT TIME ZONE 'UTC'
-                         THEN '' ELSE 'h' || to_char(lower_at AT TIME ZONE 'UTC', 'HH24') END;
+    l timestamp := lower_at AT TIME ZONE 'UTC';
+    name text := to_char(l, 'YYYYMMDD')
+                 || CASE WHEN upper_at - lower_at = interval '1 day' AND date_trunc('day', l) = l THEN ''
+                         WHEN date_trunc('hour', l) = l THEN 'h' || to_char(l, 'HH24')
+                         ELSE 'h' || to_char(l, 'HH24MISS') END;
     lo bigint := envelope_id_at(lower_at);
     hi bigint := envelope_id_at(upper_at);
     t text;
 BEGIN
     IF upper_at <= lower_at OR upper_at - lower_at > interval '1 day'
-       OR date_trunc('hour', lower_at AT TIME ZONE 'UTC') <> lower_at AT TIME ZONE 'UTC'
-       OR date_trunc('hour', upper_at AT TIME ZONE 'UTC') <> upper_at AT TIME ZONE 'UTC' THEN
-        RAISE EXCEPTION 'envelope partition [%, %): must start and end on whole UTC hours, at most a day apart', lower_at, upper_at
+       OR date_trunc('second', lower_at) <> lower_at OR date_trunc('second', upper_at) <> upper_at THEN
+        RAISE EXCEPTION 'envelope partition [%, %): must start and end on whole seconds, at most a day apart', lower_at, upper_at
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     FOREACH t IN ARRAY ARRAY['envelope', 'envelope_attempt', 'envelope_duplicate', 'envelope_conflict'] LOOP
@@ -236,8 +243,8 @@ DECLARE
     n integer := 0;
 BEGIN
     IF width IS NULL THEN
-        SELECT coalesce(least(p.upper_at - p.lower_at, interval '1 day'), interval '1 day') INTO width
-          FROM envelope_partition p WHERE p.lower_at IS NOT NULL ORDER BY p.upper_at DESC LIMIT 1;
+        SELECT CASE WHEN p.upper_at - p.lower_at < interval '1 day' THEN interval '1 hour' ELSE interval '1 day' END INTO width
+          FROM envelope_partition p WHERE p.lower_at IS NOT NULL AND p.dropped_at IS NULL ORDER BY p.upper_at DESC LIMIT 1;
         width := coalesce(width, interval '1 day');
     END IF;
     IF width NOT IN (interval '1 hour', interval '1 day') THEN
@@ -247,7 +254,7 @@ BEGIN
         RAISE EXCEPTION 'envelope partitions ahead %: must be between 0 and 60 days', ahead USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM pg_advisory_xact_lock(7305733214712620181);
-    SELECT max(p.upper_at) INTO s FROM envelope_partition p;
+    SELECT max(p.upper_at) INTO s FROM envelope_partition p WHERE p.dropped_at IS NULL;
     s := coalesce(s, date_bin(width, now(), origin));
     WHILE s < now() + ahead LOOP
         e := date_bin(width, s, origin) + width;
@@ -287,14 +294,16 @@ END
 $$;
 -- +goose StatementEnd
 
--- Counts by hour of storage (bucket: hours since 2020-01-01 of the envelope id; 0 for every
--- envelope stored before this layout), so dropping a partition drops its counts with it.
+-- Counts by when their envelopes were stored (bucket: the second of the envelope id, id >> 20;
+-- small numbers for ids from before this layout), so a partition's counts are the rows whose
+-- bucket lies in its seconds, and dropping it drops them. The triggers write a delta per second;
+-- compaction folds each partition's into one row (at the partition's first second).
 ALTER TABLE envelope_count ADD COLUMN bucket integer NOT NULL DEFAULT 0;
 ALTER TABLE envelope_count ALTER COLUMN bucket DROP DEFAULT;
 -- +goose StatementBegin
 CREATE FUNCTION envelope_count_bucket(id bigint) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN id >= envelope_id_at('2024-01-01 00:00:00+00') THEN ((id >> 20) / 3600)::integer ELSE 0 END
+    SELECT (id >> 20)::integer
 $$;
 -- +goose StatementEnd
 
@@ -383,9 +392,17 @@ BEGIN
     END IF;
     WITH gone AS (
         DELETE FROM envelope_count RETURNING source, kind, bucket, n
+    ), per_second AS (
+        SELECT source, kind, bucket, sum(n) AS n FROM gone GROUP BY source, kind, bucket
     ), kept AS (
+        -- each partition's deltas onto its first second (legacy: the smallest)
         INSERT INTO envelope_count (source, kind, bucket, n)
-        SELECT source, kind, bucket, sum(n) FROM gone GROUP BY source, kind, bucket HAVING sum(n) <> 0
+        SELECT x.source, x.kind, coalesce(CASE WHEN p.upper_id IS NOT NULL THEN coalesce(p.lower_id >> 20, 0) END, x.bucket), sum(x.n)
+          FROM per_second x
+          LEFT JOIN envelope_partition p
+            ON p.dropped_at IS NULL AND x.bucket < (p.upper_id >> 20) AND x.bucket >= coalesce(p.lower_id >> 20, -2147483648)
+         GROUP BY 1, 2, 3
+        HAVING sum(x.n) <> 0
         RETURNING 1
     )
     SELECT count(*) INTO folded FROM gone;
@@ -446,7 +463,7 @@ BEGIN
         RAISE EXCEPTION 'envelope partition % is not the oldest: drop the older ones first', part USING ERRCODE = 'invalid_parameter_value';
     END IF;
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE status = %L)', 'envelope_' || part, 'pending') INTO pending;
-    lo := CASE WHEN p.lower_id IS NULL THEN -2147483648 ELSE envelope_count_bucket(p.lower_id) END;
+    lo := CASE WHEN p.lower_id IS NULL THEN -2147483648 ELSE envelope_count_bucket(p.lower_id) END; -- its seconds
     hi := envelope_count_bucket(p.upper_id);
     IF pending THEN
         RETURN QUERY SELECT 'held'::text, coalesce(sum(c.n), 0)::bigint FROM envelope_count c
@@ -462,7 +479,7 @@ BEGIN
     UPDATE envelope_partition x SET dropped_at = now(),
            dropped_envelopes = (SELECT coalesce(sum(c.n), 0) FROM envelope_count c
                                  WHERE c.kind IN ('pending', 'done', 'failed', 'ignored') AND c.bucket >= lo AND c.bucket < hi)
-     WHERE x.name = part
+     WHERE x.name = part AND x.dropped_at IS NULL
     RETURNING x.dropped_envelopes INTO envelopes;
     DELETE FROM envelope_count c WHERE c.bucket >= lo AND c.bucket < hi;
     DELETE FROM envelope_replay r WHERE r.envelope_id < p.upper_id AND (p.lower_id IS NULL OR r.envelope_id >= p.lower_id);
