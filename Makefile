@@ -18,7 +18,7 @@ VERSION_LDFLAGS ?= -X $(VERSION_PKG).version=$(shell git describe --tags --alway
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help tools run test screenshots drills fuzz mutate bench-pipeline bench-worker-ab build migrate demo db env db-stop db-destroy lint bench generate clean
+.PHONY: help tools run test screenshots drills fuzz mutate bench-pipeline bench-worker-ab bench-scale build migrate demo db env db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -50,6 +50,9 @@ fuzz: ## run each fuzz target for FUZZTIME against the dev PostgreSQL (their see
 
 mutate: ## the mutation run: each bug of scripts/mutations.txt in a temporary copy, its tests must fail (ARGS=...)
 	scripts/mutate $(ARGS)
+
+bench-scale: ## the storage at size: a fresh database against one of SCALE_ROWS envelopes (default 10 M; says the disk it needs), ratios (scripts/bench-scale)
+	scripts/bench-scale
 
 build: ## build bin/ingest, bin/worker and bin/sendhook, stamped with the git revision (--version, inbox_build_info)
 	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o bin/ ./cmd/...

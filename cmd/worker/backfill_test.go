@@ -218,3 +218,23 @@ sources:
 	require.ErrorContains(t, err, "--rescue-after 5m must exceed the longest backfill timeout 10m")
 	require.Equal(t, 2, exitCode(err))
 }
+
+// worker run refuses a tombstone window (--purge-delete-after) not longer
+// than a configured provider's redelivery window: a resend after the drop
+// would be processed twice. GitHub never retries, but redelivers by hand
+// for 3 days.
+func TestRunRefusesATombstoneWindowShorterThanARedelivery(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ provider, secret, deleteAfter, want string }{
+		{"stripe", "whsec_cmd_tombstone_0123456789", "72h", `source "src": --purge-delete-after 3d is not longer than stripe's redelivery window 3d`},
+		{"github", "gh_cmd_tombstone_0123456789", "48h", `source "src": --purge-delete-after 2d is not longer than github's redelivery window 3d`},
+	} {
+		path := filepath.Join(t.TempDir(), "sources.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf("sources:\n  src:\n    provider: %s\n    secrets: [%q]\n", tc.provider, tc.secret)), 0o600))
+		getenv := func(k string) string { return map[string]string{"INBOX_CONFIG": path}[k] }
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), []string{"run", "--purge-body-after", "24h", "--purge-delete-after", tc.deleteAfter}, getenv, &stdout, &stderr)
+		require.ErrorContains(t, err, tc.want, tc.provider)
+		require.Equal(t, 2, exitCode(err))
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/pg"
+	"github.com/inboxhq/inbox/internal/provider"
 	"github.com/inboxhq/inbox/internal/retention"
 	"github.com/inboxhq/inbox/internal/tracing"
 	"github.com/inboxhq/inbox/internal/worker"
@@ -158,6 +159,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		registry = handlers.WithAccounts(forwarding, cfg)
 		if err := reconcileWithinRetention(cfg, *purgeDeleteAfter); err != nil {
+			return usageError{err}
+		}
+		if err := tombstonesOutliveRedeliveries(cfg, *purgeDeleteAfter); err != nil {
 			return usageError{err}
 		}
 		if longest := backfill.MaxTimeout(cfg); longest > 0 {
@@ -331,6 +335,21 @@ func forwardBudget(cfg *config.Config) time.Duration {
 		longest = max(longest, sum)
 	}
 	return longest
+}
+
+// tombstonesOutliveRedeliveries refuses a tombstone window
+// (--purge-delete-after) not longer than a configured provider's
+// redelivery window: a retry arriving after its envelope's partition was
+// dropped would be stored and processed again.
+func tombstonesOutliveRedeliveries(cfg *config.Config, deleteAfter time.Duration) error {
+	for _, name := range cfg.Names() {
+		p := cfg.Sources[name].Provider
+		if w := provider.RedeliveryWindow(p); deleteAfter <= w {
+			return fmt.Errorf("source %q: --purge-delete-after %s is not longer than %s's redelivery window %s: a delivery sent again after its envelope was deleted would be stored and processed twice; raise --purge-delete-after",
+				name, durations.Format(deleteAfter), p, durations.Format(w))
+		}
+	}
+	return nil
 }
 
 // reconcileWithinRetention refuses a periodic reconcile whose window

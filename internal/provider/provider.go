@@ -86,6 +86,19 @@ type Config struct {
 	EventType *Field
 }
 
+// RedeliveryWindow is how long after a delivery the provider may send it
+// again under the same delivery id: its automatic retries (RetryWindow),
+// or, for GitHub, which never retries, a redelivery by hand from the hook's
+// recent deliveries (kept 3 days). The tombstone window (the worker's
+// --purge-delete-after) must be longer, or such a delivery would be stored
+// and processed a second time.
+func RedeliveryWindow(name string) time.Duration {
+	if name == GitHub {
+		return 72 * time.Hour
+	}
+	return RetryWindow(name)
+}
+
 // RetryWindow is how long the provider keeps retrying a delivery that was
 // not acknowledged, by its documented schedule: Stripe up to 3 days, Shopify
 // 4 hours (8 retries, since its September 2024 change; 48 hours before),
