@@ -73,6 +73,19 @@ func requireCountsMatchAScan(t *testing.T, pool *pgxpool.Pool, after string) {
 	want := scanned(t, tx)
 	require.NotEmpty(t, want, after)
 	require.Equal(t, want, counted(t, tx), "counters after %s", after)
+	// Failures by cause (migration 00191), with the newest of each.
+	rows, err := tx.Query(context.Background(), `
+		SELECT coalesce(last_cause, ''), count(*), max(id), (array_agg(coalesce(last_error, '') ORDER BY id DESC))[1]
+		  FROM envelope WHERE status = 'failed' GROUP BY 1 ORDER BY 2 DESC, 1`)
+	require.NoError(t, err)
+	wantCauses, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (envelope.FailureCause, error) {
+		var f envelope.FailureCause
+		return f, r.Scan(&f.Cause, &f.Count, &f.LatestID, &f.LatestError)
+	})
+	require.NoError(t, err)
+	gotCauses, err := envelope.FailureCauses(context.Background(), tx, "", 100)
+	require.NoError(t, err)
+	require.Equal(t, wantCauses, gotCauses, "failures by cause after %s", after)
 }
 
 // The counters equal a scan after every path that changes envelopes, each
@@ -135,7 +148,8 @@ func TestEnvelopeCountsEqualAScanAfterEveryPath(t *testing.T) {
 	// The worker's transitions, in statements of many rows and of one.
 	_, err = workerPool.Exec(ctx, `UPDATE envelope SET status = 'done', processed_at = now() WHERE source = 'alpha' AND id % 2 = 0`)
 	require.NoError(t, err)
-	_, err = workerPool.Exec(ctx, `UPDATE envelope SET status = 'failed', processed_at = now() WHERE source = 'beta' AND id % 3 = 0`)
+	_, err = workerPool.Exec(ctx, `UPDATE envelope SET status = 'failed', processed_at = now(), last_error = 'unknown currency ' || id,
+		last_cause = CASE WHEN id % 2 = 0 THEN 'unknown_currency' END WHERE source = 'beta' AND id % 3 = 0`)
 	require.NoError(t, err)
 	_, err = workerPool.Exec(ctx, `UPDATE envelope SET status = 'ignored', processed_at = now() WHERE id = (SELECT min(id) FROM envelope WHERE source = 'gamma')`)
 	require.NoError(t, err)

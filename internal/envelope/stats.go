@@ -149,13 +149,20 @@ type FailureCause struct {
 }
 
 // FailureCauses groups failed envelopes of source ("" for every source) by
-// cause, most frequent first (then by cause), at most limit of them.
+// cause, most frequent first (then by cause), at most limit of them. The
+// counts come from envelope_count (migration 00191), the newest envelope of
+// each cause from envelope_failed_cause_idx: its cost grows with the causes
+// and the partitions, never with the failures kept.
 func FailureCauses(ctx context.Context, q Querier, source string, limit int) ([]FailureCause, error) {
 	rows, err := q.Query(ctx, `
-		SELECT g.cause, g.n, g.latest, coalesce((SELECT last_error FROM envelope WHERE id = g.latest), '')
-		  FROM (SELECT coalesce(last_cause, '') AS cause, count(*) AS n, max(id) AS latest
-		          FROM envelope WHERE status = $1 AND ($3 = '' OR source = $3)
-		         GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2) g
+		SELECT c.cause, c.n, coalesce(l.id, 0), coalesce(l.last_error, '')
+		  FROM (SELECT cause, sum(n)::bigint AS n FROM envelope_count
+		         WHERE kind = $1 AND ($3 = '' OR source = $3)
+		         GROUP BY 1 HAVING sum(n) <> 0 ORDER BY 2 DESC, 1 LIMIT $2) c
+		  LEFT JOIN LATERAL (
+		        SELECT e.id, e.last_error FROM envelope e
+		         WHERE e.status = $1 AND coalesce(e.last_cause, '') = c.cause AND ($3 = '' OR e.source = $3)
+		         ORDER BY e.id DESC LIMIT 1) l ON true
 		 ORDER BY 2 DESC, 1`, StatusFailed, limit, source)
 	if err != nil {
 		return nil, fmt.Errorf("group failures: %w", err)
