@@ -262,9 +262,10 @@ func TestEndToEndAllProvidersWithDuplicates(t *testing.T) {
 		want{"inbox_envelopes", []string{"status", "pending"}, 0},
 		want{"inbox_oldest_pending_age_seconds", nil, 0},
 		want{"inbox_envelope_stats_up", nil, 1},
-		want{"inbox_worker_snoozes_total", []string{"cause", "not_ready"}, float64(s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome = 'snoozed'"))},
 		// A refund before its payment snoozes with cause payment_not_posted:
-		// the metric and envelope_attempt.cause agree.
+		// both metrics and envelope_attempt.cause say so (one name).
+		want{"inbox_worker_snoozes_total", []string{"cause", "payment_not_posted"}, float64(s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome = 'snoozed' AND cause = 'payment_not_posted'"))},
+		want{"inbox_worker_snoozes_total", []string{"cause", "not_ready"}, float64(s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome = 'snoozed' AND cause = 'not_ready'"))},
 		want{"inbox_worker_failures_total", []string{"cause", "payment_not_posted", "outcome", "snoozed"}, float64(s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome = 'snoozed' AND cause = 'payment_not_posted'"))},
 		want{"inbox_worker_failures_total", []string{"outcome", "failed"}, 0},
 	)

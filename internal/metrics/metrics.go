@@ -261,10 +261,12 @@ func (m *Worker) RunHeartbeat(ctx context.Context, interval time.Duration, alive
 // series for; they are every value the worker records.
 var (
 	WorkerOutcomes = envelope.Outcomes()
-	// SnoozeCauses are what made an attempt wait: the three kinds of snooze
-	// (a dependency not there yet, the destination's Retry-After, the
-	// source's throttle), coarser than its failure cause.
-	SnoozeCauses = []labels.Cause{labels.CauseNotReady, labels.CauseRetryAfter, labels.CauseThrottled}
+	// SnoozeCauses are what made an attempt wait, named as the attempt's
+	// own cause (envelope_attempt.cause): a refund before its payment
+	// (payment_not_posted), a reversal before its refund
+	// (refund_not_posted), a dependency the handler did not name
+	// (not_ready), the destination's Retry-After, the source's throttle.
+	SnoozeCauses = []labels.Cause{labels.CausePaymentNotPosted, labels.CauseRefundNotPosted, labels.CauseNotReady, labels.CauseRetryAfter, labels.CauseThrottled}
 	// FailureCauses are the cause label values of inbox_worker_failures_total
 	// (labels.Causes); FailureOutcomes its outcomes.
 	FailureCauses   = labels.Causes

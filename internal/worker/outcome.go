@@ -145,6 +145,13 @@ func decide(r result, b bounds) decision {
 	}
 	d := failure(r.err, b.attempt, limit, b.age, b.policy)
 	d.cause = failureCause(r.err)
+	if d.snooze != "" {
+		// One name for a snooze's cause, in the metric as on the attempt
+		// and the envelope: a refund waiting for its payment is
+		// payment_not_posted everywhere (not_ready is a dependency the
+		// handler did not name).
+		d.snooze = d.cause
+	}
 	d.status = envelope.StatusPending
 	if d.final {
 		d.status = envelope.StatusFailed

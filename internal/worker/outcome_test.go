@@ -14,6 +14,7 @@ import (
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/labels"
+	"github.com/inboxhq/inbox/internal/ledger"
 )
 
 // river's action, as the table states it.
@@ -155,6 +156,7 @@ func TestDecideMapsEveryResultToItsAction(t *testing.T) {
 		{"a source's limit above River's: retried before River's", result{kind: foundFailed, err: hiccup}, bounds{attempt: 2, riverMax: 3, sourceMax: 10, policy: p}, envelope.OutcomeRetry, envelope.StatusPending, false, plain, 0, "downstream hiccup", labels.CauseInternal, "", "retry"},
 		{"not ready on the source's last attempt snoozes", result{kind: foundFailed, err: notReady}, bounds{attempt: 2, riverMax: 25, sourceMax: 2, policy: p}, envelope.OutcomeSnoozed, envelope.StatusPending, false, snooze, 10 * time.Second, "no payment yet", labels.CauseNotReady, labels.CauseNotReady, "snoozed"},
 		{"not ready waits a tenth of its age", result{kind: foundFailed, err: notReady}, bounds{attempt: 1, riverMax: 25, age: time.Hour, policy: p}, envelope.OutcomeSnoozed, envelope.StatusPending, false, snooze, 6 * time.Minute, "no payment yet", labels.CauseNotReady, labels.CauseNotReady, "snoozed"},
+		{"a refund before its payment snoozes under the attempt's cause", result{kind: foundFailed, err: handlers.NotReady(fmt.Errorf("refund re_1: %w", ledger.ErrPaymentNotPosted))}, bounds{attempt: 1, riverMax: 25, policy: p}, envelope.OutcomeSnoozed, envelope.StatusPending, false, snooze, 10 * time.Second, "refund re_1: payment not posted", labels.CausePaymentNotPosted, labels.CausePaymentNotPosted, "snoozed"},
 		{"retry-after capped", result{kind: foundFailed, err: &handlers.RetryAfterError{Err: errors.New("503"), After: time.Hour}}, bounds{attempt: 1, riverMax: 25, policy: p}, envelope.OutcomeSnoozed, envelope.StatusPending, false, snooze, 15 * time.Minute, "503", labels.CauseRetryAfter, labels.CauseRetryAfter, "snoozed"},
 		{"throttled", result{kind: foundFailed, err: &throttledError{key: "src/m", wait: time.Second, rate: 2}}, bounds{attempt: 1, riverMax: 25, policy: p}, envelope.OutcomeSnoozed, envelope.StatusPending, false, snooze, time.Second, "throttled: src/m is over 2/s", labels.CauseThrottled, labels.CauseThrottled, "snoozed"},
 		{"snooze past the age bound on River's last attempt: cancelled", result{kind: foundFailed, err: notReady}, bounds{attempt: 25, riverMax: 25, age: 24 * time.Hour, policy: p}, envelope.OutcomeFailed, envelope.StatusFailed, true, cancel, 0, "gave up waiting: envelope older than 24h0m0s: no payment yet", labels.CauseNotReady, "", "failed"},
