@@ -168,6 +168,11 @@ func TestCredentialsCheck(t *testing.T) {
 // While logins are throttled, an operator who signed in recently stays in;
 // anyone else, the right password included, waits.
 func TestThrottledLoginsKeepVerifiedOperatorsIn(t *testing.T) {
+	// Not parallel: no token may come back while the failures are checked,
+	// however slow the machine (each is a bcrypt comparison).
+	refill := clientRefill
+	clientRefill = time.Hour
+	t.Cleanup(func() { clientRefill = refill })
 	path := writeUsers(t, "alice:"+hashOf(t, "alice password")+"\n")
 	creds, err := newCredentials("admin", "", path)
 	require.NoError(t, err)
