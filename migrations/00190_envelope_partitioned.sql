@@ -462,6 +462,10 @@ BEGIN
     IF EXISTS (SELECT 1 FROM envelope_partition x WHERE x.dropped_at IS NULL AND x.upper_id <= coalesce(p.lower_id, -9223372036854775808)) THEN
         RAISE EXCEPTION 'envelope partition % is not the oldest: drop the older ones first', part USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
+    -- No writer changes the partition from here on (a replay cannot make one of its envelopes
+    -- pending between the check and the drop).
+    EXECUTE format('LOCK TABLE %I IN SHARE MODE', 'envelope_' || part);
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE status = %L)', 'envelope_' || part, 'pending') INTO pending;
     lo := CASE WHEN p.lower_id IS NULL THEN -2147483648 ELSE envelope_count_bucket(p.lower_id) END; -- its seconds
     hi := envelope_count_bucket(p.upper_id);
@@ -470,7 +474,6 @@ BEGIN
                       WHERE c.kind = 'pending' AND c.bucket >= lo AND c.bucket < hi;
         RETURN;
     END IF;
-    PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
     FOREACH t IN ARRAY ARRAY['envelope_conflict', 'envelope_duplicate', 'envelope_attempt', 'envelope'] LOOP
         EXECUTE format('ALTER TABLE %I DETACH PARTITION %I', t, t || '_' || part);
         EXECUTE format('DROP TABLE %I', t || '_' || part);
