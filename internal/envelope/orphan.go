@@ -19,11 +19,14 @@ type Orphan struct {
 	Now time.Time
 }
 
-// Orphans locks, in id order, up to limit pending envelopes received more
-// than grace ago that have no processing job still waiting or running
+// Orphans locks, oldest received first, up to limit pending envelopes
+// received more than grace ago that have no processing job still waiting or running
 // (LiveJobStates), each with its newest job. Rows another transaction holds
 // are skipped (SKIP LOCKED), so concurrent callers share the work; the
-// locks last until tx ends.
+// locks last until tx ends. Receipt order walks each partition's
+// (status, received_at) index, so the cost follows the pending envelopes,
+// not the envelopes kept (in id order it walked every partition's primary
+// key: 21 s at 10 M envelopes with 50 k orphans).
 func Orphans(ctx context.Context, tx pgx.Tx, grace time.Duration, limit int) ([]Orphan, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT e.id, e.source, l.id, l.state::text, clock_timestamp()
@@ -37,7 +40,7 @@ func Orphans(ctx context.Context, tx pgx.Tx, grace time.Duration, limit int) ([]
 		       SELECT 1 FROM river_job j
 		        WHERE j.kind = $3 AND `+jobEnvelopeID+` = e.id
 		          AND j.state = ANY($2::river_job_state[]))
-		 ORDER BY e.id
+		 ORDER BY e.received_at, e.id
 		 LIMIT $4
 		   FOR UPDATE OF e SKIP LOCKED`, grace.Seconds(), LiveJobStates(), ProcessArgs{}.Kind(), limit)
 	if err != nil {
