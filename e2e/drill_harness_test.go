@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -535,6 +536,22 @@ func (f *figures) set(k string, v any) {
 	}
 }
 
+// keyed runs q, whose rows are (text, bigint), and returns them as a map.
+func (d *drill) keyed(ctx context.Context, q string) map[string]int64 {
+	d.t.Helper()
+	rows, err := d.pool.Query(ctx, q)
+	require.NoError(d.t, err)
+	out := map[string]int64{}
+	var k string
+	var v int64
+	_, err = pgx.ForEachRow(rows, []any{&k, &v}, func() error {
+		out[k] = v
+		return nil
+	})
+	require.NoError(d.t, err)
+	return out
+}
+
 // report logs the drill's one parseable line.
 func (d *drill) report(f figures) {
 	d.t.Helper()
@@ -679,18 +696,8 @@ func (d *drill) verify(l *load, drainTimeout time.Duration) figures {
 			problem("envelope %s has %d ledger transactions", id, r.own)
 		}
 	}
-	postedBy := map[string]int64{} // source/delivery id -> ledger transactions
-	{
-		rows, err := d.pool.Query(ctx, `SELECT source || '/' || delivery_id, count(*) FROM ledger_transaction GROUP BY 1`)
-		require.NoError(t, err)
-		for rows.Next() {
-			var id string
-			var n int64
-			require.NoError(t, rows.Scan(&id, &n))
-			postedBy[id] = n
-		}
-		require.NoError(t, rows.Err())
-	}
+	// source/delivery id -> ledger transactions
+	postedBy := d.keyed(ctx, `SELECT source || '/' || delivery_id, count(*) FROM ledger_transaction GROUP BY 1`)
 	retired := 0
 	for i, it := range l.items {
 		if l.retired[i] {
@@ -742,19 +749,7 @@ func (d *drill) verify(l *load, drainTimeout time.Duration) figures {
 	if retired > 0 {
 		f.set("retired", retired)
 	}
-	var byKey map[string]int64
-	{
-		rows, err := d.pool.Query(ctx, `SELECT idempotency_key, count(*) FROM ledger_transaction GROUP BY 1`)
-		require.NoError(t, err)
-		byKey = map[string]int64{}
-		for rows.Next() {
-			var k string
-			var n int64
-			require.NoError(t, rows.Scan(&k, &n))
-			byKey[k] = n
-		}
-		require.NoError(t, rows.Err())
-	}
+	byKey := d.keyed(ctx, `SELECT idempotency_key, count(*) FROM ledger_transaction GROUP BY 1`)
 	for k, owned := range keyOwners {
 		switch {
 		case byKey[k] > 1 || owned > 1:
@@ -782,18 +777,7 @@ func (d *drill) verify(l *load, drainTimeout time.Duration) figures {
 			want[it.merchant+" "+it.currency] += it.delta
 		}
 	}
-	got := map[string]int64{}
-	{
-		rows, err := d.pool.Query(ctx, `SELECT merchant || ' ' || currency, balance_minor FROM ledger_balance WHERE account = 'psp_clearing'`)
-		require.NoError(t, err)
-		for rows.Next() {
-			var k string
-			var v int64
-			require.NoError(t, rows.Scan(&k, &v))
-			got[k] = v
-		}
-		require.NoError(t, rows.Err())
-	}
+	got := d.keyed(ctx, `SELECT merchant || ' ' || currency, balance_minor FROM ledger_balance WHERE account = 'psp_clearing'`)
 	for k, v := range want {
 		if got[k] != v {
 			problem("psp_clearing %s is %d, want %d", k, got[k], v)
