@@ -67,7 +67,13 @@ func TestDrillPartitions(t *testing.T) {
 	var bStart time.Time
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT min(upper_at) FROM envelope_partition
 		WHERE dropped_at IS NULL AND upper_at > clock_timestamp()`).Scan(&bStart))
-	time.Sleep(time.Until(bStart) + 100*time.Millisecond)
+	eventually(t, 10*time.Second, "the database's clock past phase B's partition start", func(ctx context.Context) (bool, string) {
+		var past bool
+		if err := d.pool.QueryRow(ctx, `SELECT clock_timestamp() >= $1`, bStart).Scan(&past); err != nil {
+			return false, err.Error()
+		}
+		return past, "not yet"
+	})
 
 	loadB := make(chan struct{})
 	go func() {

@@ -270,18 +270,24 @@ $$;
 
 
 -- +goose StatementBegin
--- Deletes up to lim keys whose envelope's partition was dropped (every id below the oldest live
--- partition's), and returns how many.
+-- The smallest envelope id a live partition holds (with none live, the newest one's end): a key
+-- whose envelope id is below it is past the tombstone window, its partition dropped. Ingest's
+-- takeover, Store.Stored and the sweep all decide a key's life by it.
+CREATE FUNCTION envelope_id_floor() RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce(min(coalesce(p.lower_id, -9223372036854775808)), (SELECT max(q.upper_id) FROM envelope_partition q))
+      FROM envelope_partition p WHERE p.dropped_at IS NULL
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Deletes up to lim keys whose envelope's partition was dropped, and returns how many.
 CREATE FUNCTION envelope_key_sweep(lim integer) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
-    floor_id bigint;
+    floor_id bigint := envelope_id_floor();
     n bigint;
 BEGIN
-    SELECT min(coalesce(p.lower_id, -9223372036854775808)) INTO floor_id FROM envelope_partition p WHERE p.dropped_at IS NULL;
-    IF floor_id IS NULL THEN
-        floor_id := (SELECT max(p.upper_id) FROM envelope_partition p);
-    END IF;
     WITH gone AS (
         DELETE FROM envelope_key k
          WHERE (k.delivery_id, k.source) IN (SELECT x.delivery_id, x.source FROM envelope_key x WHERE x.envelope_id < floor_id LIMIT lim)
@@ -304,6 +310,14 @@ ALTER TABLE envelope_count ALTER COLUMN bucket DROP DEFAULT;
 CREATE FUNCTION envelope_count_bucket(id bigint) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT (id >> 20)::integer
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+-- The buckets of the partition of ids [lower_id, upper_id) (lower_id NULL: every smaller id): its counts
+-- are the envelope_count rows whose bucket lies in it.
+CREATE FUNCTION envelope_count_range(lower_id bigint, upper_id bigint) RETURNS int4range
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT int4range(envelope_count_bucket(lower_id), envelope_count_bucket(upper_id))
 $$;
 -- +goose StatementEnd
 
@@ -400,7 +414,7 @@ BEGIN
         SELECT x.source, x.kind, coalesce(CASE WHEN p.upper_id IS NOT NULL THEN coalesce(p.lower_id >> 20, 0) END, x.bucket), sum(x.n)
           FROM per_second x
           LEFT JOIN envelope_partition p
-            ON p.dropped_at IS NULL AND x.bucket < (p.upper_id >> 20) AND x.bucket >= coalesce(p.lower_id >> 20, -2147483648)
+            ON p.dropped_at IS NULL AND x.bucket <@ envelope_count_range(p.lower_id, p.upper_id)
          GROUP BY 1, 2, 3
         HAVING sum(x.n) <> 0
         RETURNING 1
@@ -447,8 +461,7 @@ CREATE FUNCTION envelope_partition_drop(part text, cutoff timestamptz, lock_wait
 DECLARE
     p envelope_partition;
     t text;
-    lo integer;
-    hi integer;
+    buckets int4range;
     pending boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(7305733214712620181);
@@ -467,11 +480,10 @@ BEGIN
     -- pending between the check and the drop).
     EXECUTE format('LOCK TABLE %I IN SHARE MODE', 'envelope_' || part);
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE status = %L)', 'envelope_' || part, 'pending') INTO pending;
-    lo := CASE WHEN p.lower_id IS NULL THEN -2147483648 ELSE envelope_count_bucket(p.lower_id) END; -- its seconds
-    hi := envelope_count_bucket(p.upper_id);
+    buckets := envelope_count_range(p.lower_id, p.upper_id);
     IF pending THEN
         RETURN QUERY SELECT 'held'::text, coalesce(sum(c.n), 0)::bigint FROM envelope_count c
-                      WHERE c.kind = 'pending' AND c.bucket >= lo AND c.bucket < hi;
+                      WHERE c.kind = 'pending' AND c.bucket <@ buckets;
         RETURN;
     END IF;
     FOREACH t IN ARRAY ARRAY['envelope_conflict', 'envelope_duplicate', 'envelope_attempt', 'envelope'] LOOP
@@ -481,10 +493,10 @@ BEGIN
     PERFORM pg_advisory_xact_lock(7305733214712620180); -- after any compaction in flight
     UPDATE envelope_partition x SET dropped_at = now(),
            dropped_envelopes = (SELECT coalesce(sum(c.n), 0) FROM envelope_count c
-                                 WHERE c.kind IN ('pending', 'done', 'failed', 'ignored') AND c.bucket >= lo AND c.bucket < hi)
+                                 WHERE c.kind IN ('pending', 'done', 'failed', 'ignored') AND c.bucket <@ buckets)
      WHERE x.name = part AND x.dropped_at IS NULL
     RETURNING x.dropped_envelopes INTO envelopes;
-    DELETE FROM envelope_count c WHERE c.bucket >= lo AND c.bucket < hi;
+    DELETE FROM envelope_count c WHERE c.bucket <@ buckets;
     DELETE FROM envelope_replay r WHERE r.envelope_id < p.upper_id AND (p.lower_id IS NULL OR r.envelope_id >= p.lower_id);
     outcome := 'dropped';
     RETURN NEXT;

@@ -63,7 +63,7 @@ BEGIN
         SELECT x.source, x.kind, coalesce(CASE WHEN p.upper_id IS NOT NULL THEN coalesce(p.lower_id >> 20, 0) END, x.bucket), x.cause, sum(x.n)
           FROM per_second x
           LEFT JOIN envelope_partition p
-            ON p.dropped_at IS NULL AND x.bucket < (p.upper_id >> 20) AND x.bucket >= coalesce(p.lower_id >> 20, -2147483648)
+            ON p.dropped_at IS NULL AND x.bucket <@ envelope_count_range(p.lower_id, p.upper_id)
          GROUP BY 1, 2, 3, 4
         HAVING sum(x.n) <> 0
         RETURNING 1
@@ -127,7 +127,7 @@ BEGIN
         SELECT x.source, x.kind, coalesce(CASE WHEN p.upper_id IS NOT NULL THEN coalesce(p.lower_id >> 20, 0) END, x.bucket), sum(x.n)
           FROM per_second x
           LEFT JOIN envelope_partition p
-            ON p.dropped_at IS NULL AND x.bucket < (p.upper_id >> 20) AND x.bucket >= coalesce(p.lower_id >> 20, -2147483648)
+            ON p.dropped_at IS NULL AND x.bucket <@ envelope_count_range(p.lower_id, p.upper_id)
          GROUP BY 1, 2, 3
         HAVING sum(x.n) <> 0
         RETURNING 1

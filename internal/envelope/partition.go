@@ -146,8 +146,7 @@ func DropPartitions(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, l
 				       coalesce(sum(n) FILTER (WHERE kind = 'pending'), 0)
 				  FROM envelope_count c, envelope_partition p
 				 WHERE p.name = $1
-				   AND c.bucket >= CASE WHEN p.lower_id IS NULL THEN -2147483648 ELSE envelope_count_bucket(p.lower_id) END
-				   AND c.bucket < envelope_count_bucket(p.upper_id)`, p.Name).Scan(&d.Envelopes, &pending)
+				   AND p.dropped_at IS NULL AND c.bucket <@ envelope_count_range(p.lower_id, p.upper_id)`, p.Name).Scan(&d.Envelopes, &pending)
 			if err != nil {
 				return out, fmt.Errorf("count envelope partition %s: %w", p.Name, err)
 			}
@@ -182,7 +181,7 @@ func DropPartitions(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, l
 // SweepKeys deletes up to limit dedup keys (envelope_key) whose envelope's
 // partition was dropped, and returns how many. A key past its envelope no
 // longer blocks its delivery id (ingest takes it over); this reclaims the
-// space. The worker's reconcile runs it every minute.
+// space. The retention purge runs it after dropping partitions.
 func SweepKeys(ctx context.Context, db DB, limit int) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, `SELECT envelope_key_sweep($1)`, limit).Scan(&n); err != nil {

@@ -118,7 +118,7 @@ func (s *Store) Stored(ctx context.Context, source string, ids []string) (map[st
 		SELECT k.delivery_id
 		  FROM envelope_key k
 		 WHERE k.source = $1 AND k.delivery_id = ANY($2::text[])
-		   AND EXISTS (SELECT 1 FROM envelope e WHERE e.id = k.envelope_id)`, source, ids)
+		   AND k.envelope_id >= (SELECT envelope_id_floor())`, source, ids)
 	if err != nil {
 		return nil, fmt.Errorf("look up stored deliveries: %w", err)
 	}
@@ -558,7 +558,7 @@ func insertEnvelopes(ctx context.Context, tx pgx.Tx, items []prepared, idx []int
 			UPDATE envelope_key k SET envelope_id = envelope_next_id()
 			  FROM first f
 			 WHERE k.delivery_id = f.delivery_id AND k.source = f.source
-			   AND k.envelope_id < (SELECT min(coalesce(p.lower_id, -9223372036854775808)) FROM envelope_partition p WHERE p.dropped_at IS NULL)
+			   AND k.envelope_id < (SELECT envelope_id_floor())
 			RETURNING k.delivery_id, k.source, k.envelope_id
 		), fresh AS (
 			INSERT INTO envelope_key (delivery_id, source, envelope_id)

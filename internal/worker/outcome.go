@@ -145,13 +145,6 @@ func decide(r result, b bounds) decision {
 	}
 	d := failure(r.err, b.attempt, limit, b.age, b.policy)
 	d.cause = failureCause(r.err)
-	if d.snooze != "" {
-		// One name for a snooze's cause, in the metric as on the attempt
-		// and the envelope: a refund waiting for its payment is
-		// payment_not_posted everywhere (not_ready is a dependency the
-		// handler did not name).
-		d.snooze = d.cause
-	}
 	d.status = envelope.StatusPending
 	if d.final {
 		d.status = envelope.StatusFailed
@@ -171,15 +164,15 @@ func failure(err error, attempt, limit int, age time.Duration, p Policy) decisio
 	if errors.As(err, &perm) {
 		return decision{outcome: envelope.OutcomeFailed, final: true, reason: "permanent: " + err.Error(), river: river.JobCancel(err)}
 	}
-	wait, snooze := time.Duration(0), labels.Cause("")
+	wait, snooze := time.Duration(0), false
 	var notReady *handlers.NotReadyError
 	var retryAfter *handlers.RetryAfterError
 	var throttled *throttledError
 	switch {
 	case errors.As(err, &throttled):
-		wait, snooze = throttled.wait, labels.CauseThrottled
+		wait, snooze = throttled.wait, true
 	case errors.As(err, &notReady):
-		wait, snooze = notReady.Wait, labels.CauseNotReady
+		wait, snooze = notReady.Wait, true
 		if wait <= 0 {
 			// A tenth of the time waited so far, at least the default: a
 			// refund waiting days for its payment (Stripe retries for 3)
@@ -187,12 +180,12 @@ func failure(err error, attempt, limit int, age time.Duration, p Policy) decisio
 			wait = max(p.SnoozeDefault, age/10)
 		}
 	case errors.As(err, &retryAfter):
-		wait, snooze = retryAfter.After, labels.CauseRetryAfter
+		wait, snooze = retryAfter.After, true
 		if wait <= 0 {
 			wait = p.SnoozeDefault
 		}
 	}
-	if snooze != "" {
+	if snooze {
 		if wait > p.MaxSnooze {
 			wait = p.MaxSnooze
 		}
@@ -200,7 +193,10 @@ func failure(err error, attempt, limit int, age time.Duration, p Policy) decisio
 			reason := "gave up waiting: envelope older than " + p.MaxAge.String() + ": " + err.Error()
 			return decision{outcome: envelope.OutcomeFailed, final: true, reason: reason, river: river.JobCancel(errors.New(reason))}
 		}
-		return decision{outcome: envelope.OutcomeSnoozed, reason: err.Error(), snooze: snooze, river: river.JobSnooze(wait)}
+		// Named as the attempt's cause, one name everywhere: a refund
+		// waiting for its payment is payment_not_posted in the metric as on
+		// the attempt (not_ready is a dependency the handler did not name).
+		return decision{outcome: envelope.OutcomeSnoozed, reason: err.Error(), snooze: failureCause(err), river: river.JobSnooze(wait)}
 	}
 	if attempt >= limit {
 		reason := fmt.Sprintf("attempts exhausted (%d of %d): %v", attempt, limit, err)
