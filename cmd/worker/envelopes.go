@@ -47,8 +47,13 @@ func runEnvelopes(ctx context.Context, args []string, getenv func(string) string
 
 const listUsage = `usage: worker envelopes list [flags]
 
-List envelopes, newest first. The last line names the --before-id of the next
-page. Changes nothing.
+List envelopes, newest first. Without --since (and without --delivery-id) it
+reads the last 24 hours: --since 7d, or an RFC 3339 time, looks further back.
+A body or header search that no index serves (--field, --contains, --header,
+unless --status failed) reads at most --scan-budget envelopes of the window,
+newest first, and says how far back it got. A line under the list says what
+was read (window, partitions, envelopes, time); the last line names the
+--before-id of the next page. Changes nothing.
 
   worker envelopes list --status failed --cause forward_5xx
   worker envelopes list --field data.merchant_id=m_1 --field data.amount:=100
@@ -66,6 +71,7 @@ func runEnvelopesList(ctx context.Context, args []string, getenv func(string) st
 			ff := addFilterFlags(fs)
 			limit := fs.Int("limit", "", admin.DefaultListLimit, fmt.Sprintf("envelopes per page (at most %d)", admin.MaxListLimit))
 			beforeID := fs.Int("before-id", "", 0, "only envelopes with an id below this (the cursor of the previous page)")
+			budget := fs.Int("scan-budget", "", admin.DefaultScanBudget, "a body or header search reads at most about this many envelopes, newest first")
 			return func([]string) (admin.ListRequest, error) {
 				f, err := ff.filter(nil)
 				if err != nil {
@@ -74,7 +80,10 @@ func runEnvelopesList(ctx context.Context, args []string, getenv func(string) st
 				if *limit == 0 { // 0 is the library's default; typed, a mistake
 					return admin.ListRequest{}, fmt.Errorf("--limit 0: want 1 to %d", admin.MaxListLimit)
 				}
-				req := admin.ListRequest{Filter: f, Limit: *limit, BeforeID: int64(*beforeID)}
+				if *budget <= 0 {
+					return admin.ListRequest{}, fmt.Errorf("--scan-budget %d: want a positive number of envelopes", *budget)
+				}
+				req := admin.ListRequest{Filter: f, Limit: *limit, BeforeID: int64(*beforeID), ScanBudget: int64(*budget)}
 				return req, req.Validate()
 			}
 		},
@@ -82,11 +91,10 @@ func runEnvelopesList(ctx context.Context, args []string, getenv func(string) st
 		text: func(w io.Writer, _ admin.ListRequest, page admin.ListResult) error {
 			if len(page.Envelopes) == 0 {
 				fmt.Fprintln(w, "no envelopes match")
-				return nil
-			}
-			if err := writeSummaries(w, page.Envelopes); err != nil {
+			} else if err := writeSummaries(w, page.Envelopes); err != nil {
 				return err
 			}
+			fmt.Fprintf(w, "\n%s\n", page.Scan)
 			if page.NextBeforeID != nil {
 				fmt.Fprintf(w, "\nmore: add --before-id %d\n", *page.NextBeforeID)
 			}

@@ -38,11 +38,21 @@ func TestEnvelopesList(t *testing.T) {
 
 	out, _, err = b.run(t, "envelopes", "list", "--status", "done")
 	require.NoError(t, err)
-	require.Equal(t, "no envelopes match\n", out)
+	require.Regexp(t, `^no envelopes match\n\nwindow \S+ to now \(the default: the last 24 hours; --since to look further back\): \d+ partitions?, ~\d+ envelopes, in [\d.]+ ms\n$`, out)
 
 	out, _, err = b.run(t, "envelopes", "list", "--json", "--status", "done")
 	require.NoError(t, err)
-	require.JSONEq(t, `{"envelopes": [], "next_before_id": null}`, out)
+	var empty struct {
+		Envelopes    []admin.Summary `json:"envelopes"`
+		NextBeforeID *int64          `json:"next_before_id"`
+		Scan         map[string]any  `json:"scan"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &empty))
+	require.NotNil(t, empty.Envelopes)
+	require.Empty(t, empty.Envelopes)
+	require.Nil(t, empty.NextBeforeID)
+	require.Equal(t, true, empty.Scan["default_window"], out)
+	require.Contains(t, empty.Scan, "since")
 
 	for _, tc := range []struct {
 		args []string
@@ -55,6 +65,7 @@ func TestEnvelopesList(t *testing.T) {
 		{[]string{"envelopes", "list", "--before-id", "-1"}, "before-id must be positive"},
 		{[]string{"envelopes", "list", "--status", "nope"}, `status "nope"`},
 		{[]string{"envelopes", "list", "--since", "soon"}, "--since"},
+		{[]string{"envelopes", "list", "--scan-budget", "0"}, "--scan-budget 0"},
 		{[]string{"envelopes", "list", "12"}, "unexpected argument"},
 	} {
 		_, _, err := b.run(t, tc.args...)

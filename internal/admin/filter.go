@@ -193,17 +193,19 @@ func (f Filter) Validate() error {
 
 // Where returns f as a parameterized SQL condition on the envelope table
 // (columns unqualified) and its arguments, numbered from $1; values never
-// enter the SQL text. Relative bounds resolve against now, which should be
-// the database's clock. An empty filter returns "TRUE".
-func (f Filter) Where(now time.Time) (string, []any) {
-	return f.selection(now).Where()
+// enter the SQL text. Relative bounds resolve against the clock, which
+// should be the database's (envelope.ReadClock). An empty filter returns "TRUE".
+func (f Filter) Where(clock envelope.Clock) (string, []any) {
+	return f.selection(clock).Where()
 }
 
 // selection is f as envelope's store selects it, its relative bounds
-// resolved against now.
-func (f Filter) selection(now time.Time) envelope.Selection {
+// resolved against the clock.
+func (f Filter) selection(clock envelope.Clock) envelope.Selection {
+	now := clock.Now
 	s := envelope.Selection{IDs: f.IDs, Source: f.Source, Status: f.Status, EventType: f.EventType,
-		DeliveryID: f.DeliveryID, Cause: f.Cause, Contains: f.Contains, Headers: f.Headers, Replayable: f.replayable, MaxID: f.MaxID}
+		DeliveryID: f.DeliveryID, Cause: f.Cause, Contains: f.Contains, Headers: f.Headers, Replayable: f.replayable, MaxID: f.MaxID,
+		LegacyUntil: clock.LegacyUntil}
 	if !f.Since.IsZero() {
 		s.Since = f.Since.Time(now)
 	}

@@ -115,17 +115,20 @@ func TestFilterWhere(t *testing.T) {
 		{"source", Filter{Source: "alpha"}, "source = $1", []any{"alpha"}, pick(0, 1)},
 		{"status", Filter{Status: envelope.StatusFailed}, "status = $1", []any{"failed"}, pick(1)},
 		{"event type", Filter{EventType: "push"}, "event_type = $1", []any{"push"}, pick(0)},
-		{"delivery id", Filter{DeliveryID: "d1"}, "id IN (SELECT k.envelope_id FROM envelope_key k WHERE k.delivery_id = $1) AND delivery_id = $1", []any{"d1"}, pick(0, 2)},
-		{"since relative", Filter{Since: Bound{Ago: time.Hour}}, "received_at >= $1", []any{now.Add(-time.Hour)}, pick(2, 3)},
-		{"since absolute", Filter{Since: Bound{At: absolute}}, "received_at >= $1", []any{absolute}, pick(1, 2, 3)},
-		{"until relative", Filter{Until: Bound{Ago: time.Hour}}, "received_at < $1", []any{now.Add(-time.Hour)}, pick(0, 1)},
+		{"delivery id", Filter{DeliveryID: "d1"}, "id = ANY(ARRAY(SELECT k.envelope_id FROM envelope_key k WHERE k.delivery_id = $1)) AND delivery_id = $1", []any{"d1"}, pick(0, 2)},
+		{"since relative", Filter{Since: Bound{Ago: time.Hour}}, "received_at >= $1 AND id >= $2",
+			[]any{now.Add(-time.Hour), envelope.IDAt(now.Add(-time.Hour))}, pick(2, 3)},
+		{"since absolute", Filter{Since: Bound{At: absolute}}, "received_at >= $1 AND id >= $2", []any{absolute, envelope.IDAt(absolute)}, pick(1, 2, 3)},
+		{"until relative", Filter{Until: Bound{Ago: time.Hour}}, "received_at < $1 AND id < $2",
+			[]any{now.Add(-time.Hour), envelope.IDBefore(now.Add(-time.Hour))}, pick(0, 1)},
 		{"window", Filter{Since: Bound{Ago: 3 * time.Hour}, Until: Bound{Ago: 20 * time.Minute}},
-			"received_at >= $1 AND received_at < $2", []any{now.Add(-3 * time.Hour), now.Add(-20 * time.Minute)}, pick(1, 2)},
+			"received_at >= $1 AND id >= $2 AND received_at < $3 AND id < $4",
+			[]any{now.Add(-3 * time.Hour), envelope.IDAt(now.Add(-3 * time.Hour)), now.Add(-20 * time.Minute), envelope.IDBefore(now.Add(-20 * time.Minute))}, pick(1, 2)},
 		{"combined", Filter{Source: "beta", Status: envelope.StatusPending, EventType: "payment_intent.succeeded", DeliveryID: "d1"},
-			"source = $1 AND status = $2 AND event_type = $3 AND id IN (SELECT k.envelope_id FROM envelope_key k WHERE k.delivery_id = $4) AND delivery_id = $4", []any{"beta", "pending", "payment_intent.succeeded", "d1"}, pick(2)},
+			"source = $1 AND status = $2 AND event_type = $3 AND id = ANY(ARRAY(SELECT k.envelope_id FROM envelope_key k WHERE k.delivery_id = $4)) AND delivery_id = $4", []any{"beta", "pending", "payment_intent.succeeded", "d1"}, pick(2)},
 		{"injection is a value", Filter{Source: "alpha' OR '1'='1"}, "source = $1", []any{"alpha' OR '1'='1"}, []int64{}},
 	} {
-		where, args := tc.f.Where(now)
+		where, args := tc.f.Where(envelope.Clock{Now: now})
 		require.Equal(t, tc.where, where, tc.name)
 		require.Equal(t, tc.args, args, tc.name)
 		for _, a := range args {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,9 +24,30 @@ const DefaultListLimit = 50
 // MaxListLimit caps one page of List.
 const MaxListLimit = 10000
 
+// DefaultWindow is how far back List looks when the filter has no Since
+// and names no envelope (ids, delivery id): the last 24 hours, or the 24
+// hours before Until.
+const DefaultWindow = 24 * time.Hour
+
+// DefaultScanBudget is how many envelopes a search no index serves (body
+// containment, header values) reads at most before it stops and says how
+// far it got: about a second on the reference machine (docs/benchmarks.md,
+// "Reads at size").
+const DefaultScanBudget = 400_000
+
+// scanChunk is about how many envelopes one statement of a bounded search
+// reads: the budget is checked between chunks.
+const scanChunk = 50_000
+
 // ListRequest asks for one page of envelopes, newest (highest id) first.
 type ListRequest struct {
 	Filter Filter
+	// ScanBudget bounds a search that no index serves (Filter.Contains
+	// without status failed, Filter.Headers): it reads the window newest
+	// first, chunk by chunk, and stops before reading more than about this
+	// many envelopes, saying how far back it got (Scan). 0 is
+	// DefaultScanBudget.
+	ScanBudget int64
 	// Limit is the page size: DefaultListLimit when 0, at most MaxListLimit.
 	Limit int
 	// BeforeID is the cursor: only envelopes with a lower id. 0 starts at the
@@ -51,7 +74,39 @@ func (r ListRequest) Validate() error {
 	if r.CountUpTo < 0 {
 		return fmt.Errorf("count-up-to %d must not be negative", r.CountUpTo)
 	}
+	if r.ScanBudget < 0 {
+		return fmt.Errorf("scan budget %d must not be negative", r.ScanBudget)
+	}
 	return nil
+}
+
+// Scan says what a List read, so that an empty page can be told from a
+// search that did not look far enough.
+type Scan struct {
+	// Since and Until are the window (zero: unbounded on that side).
+	Since time.Time `json:"since,omitzero"`
+	Until time.Time `json:"until,omitzero"`
+	// DefaultWindow says Since is DefaultWindow's, not the caller's.
+	DefaultWindow bool `json:"default_window,omitempty"`
+	// Keyed says the filter named its envelopes (ids, delivery id): they
+	// were looked up by key, whatever the window.
+	Keyed bool `json:"keyed,omitempty"`
+	// Partitions and Envelopes are what the window holds: its partitions,
+	// and their envelopes (from the counters, an estimate for a partly
+	// covered partition).
+	Partitions int   `json:"partitions"`
+	Envelopes  int64 `json:"envelopes"`
+	// Budget is set when the filter has no index (a body or header search):
+	// the window was read newest first, about Searched envelopes of it, back
+	// to SearchedFrom. Stopped says the budget ran out before the window's
+	// start: the page holds what was found, and NextBeforeID goes on from
+	// SearchedFrom.
+	Budget       int64     `json:"budget,omitempty"`
+	Searched     int64     `json:"searched,omitempty"`
+	SearchedFrom time.Time `json:"searched_from,omitzero"`
+	Stopped      bool      `json:"stopped,omitempty"`
+	// Elapsed is the time the reads took.
+	Elapsed time.Duration `json:"elapsed_ns"`
 }
 
 // ListResult is one page.
@@ -62,14 +117,19 @@ type ListResult struct {
 	NextBeforeID *int64 `json:"next_before_id"`
 	// Matched counts the envelopes the filter selects when
 	// ListRequest.CountUpTo asked for it, at most CountUpTo; MatchedMore
-	// says there are more.
+	// says there are more. A bounded search counts what it found.
 	Matched     int  `json:"matched,omitempty"`
 	MatchedMore bool `json:"matched_more,omitempty"`
+	// Scan is what the page read.
+	Scan Scan `json:"scan"`
 }
 
 // List returns one page of the envelopes f selects, newest first, in a
 // read-only transaction: it changes nothing. Pages are stable under new
-// arrivals: the cursor is an id, and ids only grow.
+// arrivals: the cursor is an id, and ids only grow. Unless the filter names
+// its envelopes, it reads a window (DefaultWindow unless given), which
+// prunes to that window's partitions; a filter no index serves reads under
+// ScanBudget.
 func List(ctx context.Context, pool *pgxpool.Pool, req ListRequest) (ListResult, error) {
 	if err := req.Validate(); err != nil {
 		return ListResult{}, err
@@ -77,20 +137,27 @@ func List(ctx context.Context, pool *pgxpool.Pool, req ListRequest) (ListResult,
 	if req.Limit == 0 {
 		req.Limit = DefaultListLimit
 	}
+	if req.ScanBudget == 0 {
+		req.ScanBudget = DefaultScanBudget
+	}
 	var res ListResult
-	err := readOnly(ctx, pool, func(tx pgx.Tx, now time.Time) error {
-		sel := req.Filter.selection(now)
-		if req.CountUpTo > 0 {
-			n, err := envelope.CountUpTo(ctx, tx, sel, req.CountUpTo+1)
-			if err != nil {
-				return err
-			}
-			res.Matched, res.MatchedMore = min(n, req.CountUpTo), n > req.CountUpTo
+	err := readOnly(ctx, pool, func(tx pgx.Tx, clock envelope.Clock) error {
+		start := time.Now()
+		defer func() { res.Scan.Elapsed = time.Since(start) }()
+		sel, scan := listSelection(req.Filter, clock)
+		res.Scan = scan
+		if res.Scan.Keyed {
+			return listPage(ctx, tx, sel, req, &res)
 		}
-		sel.BeforeID = req.BeforeID
-		var err error
-		res.Envelopes, err = envelope.Summaries(ctx, tx, sel, req.Limit+1, false)
-		return err
+		if !sel.Indexed() {
+			return listBounded(ctx, tx, sel, req, &res)
+		}
+		chunks, err := envelope.PlanScan(ctx, tx, sel.Since, sel.Until, math.MaxInt64)
+		if err != nil {
+			return err
+		}
+		res.Scan.Partitions, res.Scan.Envelopes = summarize(chunks)
+		return listPage(ctx, tx, sel, req, &res)
 	})
 	if err != nil {
 		return ListResult{}, err
@@ -103,14 +170,167 @@ func List(ctx context.Context, pool *pgxpool.Pool, req ListRequest) (ListResult,
 	return res, nil
 }
 
-// readOnly runs fn in a read-only REPEATABLE READ transaction, so its
-// queries see one snapshot and cannot write, and passes the database's now().
-func readOnly(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, now time.Time) error) error {
-	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-			return fmt.Errorf("read clock: %w", err)
+// listSelection is what List selects for f: unless f names its envelopes,
+// a window (DefaultWindow ending at Until or now, unless Since is given)
+// whose end is now when open, so that the partitions created ahead are not
+// read (the snapshot shows nothing received after its now()). The Scan
+// states the window as asked.
+func listSelection(f Filter, clock envelope.Clock) (envelope.Selection, Scan) {
+	var scan Scan
+	scan.Keyed = len(f.IDs) > 0 || f.DeliveryID != ""
+	if f.Since.IsZero() && !scan.Keyed {
+		end := clock.Now
+		if !f.Until.IsZero() {
+			end = f.Until.Time(clock.Now)
 		}
-		return fn(tx, now)
+		f.Since = Bound{At: end.Add(-DefaultWindow)}
+		scan.DefaultWindow = true
+	}
+	sel := f.selection(clock)
+	scan.Since, scan.Until = sel.Since, sel.Until
+	if sel.Until.IsZero() && !scan.Keyed {
+		sel.Until = clock.Now.Add(time.Second)
+	}
+	return sel, scan
+}
+
+// listPage reads one page of sel in one statement (and its count, when
+// asked), which an index or the window's partitions bound.
+func listPage(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRequest, res *ListResult) error {
+	if req.CountUpTo > 0 {
+		n, err := envelope.CountUpTo(ctx, tx, sel, req.CountUpTo+1)
+		if err != nil {
+			return err
+		}
+		res.Matched, res.MatchedMore = min(n, req.CountUpTo), n > req.CountUpTo
+	}
+	sel.BeforeID = req.BeforeID
+	var err error
+	res.Envelopes, err = envelope.Summaries(ctx, tx, sel, req.Limit+1, false)
+	return err
+}
+
+// listBounded reads the window newest first, a chunk (a statement) at a
+// time, until the page is full, the window is read, or the next chunk
+// would take the envelopes read past the budget (the first chunk is
+// always read). Its count is what it found.
+func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRequest, res *ListResult) error {
+	// Chunks of an eighth of the budget at most: the budget is checked
+	// between them.
+	chunks, err := envelope.PlanScan(ctx, tx, sel.Since, sel.Until, min(scanChunk, max(1, req.ScanBudget/8)))
+	if err != nil {
+		return err
+	}
+	scan := &res.Scan
+	scan.Partitions, scan.Envelopes = summarize(chunks)
+	scan.Budget = req.ScanBudget
+	res.Envelopes = []Summary{}
+	read := false
+	for _, c := range chunks {
+		if req.BeforeID != 0 && c.LowerID >= req.BeforeID {
+			continue // above the cursor: an earlier page's
+		}
+		if read && scan.Searched+c.Envelopes > req.ScanBudget {
+			scan.Stopped = true
+			next := c.UpperID
+			if req.BeforeID != 0 {
+				next = min(next, req.BeforeID)
+			}
+			// The page's own cursor when it is full; else this chunk's top.
+			if len(res.Envelopes) <= req.Limit {
+				res.NextBeforeID = &next
+			}
+			break
+		}
+		s := sel
+		s.BeforeID = c.UpperID
+		if req.BeforeID != 0 {
+			s.BeforeID = min(s.BeforeID, req.BeforeID)
+		}
+		if c.LowerID != math.MinInt64 {
+			s.AfterID = c.LowerID - 1
+		}
+		page, err := envelope.Summaries(ctx, tx, s, req.Limit+1-len(res.Envelopes), false)
+		if err != nil {
+			return err
+		}
+		res.Envelopes = append(res.Envelopes, page...)
+		read = true
+		scan.Searched += c.Envelopes
+		scan.SearchedFrom = c.From
+		if len(res.Envelopes) > req.Limit {
+			break
+		}
+	}
+	if req.CountUpTo > 0 {
+		res.Matched = min(len(res.Envelopes), req.CountUpTo)
+		res.MatchedMore = len(res.Envelopes) > req.CountUpTo || scan.Stopped || len(res.Envelopes) > req.Limit
+	}
+	return nil
+}
+
+// summarize counts the partitions of chunks and the envelopes they hold.
+func summarize(chunks []envelope.Chunk) (partitions int, envelopes int64) {
+	seen := map[string]bool{}
+	for _, c := range chunks {
+		if !seen[c.Partition] {
+			seen[c.Partition] = true
+			partitions++
+		}
+		envelopes += c.Envelopes
+	}
+	return partitions, envelopes
+}
+
+// readOnly runs fn in a read-only REPEATABLE READ transaction, so its
+// queries see one snapshot and cannot write, and passes the database's
+// clock (now() and what windows resolve against).
+func readOnly(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, clock envelope.Clock) error) error {
+	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		clock, err := envelope.ReadClock(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return fn(tx, clock)
 	})
+}
+
+// String says what s read, in a sentence for a page's footer: the window
+// (and whether it is the default), its partitions and envelopes, the time
+// taken; for a bounded search, how far back it got and, when it stopped,
+// how to narrow or go on.
+func (s Scan) String() string {
+	var b strings.Builder
+	ms := float64(s.Elapsed.Microseconds()) / 1000
+	if s.Keyed {
+		fmt.Fprintf(&b, "read by key (ids or delivery id) in %.1f ms", ms)
+		return b.String()
+	}
+	until := "now"
+	if !s.Until.IsZero() {
+		until = s.Until.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(&b, "window %s to %s", s.Since.UTC().Format(time.RFC3339), until)
+	if s.DefaultWindow {
+		fmt.Fprintf(&b, " (the default: the last %d hours; --since to look further back)", int(DefaultWindow.Hours()))
+	}
+	fmt.Fprintf(&b, ": %d partition%s, ~%d envelopes", s.Partitions, plural(s.Partitions), s.Envelopes)
+	if s.Budget > 0 {
+		fmt.Fprintf(&b, "; body/header search read ~%d of them", s.Searched)
+		if !s.SearchedFrom.IsZero() {
+			fmt.Fprintf(&b, ", back to %s", s.SearchedFrom.UTC().Format(time.RFC3339))
+		}
+	}
+	fmt.Fprintf(&b, ", in %.1f ms", ms)
+	if s.Stopped {
+		fmt.Fprintf(&b, "; stopped at the scan budget of %d envelopes: narrow with --source, --event-type, --status failed or a shorter window, or go on with the next page's --before-id", s.Budget)
+	}
+	return b.String()
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }

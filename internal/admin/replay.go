@@ -176,8 +176,12 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, jobs JobInserter, req Repla
 
 	var res ReplayResult
 	var err error
-	var now time.Time
-	if err := pool.QueryRow(ctx, `SELECT now(), gen_random_uuid()::text`).Scan(&now, &res.BatchID); err != nil {
+	clock, err := envelope.ReadClock(ctx, pool)
+	if err != nil {
+		return res, fmt.Errorf("start replay: %w", err)
+	}
+	now := clock.Now
+	if err := pool.QueryRow(ctx, `SELECT gen_random_uuid()::text`).Scan(&res.BatchID); err != nil {
 		return res, fmt.Errorf("start replay: %w", err)
 	}
 	if len(f.IDs) > 0 {
@@ -193,7 +197,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, jobs JobInserter, req Repla
 		}
 	}
 	f.replayable = true
-	sel := f.selection(now)
+	sel := f.selection(clock)
 	if res.Matched, err = envelope.Count(ctx, pool, sel); err != nil {
 		return res, err
 	}
@@ -409,7 +413,7 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 	}
 	f.IDs = dedupe(f.IDs)
 	var res DryRunResult
-	err := readOnly(ctx, pool, func(tx pgx.Tx, now time.Time) error {
+	err := readOnly(ctx, pool, func(tx pgx.Tx, clock envelope.Clock) error {
 		if len(f.IDs) > 0 {
 			missing, err := envelope.Missing(ctx, tx, f.IDs)
 			if err != nil {
@@ -423,7 +427,7 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 			}
 		}
 		f.replayable = true
-		sel := f.selection(now)
+		sel := f.selection(clock)
 		var err error
 		if res.ByStatus, res.MaxID, err = envelope.CountByStatus(ctx, tx, sel); err != nil {
 			return err
@@ -437,7 +441,7 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 		if res.Sample, err = envelope.Summaries(ctx, tx, sel, SampleSize, true); err != nil {
 			return fmt.Errorf("sample envelopes: %w", err)
 		}
-		res.At = now
+		res.At = clock.Now
 		if res.Matched > MaxIDs {
 			return nil
 		}

@@ -193,7 +193,7 @@ func TestSearchContainsUsesFailedPayloadIndex(t *testing.T) {
 	c, err := ParseField("ref=refs/heads/b77")
 	require.NoError(t, err)
 	f := Filter{Status: envelope.StatusFailed, Contains: []json.RawMessage{c}}
-	where, args := f.Where(time.Now())
+	where, args := f.Where(envelope.Clock{Now: time.Now()})
 	rows, err := b.pool.Query(ctx, `EXPLAIN SELECT id FROM envelope WHERE `+where+` ORDER BY id DESC LIMIT 51`, envelope.CustomPlan(args)...)
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])

@@ -106,7 +106,7 @@ type ShowOptions struct {
 // unknown id returns a *NotFoundError.
 func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (*Detail, error) {
 	d := &Detail{}
-	err := readOnly(ctx, pool, func(tx pgx.Tx, _ time.Time) error {
+	err := readOnly(ctx, pool, func(tx pgx.Tx, _ envelope.Clock) error {
 		if err := loadEnvelope(ctx, tx, id, opts, &d.Envelope); err != nil {
 			return err
 		}

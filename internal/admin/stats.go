@@ -51,7 +51,8 @@ type ReplayStats = envelope.ReplayCounts
 // scan the failed envelopes (partial index) and the replays the last day's.
 func GetStats(ctx context.Context, pool *pgxpool.Pool) (*Stats, error) {
 	st := &Stats{Sources: []SourceStats{}, Failures: []FailureCause{}}
-	err := readOnly(ctx, pool, func(tx pgx.Tx, now time.Time) error {
+	err := readOnly(ctx, pool, func(tx pgx.Tx, clock envelope.Clock) error {
+		now := clock.Now
 		st.GeneratedAt = now
 		counts, err := envelope.CountBySource(ctx, tx, true)
 		if err != nil {

@@ -31,8 +31,12 @@ type Selection struct {
 	// Headers must have these exact values; names match in any case.
 	Headers map[string]string
 	// Since (inclusive) and Until (exclusive) bound received_at; zero is no
-	// bound.
+	// bound. They bound ids too (IDAt, IDBefore), so that a window reads
+	// only its partitions: from Since only when LegacyUntil is not after it.
 	Since, Until time.Time
+	// LegacyUntil is Clock.LegacyUntil: before it, ids do not follow
+	// received_at.
+	LegacyUntil time.Time
 	// Replayable keeps only envelopes whose body or parsed payload
 	// retention has not dropped: those that can be processed again.
 	Replayable bool
@@ -71,9 +75,11 @@ func (s Selection) appendTo(q *sqlBuilder) {
 	}
 	if s.DeliveryID != "" {
 		// Through envelope_key: no index of the partitioned envelope table
-		// has the delivery id.
+		// has the delivery id. An array (an InitPlan, run once), not IN: the
+		// partitions are probed by primary key for its ids (at most one per
+		// source), where a semi join may walk them newest first.
 		arg := q.arg(s.DeliveryID)
-		q.cond("id IN (SELECT k.envelope_id FROM envelope_key k WHERE k.delivery_id = " + arg + ") AND delivery_id = " + arg)
+		q.cond("id = ANY(ARRAY(SELECT k.envelope_id FROM envelope_key k WHERE k.delivery_id = " + arg + ")) AND delivery_id = " + arg)
 	}
 	if s.Cause != "" {
 		q.cond("last_cause = " + q.arg(s.Cause))
@@ -98,9 +104,13 @@ func (s Selection) appendTo(q *sqlBuilder) {
 	}
 	if !s.Since.IsZero() {
 		q.cond("received_at >= " + q.arg(s.Since))
+		if !s.Since.Before(s.LegacyUntil) {
+			q.cond("id >= " + q.arg(IDAt(s.Since)))
+		}
 	}
 	if !s.Until.IsZero() {
-		q.cond("received_at < " + q.arg(s.Until))
+		// Legacy ids are all below any IDBefore: no exception needed.
+		q.cond("received_at < " + q.arg(s.Until) + " AND id < " + q.arg(IDBefore(s.Until)))
 	}
 	if s.AfterID != 0 {
 		q.cond("id > " + q.arg(s.AfterID))
@@ -111,6 +121,17 @@ func (s Selection) appendTo(q *sqlBuilder) {
 	if s.BeforeID != 0 {
 		q.cond("id < " + q.arg(s.BeforeID))
 	}
+}
+
+// Indexed reports whether an index serves s, or its window's partitions
+// bound it: false for a body containment (unless it selects failed
+// envelopes: envelope_failed_payload_idx) or a header value, which read
+// every envelope of the window.
+func (s Selection) Indexed() bool {
+	if len(s.IDs) > 0 || s.DeliveryID != "" {
+		return true
+	}
+	return len(s.Headers) == 0 && (len(s.Contains) == 0 || s.Status == StatusFailed)
 }
 
 // sqlBuilder collects AND-ed conditions and their numbered arguments.
@@ -181,13 +202,8 @@ func summaryDest(s *Summary) []any {
 // id) first or, with oldestFirst, lowest id first; an empty, non-nil slice
 // when none matches.
 func Summaries(ctx context.Context, q Querier, s Selection, limit int, oldestFirst bool) ([]Summary, error) {
-	var b sqlBuilder
-	s.appendTo(&b)
-	order := "DESC"
-	if oldestFirst {
-		order = "ASC"
-	}
-	rows, err := q.Query(ctx, `SELECT `+summaryColumns+` FROM envelope WHERE `+b.where()+` ORDER BY id `+order+` LIMIT `+b.arg(limit), CustomPlan(b.args)...)
+	sql, args := SummariesSQL(s, limit, oldestFirst)
+	rows, err := q.Query(ctx, sql, CustomPlan(args)...)
 	if err != nil {
 		return nil, fmt.Errorf("list envelopes: %w", err)
 	}
@@ -204,6 +220,18 @@ func Summaries(ctx context.Context, q Querier, s Selection, limit int, oldestFir
 		return nil, fmt.Errorf("list envelopes: %w", err)
 	}
 	return out, nil
+}
+
+// SummariesSQL is the statement Summaries runs and its arguments (to run
+// with CustomPlan, as Summaries does): for a test of its plan.
+func SummariesSQL(s Selection, limit int, oldestFirst bool) (string, []any) {
+	var b sqlBuilder
+	s.appendTo(&b)
+	order := "DESC"
+	if oldestFirst {
+		order = "ASC"
+	}
+	return `SELECT ` + summaryColumns + ` FROM envelope WHERE ` + b.where() + ` ORDER BY id ` + order + ` LIMIT ` + b.arg(limit), b.args
 }
 
 // Count returns how many envelopes s selects.

@@ -1,0 +1,260 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
+)
+
+// seedDays stores perDay envelopes a day for days days back from now, in
+// the day partitions envelopetest creates, of two sources, every status,
+// two causes and a body and header each; the envelope received 30 minutes
+// ago has the body field "email":"rare@example.com".
+func seedDays(t *testing.T, b *bundle, now time.Time, days, perDay int) {
+	t.Helper()
+	statuses := []string{"done", "done", "done", "failed", "ignored"}
+	envelopetest.InsertMany(t, b.pool, days*perDay, func(i int) envelopetest.Row {
+		age := time.Duration(i) * 24 * time.Hour / time.Duration(perDay)
+		email := fmt.Sprintf("user%d@example.com", i)
+		if i == perDay/48 { // 30 minutes ago
+			email = "rare@example.com"
+		}
+		r := envelopetest.Row{Source: []string{"alpha", "beta"}[i%2], Provider: "standard", DeliveryID: fmt.Sprintf("w-%d", i),
+			EventType: []string{"payment.succeeded", "refund.succeeded"}[i%3%2], Status: statuses[i%len(statuses)],
+			Body:       fmt.Appendf(nil, `{"type":"payment.succeeded","data":{"customer":{"email":%q},"n":%d}}`, email, i),
+			Headers:    map[string]string{"Webhook-Id": fmt.Sprintf("w-%d", i), "X-Tenant": []string{"t1", "t2"}[i%2]},
+			ReceivedAt: now.Add(-age - time.Second), ProcessedAt: now, Attempts: 1}
+		if r.Status == "failed" {
+			r.LastError, r.LastCause = "permanent: seeded", []string{"unknown_currency", "invalid_payload"}[i%2]
+		}
+		return r
+	})
+	_, err := b.pool.Exec(context.Background(), `ANALYZE envelope, envelope_key`)
+	require.NoError(t, err)
+}
+
+var partitionName = regexp.MustCompile(`envelope_(\d{8})\b`)
+
+// explain returns the plan of the statement List runs for sel, with
+// sequential scans disabled when noSeqScan (a seeded test table is small
+// enough for one to be cheapest, where the same table at size is not).
+func explain(t *testing.T, b *bundle, sel envelope.Selection, noSeqScan bool) string {
+	t.Helper()
+	ctx := context.Background()
+	sql, args := envelope.SummariesSQL(sel, 51, false)
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	if noSeqScan {
+		_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan = off`)
+		require.NoError(t, err)
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN `+sql, envelope.CustomPlan(args)...)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return strings.Join(lines, "\n")
+}
+
+// Every filter of admin.Filter, in the window List reads by default, is
+// planned over that window's partitions only (today's and yesterday's of
+// five): no plan walks the other days' rows, however the planner chooses
+// to read the window's. A delivery id is found through envelope_key's index
+// whatever the window, each partition probed by its primary key.
+func TestListPlansPruneToTheWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	clock, err := envelope.ReadClock(ctx, b.pool)
+	require.NoError(t, err)
+	seedDays(t, b, clock.Now, 5, 400)
+	day := func(ago time.Duration) string { return clock.Now.Add(-ago).UTC().Format("20060102") }
+	window := []string{day(0), day(DefaultWindow)}
+	field, err := ParseField("data.customer.email=rare@example.com")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		f    Filter
+	}{
+		{"no filter", Filter{}},
+		{"source", Filter{Source: "alpha"}},
+		{"status", Filter{Status: envelope.StatusFailed}},
+		{"source and status", Filter{Source: "beta", Status: envelope.StatusDone}},
+		{"cause", Filter{Cause: "unknown_currency"}},
+		{"event type", Filter{Source: "alpha", EventType: "refund.succeeded"}},
+		{"body field", Filter{Contains: []json.RawMessage{field}}},
+		{"body field of failed", Filter{Status: envelope.StatusFailed, Contains: []json.RawMessage{field}}},
+		{"header", Filter{Headers: map[string]string{"x-tenant": "t2"}}},
+		{"until", Filter{Source: "alpha", Until: Bound{Ago: 2 * time.Hour}}},
+	} {
+		sel, scan := listSelection(tc.f, clock)
+		require.True(t, scan.DefaultWindow, tc.name)
+		plan := explain(t, b, sel, false)
+		var read []string
+		for _, m := range partitionName.FindAllStringSubmatch(plan, -1) {
+			read = append(read, m[1])
+		}
+		require.NotEmpty(t, read, "%s: no partition in the plan:\n%s", tc.name, plan)
+		for _, p := range read {
+			require.Contains(t, window, p, "%s reads a partition outside its window:\n%s", tc.name, plan)
+		}
+	}
+
+	// Keyed: the delivery id's key, then each partition's primary key: no
+	// scan of a partition's rows (2,000 keys in 8 hash partitions are
+	// cheapest to scan; at size the planner uses this index by itself).
+	sel, _ := listSelection(Filter{DeliveryID: "w-1200"}, clock)
+	plan := explain(t, b, sel, true)
+	require.Regexp(t, `Index (Only )?Scan using envelope_key_\w+ on envelope_key_\w+`, plan)
+	require.NotRegexp(t, `Seq Scan on envelope_\d`, plan)
+	require.Regexp(t, `Index Scan (Backward )?using envelope_\d{8}_pkey on envelope_\d{8} \w+ +\(cost=[^)]*\)\n +Index Cond: \(id = ANY \(\$\d\)\)`, plan)
+	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{DeliveryID: "w-1200"}})
+	require.NoError(t, err)
+	require.Len(t, page.Envelopes, 1, "three days old, and found: a delivery id has no default window")
+	require.True(t, page.Scan.Keyed)
+
+	// A chunk of a bounded search reads one partition.
+	c := envelope.Selection{Headers: map[string]string{"x-tenant": "t2"}, AfterID: envelope.IDAt(clock.Now.Add(-time.Hour)) - 1, BeforeID: envelope.IDAt(clock.Now)}
+	plan = explain(t, b, c, false)
+	require.Equal(t, []string{day(0)}, slices.Compact(partitionNames(plan)), plan)
+}
+
+func partitionNames(plan string) []string {
+	var out []string
+	for _, m := range partitionName.FindAllStringSubmatch(plan, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// List reads the last 24 hours unless asked, and says so.
+func TestListDefaultWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	clock, err := envelope.ReadClock(ctx, b.pool)
+	require.NoError(t, err)
+	seedDays(t, b, clock.Now, 3, 100)
+
+	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{Source: "alpha"}, Limit: 1000, CountUpTo: 1000})
+	require.NoError(t, err)
+	require.True(t, page.Scan.DefaultWindow)
+	require.WithinDuration(t, clock.Now.Add(-DefaultWindow), page.Scan.Since, 5*time.Second)
+	require.Equal(t, 50, page.Matched, "alpha's half of the last day's 100")
+	require.Len(t, page.Envelopes, 50)
+	for _, e := range page.Envelopes {
+		require.True(t, e.ReceivedAt.After(page.Scan.Since), "%d received %s", e.ID, e.ReceivedAt)
+	}
+	require.GreaterOrEqual(t, page.Scan.Partitions, 1)
+	require.LessOrEqual(t, page.Scan.Partitions, 2)
+	require.Contains(t, page.Scan.String(), "the default: the last 24 hours")
+
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Source: "alpha", Since: Bound{Ago: 72 * time.Hour}}, Limit: 1000, CountUpTo: 1000})
+	require.NoError(t, err)
+	require.False(t, page.Scan.DefaultWindow)
+	require.Equal(t, 150, page.Matched)
+
+	// Until alone: the 24 hours before it.
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Source: "alpha", Until: Bound{Ago: 24 * time.Hour}}, Limit: 1000, CountUpTo: 1000})
+	require.NoError(t, err)
+	require.True(t, page.Scan.DefaultWindow)
+	require.Equal(t, 50, page.Matched)
+}
+
+// A body or header search no index serves reads at most its budget of
+// envelopes, newest first, then stops and says how far back it got; the
+// next page's cursor goes on from there, and the rare match is found in
+// the end. What it reads is estimated from the counters, not scanned.
+func TestListBoundedSearchStopsAtItsBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	clock, err := envelope.ReadClock(ctx, b.pool)
+	require.NoError(t, err)
+	seedDays(t, b, clock.Now, 1, 2400) // one a 36 s; rare@ is 30 minutes old
+	rare, err := ParseField("data.customer.email=rare@example.com")
+	require.NoError(t, err)
+
+	const budget = 20 // ~12 minutes of the seed
+	req := ListRequest{Filter: Filter{Contains: []json.RawMessage{rare}}, ScanBudget: budget}
+	page, err := List(ctx, b.pool, req)
+	require.NoError(t, err)
+	require.Empty(t, page.Envelopes)
+	s := page.Scan
+	require.True(t, s.Stopped, "%+v", s)
+	require.Equal(t, int64(budget), s.Budget)
+	require.Positive(t, s.Searched)
+	require.LessOrEqual(t, s.Searched, int64(budget))
+	require.True(t, s.SearchedFrom.After(clock.Now.Add(-30*time.Minute)), "stopped before the match: %s", s.SearchedFrom)
+	require.NotNil(t, page.NextBeforeID)
+	require.Contains(t, s.String(), "stopped at the scan budget of 20 envelopes")
+
+	var found []Summary
+	pages := 1
+	for page.NextBeforeID != nil && len(found) == 0 {
+		req.BeforeID = *page.NextBeforeID
+		page, err = List(ctx, b.pool, req)
+		require.NoError(t, err)
+		require.LessOrEqual(t, page.Scan.Searched, int64(budget))
+		found = page.Envelopes
+		pages++
+		require.Less(t, pages, 200, "the search never got there")
+	}
+	require.Len(t, found, 1)
+	require.GreaterOrEqual(t, pages, 2)
+	var email string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT payload #>> '{data,customer,email}' FROM envelope WHERE id = $1`, found[0].ID).Scan(&email))
+	require.Equal(t, "rare@example.com", email)
+
+	// A budget that covers the window reads it whole, in one page.
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Contains: []json.RawMessage{rare}}})
+	require.NoError(t, err)
+	require.Len(t, page.Envelopes, 1)
+	require.False(t, page.Scan.Stopped)
+	require.Nil(t, page.NextBeforeID)
+	require.InDelta(t, 2400, page.Scan.Searched, 120, "the counters' estimate of the window")
+}
+
+// PlanScan's chunks are newest first, contiguous in ids and in time, cover
+// the window, and hold about chunkRows each.
+func TestPlanScanChunks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	clock, err := envelope.ReadClock(ctx, b.pool)
+	require.NoError(t, err)
+	seedDays(t, b, clock.Now, 2, 1000)
+	since, until := clock.Now.Add(-30*time.Hour), clock.Now.Add(time.Second)
+	chunks, err := envelope.PlanScan(ctx, b.pool, since, until, 100)
+	require.NoError(t, err)
+	require.NotEmpty(t, chunks)
+	require.Equal(t, until, chunks[0].To)
+	require.Equal(t, envelope.IDBefore(until), chunks[0].UpperID)
+	require.Equal(t, since, chunks[len(chunks)-1].From)
+	require.Equal(t, envelope.IDAt(since), chunks[len(chunks)-1].LowerID)
+	var total int64
+	for i, c := range chunks {
+		require.True(t, c.From.Before(c.To), "%+v", c)
+		require.LessOrEqual(t, c.Envelopes, int64(150), "%+v", c)
+		if i > 0 {
+			require.Equal(t, chunks[i-1].From, c.To, "contiguous in time")
+			require.Equal(t, chunks[i-1].LowerID, c.UpperID, "contiguous in ids")
+		}
+		total += c.Envelopes
+	}
+	// 30 of the seed's 48 hours (plus the ceilings of each chunk's share).
+	require.InDelta(t, 1250, total, 100)
+	_, err = envelope.PlanScan(ctx, b.pool, since, until, 0)
+	require.ErrorContains(t, err, "must be positive")
+}
