@@ -208,9 +208,12 @@ func TestListFiltersAndPages(t *testing.T) {
 	}
 	require.NotContains(t, body, ">push<", "the done GitHub envelope is filtered out")
 	require.Contains(t, body, `href="/console/replay?status=failed"`, "the replay link keeps the filter, unescaped")
+	require.Regexp(t, `id="scanned"><small>Read the window [-\d: Z]+ to now \(the default: the last 24 hours; set <i>since</i> to look further back\): \d+ partitions?, ~\d+ envelopes, in [\d.]+ m?s\.`, body)
 	_, body, _ = b.get(t, "/console/envelopes?field=data.object.metadata.merchant_id%3Dm_1")
 	require.Equal(t, 1, strings.Count(body, `href="/console/envelopes/`), "only evt_1 has merchant m_1")
 	require.Contains(t, body, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[1]))
+	require.Regexp(t, `the body/header search read ~\d+ of them`, body)
+	require.NotContains(t, body, `id="stopped"`)
 
 	// Pages of 2, newest first, by id cursor.
 	_, body, _ = b.get(t, "/console/envelopes?status=failed&limit=2")

@@ -63,7 +63,8 @@ func funcs(riverUI string) template.FuncMap {
 				return fmt.Sprintf("%.1f s", ms/1000)
 			}
 		},
-		"dur": func(d time.Duration) string { return durations.Format(d) },
+		"dur":  func(d time.Duration) string { return durations.Format(d) },
+		"msOf": func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 },
 		"short": func(s string) string {
 			const n = 140
 			if utf8.RuneCountInString(s) <= n {

@@ -55,7 +55,9 @@ type listData struct {
 	// (MatchedMore: more than that).
 	Matched     int
 	MatchedMore bool
-	CLI         string
+	// Scan is what the page read (nil on an error).
+	Scan *admin.Scan
+	CLI  string
 }
 
 // maxCounted bounds the list's count of matches: a count costs what it
@@ -86,7 +88,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Envelopes, d.Paged = res.Envelopes, before > 0
-	d.Matched, d.MatchedMore = res.Matched, res.MatchedMore
+	d.Matched, d.MatchedMore, d.Scan = res.Matched, res.MatchedMore, &res.Scan
 	if res.NextBeforeID != nil {
 		next := filterQuery(q)
 		next.Set("before", strconv.FormatInt(*res.NextBeforeID, 10))
