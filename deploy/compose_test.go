@@ -18,6 +18,9 @@ import (
 
 type composeService struct {
 	Image       string            `yaml:"image"`
+	User        string            `yaml:"user"`
+	Entrypoint  []string          `yaml:"entrypoint"`
+	Volumes     []string          `yaml:"volumes"`
 	Build       any               `yaml:"build"`
 	PullPolicy  string            `yaml:"pull_policy"`
 	Command     []string          `yaml:"command"`
@@ -33,7 +36,12 @@ type composeService struct {
 
 func composeServices(t *testing.T) map[string]composeService {
 	t.Helper()
-	b, err := os.ReadFile("../docker-compose.yml")
+	return composeFile(t, "../docker-compose.yml")
+}
+
+func composeFile(t *testing.T, path string) map[string]composeService {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var f struct {
 		Services map[string]composeService `yaml:"services"`
@@ -108,6 +116,48 @@ func TestComposeIsALocalDeployment(t *testing.T) {
 	require.NotNil(t, m, "scripts/dev-db's default port")
 	require.NotEqual(t, string(m[1]), pgPort, "compose's PostgreSQL and dev-db's cluster on one port")
 	require.Contains(t, string(devdb), `COMPOSE_URL="postgres://postgres:inbox@127.0.0.1:`+pgPort+`/`)
+}
+
+// TestComposeReplicaOverride: docker-compose.replica.yml adds a streaming
+// standby of postgres (pg_basebackup -R from it, on its own volume, the
+// same pinned image, loopback only), lets the primary accept its
+// replication connection (the init script, which the primary mounts), and
+// points the worker's console reads at it. (The standby itself is tested
+// for real in internal/console: TestConsoleReadsAStandby.)
+func TestComposeReplicaOverride(t *testing.T) {
+	t.Parallel()
+	base := composeServices(t)
+	over := composeFile(t, "../docker-compose.replica.yml")
+	s := over["postgres-standby"]
+	require.Equal(t, base["postgres"].Image, s.Image, "the standby runs the primary's version")
+	require.Equal(t, "postgres", s.User)
+	script := strings.Join(s.Entrypoint, "\n")
+	require.Contains(t, script, `pg_basebackup -h postgres -U postgres -D "$$PGDATA" -R -X stream`)
+	require.Contains(t, script, "exec postgres")
+	require.Contains(t, s.Volumes, "pgstandby:/var/lib/postgresql/data", "its own volume, not the primary's")
+	require.Equal(t, "service_healthy", s.DependsOn["postgres"].Condition)
+	for _, p := range s.Ports {
+		require.True(t, strings.HasPrefix(p, "127.0.0.1:"), "standby publishes %s beyond loopback", p)
+	}
+	_, standbyPort := hostPort(s.Ports, "5432")
+	_, pgPort := hostPort(base["postgres"].Ports, "5432")
+	require.NotEqual(t, pgPort, standbyPort)
+
+	w := over["worker"]
+	require.Equal(t, "service_healthy", w.DependsOn["postgres-standby"].Condition)
+	read := w.Environment["CONSOLE_READ_DATABASE_URL"]
+	require.Contains(t, read, "@postgres-standby:5432/inbox")
+	// The console's own login (inbox_admin's), on the standby.
+	require.Equal(t, strings.Replace(base["worker"].Environment["CONSOLE_DATABASE_URL"], "@postgres:", "@postgres-standby:", 1), read)
+
+	mount := "./deploy/postgres/allow-replication.sh:/docker-entrypoint-initdb.d/allow-replication.sh:ro"
+	require.Contains(t, over["postgres"].Volumes, mount)
+	init, err := os.ReadFile("postgres/allow-replication.sh")
+	require.NoError(t, err)
+	require.Contains(t, string(init), `echo "host replication all all scram-sha-256" >>"$PGDATA/pg_hba.conf"`)
+	fi, err := os.Stat("postgres/allow-replication.sh")
+	require.NoError(t, err)
+	require.NotZero(t, fi.Mode()&0o111, "the image runs *.sh init scripts it can execute (or sources them)")
 }
 
 // TestHealthcheckProbeBinaries runs the compose health checks' command,

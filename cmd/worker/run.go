@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
@@ -58,6 +59,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	consoleOn := fs.Bool("console", false, "serve the operator console at /console/ on the admin listener, behind the same basic auth as River UI (the signed-in user is the replay actor) (env WORKER_CONSOLE=true)")
 	adminUsers := fs.String("admin-users", "WORKER_ADMIN_USERS", "", "file of the operators who may sign in to River UI and the console, one name:bcrypt-hash a line (htpasswd -B); each replay records its operator (besides or instead of RIVER_BASIC_AUTH_USER/_PASS)")
 	consoleDB := fs.String("console-database-url", "CONSOLE_DATABASE_URL", "", "the console's database, a role that may replay (inbox_admin); default DATABASE_URL (read-only when that role may not replay)")
+	consoleReadDB := fs.String("console-read-database-url", "CONSOLE_READ_DATABASE_URL", "", "a hot standby of the database for the console's reads (list, envelope, failures, dry runs); replays still go to --console-database-url; default: that database")
 	consoleMax := fs.Int("console-max-replay", "CONSOLE_MAX_REPLAY", console.DefaultMaxReplay, "the most envelopes one replay from the console takes (stated on its page; the CLI has no ceiling)")
 	consoleSupervisors := fs.String("console-supervisors", "CONSOLE_SUPERVISORS", "", "comma-separated operators who may stop any operator's console replay (others stop only their own)")
 	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (user and password: RIVER_BASIC_AUTH_USER/RIVER_BASIC_AUTH_PASS, or RIVERUI_USER/RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
@@ -275,7 +277,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			if *riverUI {
 				riverPath = "/riverui"
 			}
-			con, closeConsole, err := newConsole(ctx, consoleConfig{dbURL: *consoleDB, maxReplay: *consoleMax, supervisors: *consoleSupervisors}, getenv, client, riverPath, logger)
+			con, closeConsole, err := newConsole(ctx, consoleConfig{dbURL: *consoleDB, readURL: *consoleReadDB, maxReplay: *consoleMax, supervisors: *consoleSupervisors}, getenv, client, riverPath, reg, logger)
 			if err != nil {
 				return err
 			}
@@ -375,11 +377,12 @@ func reconcileWithinRetention(cfg *config.Config, deleteAfter time.Duration) err
 // consoleConfig is what the console's flags say.
 type consoleConfig struct {
 	dbURL       string
+	readURL     string // a standby for the reads, "" for none
 	maxReplay   int
 	supervisors string // comma-separated operator names
 }
 
-func newConsole(ctx context.Context, cc consoleConfig, getenv func(string) string, jobs admin.JobInserter, riverPath string, logger *slog.Logger) (*console.Console, func(), error) {
+func newConsole(ctx context.Context, cc consoleConfig, getenv func(string) string, jobs admin.JobInserter, riverPath string, reg prometheus.Registerer, logger *slog.Logger) (*console.Console, func(), error) {
 	dbURL := cc.dbURL
 	if dbURL == "" {
 		dbURL = getenv("DATABASE_URL")
@@ -417,10 +420,26 @@ func newConsole(ctx context.Context, cc consoleConfig, getenv func(string) strin
 		opts.ReadOnlyReason = "this database role may not record replays; give the console an inbox_admin login with --console-database-url (CONSOLE_DATABASE_URL)"
 		logger.Warn("console is read-only: its database role may not replay", "database", pg.Redact(dbURL))
 	}
+	closeAll := pool.Close
+	if cc.readURL != "" {
+		read, err := pg.Open(ctx, cc.readURL, pg.Options{MaxConns: 4, ApplicationName: "inbox-console-read",
+			StatementTimeout: 30 * time.Second, IdleInTxTimeout: time.Minute})
+		if err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("console read database: %w", err)
+		}
+		opts.ReadPool = read
+		closeAll = func() { read.Close(); pool.Close() }
+		metrics.RegisterReadLag(reg, func(ctx context.Context) (time.Duration, error) {
+			lag, err := admin.ReadLag(ctx, read)
+			return lag.Behind, err
+		})
+		logger.Info("console reads a standby", "database", pg.Redact(cc.readURL))
+	}
 	con, err := console.New(opts)
 	if err != nil {
-		pool.Close()
+		closeAll()
 		return nil, nil, err
 	}
-	return con, pool.Close, nil
+	return con, closeAll, nil
 }

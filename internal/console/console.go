@@ -33,7 +33,14 @@ var assets embed.FS
 
 // Options configure New.
 type Options struct {
+	// Pool records replays (a role that may: inbox_admin) and reads what
+	// follows them (the Replays pages).
 	Pool *pgxpool.Pool
+	// ReadPool, when set, serves the other pages' reads (the list, an
+	// envelope, Failures, a replay's dry run): a hot standby of Pool's
+	// database, so that heavy reads do not load the primary. Every page
+	// says how far behind the primary it is. Nil: Pool serves them.
+	ReadPool *pgxpool.Pool
 	// Jobs inserts replay jobs: the worker's River client.
 	Jobs admin.JobInserter
 	// Actor returns the signed-in operator of an authenticated request; it
@@ -160,7 +167,10 @@ type page struct {
 	Actor    string
 	RiverUI  string
 	ReadOnly string // why replay is off, "" when it is on
-	Data     any
+	// Standby says the pages read a standby, and how far behind it is;
+	// "" when they read the primary.
+	Standby string
+	Data    any
 }
 
 // render executes page name with data; a template error is logged and
@@ -171,6 +181,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	if c.opts.ReadOnly {
 		p.ReadOnly = c.opts.ReadOnlyReason
 	}
+	if c.opts.ReadPool != nil {
+		p.Standby = c.standby(r.Context())
+	}
 	if err := c.pages[name].Execute(&b, p); err != nil {
 		c.opts.Logger.Error("console: render", "page", name, "error", err)
 		http.Error(w, "console: the page could not be rendered (logged)", http.StatusInternalServerError)
@@ -179,6 +192,30 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write(b.Bytes())
+}
+
+// reads is the pool the read-only pages read.
+func (c *Console) reads() *pgxpool.Pool {
+	if c.opts.ReadPool != nil {
+		return c.opts.ReadPool
+	}
+	return c.opts.Pool
+}
+
+// standby describes ReadPool's database for the page header.
+func (c *Console) standby(ctx context.Context) string {
+	lag, err := admin.ReadLag(ctx, c.opts.ReadPool)
+	switch {
+	case err != nil:
+		c.opts.Logger.Warn("console: read replication lag", "error", err)
+		return "these pages read a standby whose lag could not be read (the worker's log has the error)"
+	case !lag.Standby:
+		return "these pages read a separate database (--console-read-database-url) that is not a standby"
+	case lag.Behind == 0:
+		return "these pages read a standby, caught up with the primary"
+	default:
+		return fmt.Sprintf("these pages read a standby, %.1f s behind the primary: what happened since is not shown yet", lag.Behind.Seconds())
+	}
 }
 
 // fail answers status with err's message on the error page; a 5xx answers

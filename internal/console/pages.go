@@ -82,7 +82,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusBadRequest, "envelopes", "Envelopes", d)
 		return
 	}
-	res, err := admin.List(r.Context(), c.opts.Pool, admin.ListRequest{Filter: f, Limit: limit, BeforeID: before, CountUpTo: maxCounted})
+	res, err := admin.List(r.Context(), c.reads(), admin.ListRequest{Filter: f, Limit: limit, BeforeID: before, CountUpTo: maxCounted})
 	if err != nil {
 		c.fail(w, r, statusOf(err), err)
 		return
@@ -153,7 +153,7 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q is not an envelope id", r.PathValue("id")))
 		return
 	}
-	det, err := admin.Show(r.Context(), c.opts.Pool, id, admin.ShowOptions{})
+	det, err := admin.Show(r.Context(), c.reads(), id, admin.ShowOptions{})
 	if err != nil {
 		c.fail(w, r, statusOf(err), err)
 		return
@@ -177,7 +177,7 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 	if len(det.Envelope.Result) > 0 {
 		d.Result, _ = prettyJSON(det.Envelope.Result)
 	}
-	if d.Duplicates, err = envelope.DuplicateTimes(r.Context(), c.opts.Pool, id, maxDuplicateTimes); err != nil {
+	if d.Duplicates, err = envelope.DuplicateTimes(r.Context(), c.reads(), id, maxDuplicateTimes); err != nil {
 		c.fail(w, r, statusOf(err), err)
 		return
 	}
@@ -192,7 +192,7 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 			d.Conflicts = append(d.Conflicts, v)
 			continue
 		}
-		body, err := envelope.ConflictBody(r.Context(), c.opts.Pool, id, cf.ID)
+		body, err := envelope.ConflictBody(r.Context(), c.reads(), id, cf.ID)
 		if err != nil {
 			c.fail(w, r, statusOf(err), err)
 			return
@@ -331,7 +331,7 @@ func (c *Console) failures(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("window %q: want one of %s", name, strings.Join(d.Windows, ", ")))
 		return
 	}
-	causes, err := envelope.Failures(r.Context(), c.opts.Pool, envelope.FailureWindow{Since: d.Since, Bucket: d.Bucket, Buckets: buckets, Source: d.Source})
+	causes, err := envelope.Failures(r.Context(), c.reads(), envelope.FailureWindow{Since: d.Since, Bucket: d.Bucket, Buckets: buckets, Source: d.Source})
 	if err != nil {
 		c.fail(w, r, statusOf(err), err)
 		return
@@ -410,7 +410,7 @@ func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Valu
 		d.SingleID = f.IDs[0]
 	}
 	d.Unbounded = len(f.IDs) == 0 && f.Since.IsZero() && f.Until.IsZero()
-	res, err := admin.DryRun(r.Context(), c.opts.Pool, f, limit)
+	res, err := admin.DryRun(r.Context(), c.reads(), f, limit)
 	if err != nil {
 		st := statusOf(err)
 		if st >= 500 {
@@ -692,7 +692,7 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q is not a job id", r.PathValue("id")))
 		return
 	}
-	env, err := envelope.OfJob(r.Context(), c.opts.Pool, id)
+	env, err := envelope.OfJob(r.Context(), c.reads(), id)
 	if err != nil {
 		if errors.Is(err, envelope.ErrNotFound) {
 			c.fail(w, r, http.StatusNotFound, fmt.Errorf("job %d is not an envelope's processing job (or River deleted it)", id))

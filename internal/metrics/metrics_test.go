@@ -233,3 +233,27 @@ func TestMetricsDatabaseCollectorsDown(t *testing.T) {
 	require.Zero(t, mfs["inbox_river_stats_up"].GetMetric()[0].GetGauge().GetValue())
 	require.NotContains(t, mfs, "inbox_river_jobs", "no counts were read")
 }
+
+// The console's standby lag is read at each scrape: its value and up=1, or
+// up=0 and no value when the standby does not answer.
+func TestMetricsReadLag(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	lag, fail := 1500*time.Millisecond, false
+	metrics.RegisterReadLag(reg, func(ctx context.Context) (time.Duration, error) {
+		if _, ok := ctx.Deadline(); !ok {
+			return 0, errors.New("no deadline: a stalled standby would hold the scrape")
+		}
+		if fail {
+			return 0, errors.New("connection refused")
+		}
+		return lag, nil
+	})
+	mfs := gather(t, reg)
+	require.Equal(t, 1.0, mfs["inbox_console_read_lag_up"].GetMetric()[0].GetGauge().GetValue())
+	require.Equal(t, 1.5, mfs["inbox_console_read_lag_seconds"].GetMetric()[0].GetGauge().GetValue())
+	fail = true
+	mfs = gather(t, reg)
+	require.Equal(t, 0.0, mfs["inbox_console_read_lag_up"].GetMetric()[0].GetGauge().GetValue())
+	require.NotContains(t, mfs, "inbox_console_read_lag_seconds")
+}

@@ -401,3 +401,56 @@ func freePort() (int, error) {
 	}
 	return 0, errors.New("no free port in 20000-31999")
 }
+
+// StartStandby makes a hot standby of c with PostgreSQL's streaming
+// replication (pg_basebackup -R: a copy of c's data directory that follows
+// c's WAL), starts it on a free port and returns it running; it is stopped
+// and removed when t ends. It reads what c has committed, a moment later,
+// and refuses writes.
+func (c *Cluster) StartStandby(t testing.TB) *Cluster {
+	t.Helper()
+	s := &Cluster{tb: t, bindir: c.bindir, user: c.user}
+	var err error
+	if s.base, err = os.MkdirTemp("", "inbox-pgcluster-"); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	s.dataDir = filepath.Join(s.base, "data")
+	s.logPath = filepath.Join(s.base, "server.log")
+	t.Cleanup(s.cleanup)
+	if s.user != "" {
+		u, err := user.Lookup(s.user)
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(s.base, uid, gid); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// -X stream: the WAL written during the copy comes with it; -R: the
+	// copy starts as a standby of c (standby.signal, primary_conninfo).
+	if out, err := s.run(ctx, filepath.Join(c.bindir, "pg_basebackup"), "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port()),
+		"-U", "postgres", "-D", s.dataDir, "-R", "-X", "stream", "--no-sync", "--checkpoint=fast"); err != nil {
+		t.Fatalf("pgtest: pg_basebackup: %v\n%s", err, out)
+	}
+	for i := 0; ; i++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		if err := s.setPort(port); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		err = s.Start()
+		if err == nil {
+			break
+		}
+		if i == 4 || !strings.Contains(s.LogTail(20), "could not bind") {
+			t.Fatalf("pgtest: standby: %v", err)
+		}
+	}
+	return s
+}
