@@ -102,9 +102,9 @@ func printPurgeReport(w io.Writer, cfg retention.Config, rep retention.Report) e
 	kv.add("bodies "+verb("dropped", "to drop"), "%d\tdone/ignored, processed before %s (body-after %s)", rep.BodiesDropped, ts(rep.BodyCutoff), durations.Format(cfg.BodyAfter))
 	kv.add("envelopes "+verb("deleted", "to delete"), "%d\tin partitions stored before %s (delete-after %s), with their attempts, duplicates, conflicts, replays", rep.EnvelopesDeleted, ts(rep.DeleteCutoff), durations.Format(cfg.DeleteAfter))
 	for _, p := range rep.Partitions {
-		what := fmt.Sprintf("%d envelopes", p.Envelopes)
+		what := cli.Count(p.Envelopes, "envelope", "envelopes")
 		if p.Outcome == envelope.PartitionHeld {
-			what = fmt.Sprintf("%d pending envelopes hold it and every newer one: process or replay them", p.Envelopes)
+			what = cli.Count(p.Envelopes, "pending envelope holds", "pending envelopes hold") + " it and every newer one: process or replay them"
 		}
 		kv.add("  partition "+p.Name, "%s\t%s, stored before %s", p.Outcome, what, ts(p.UpperAt))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/envelope"
 )
 
@@ -314,7 +315,7 @@ func (s Scan) String() string {
 	if s.DefaultWindow {
 		fmt.Fprintf(&b, " (the default: the last %d hours; --since to look further back)", int(DefaultWindow.Hours()))
 	}
-	fmt.Fprintf(&b, ": %d partition%s, ~%d envelopes", s.Partitions, plural(s.Partitions), s.Envelopes)
+	fmt.Fprintf(&b, ": %s, ~%s", cli.Count(s.Partitions, "partition", "partitions"), cli.Count(s.Envelopes, "envelope", "envelopes"))
 	if s.Budget > 0 {
 		fmt.Fprintf(&b, "; body/header search read ~%d of them", s.Searched)
 		if !s.SearchedFrom.IsZero() {
@@ -326,11 +327,4 @@ func (s Scan) String() string {
 		fmt.Fprintf(&b, "; stopped at the scan budget of %d envelopes: narrow with --source, --event-type, --status failed or a shorter window, or go on with the next page's --before-id", s.Budget)
 	}
 	return b.String()
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
 }

@@ -166,3 +166,12 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("log format %q: want json or text", format)
 	}
 }
+
+// Count is n and the noun in its number: "1 envelope", "2 envelopes",
+// "0 batches" (many is the plural, spelled out: "batches", "deliveries").
+func Count[N ~int | ~int64](n N, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
