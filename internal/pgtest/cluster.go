@@ -99,32 +99,13 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 		t.Skipf(msg+" (SKIPPED; with CI=true this fails)", err)
 	}
-	c := &Cluster{tb: t, bindir: bindir}
+	var runAs string
 	if os.Geteuid() == 0 {
-		if c.user, err = serverUser(); err != nil {
+		if runAs, err = serverUser(); err != nil {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	// Not t.TempDir(): its parents are private to us, and the server's user
-	// must reach the data directory when we are root.
-	c.base, err = os.MkdirTemp("", "inbox-pgcluster-")
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	c.dataDir = filepath.Join(c.base, "data")
-	c.logPath = filepath.Join(c.base, "server.log")
-	t.Cleanup(c.cleanup)
-	if c.user != "" {
-		u, err := user.Lookup(c.user)
-		if err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(c.base, uid, gid); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
+	c := newCluster(t, bindir, runAs)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -146,8 +127,43 @@ func StartCluster(t testing.TB) *Cluster {
 		t.Fatalf("pgtest: write postgresql.conf: %v", err)
 	}
 
-	// A port free now can be taken before the server binds it (by another
-	// test binary's cluster): try a few.
+	c.startOnFreePort(t)
+	return c
+}
+
+// newCluster returns a Cluster of files to be: a fresh temporary directory
+// the server's user owns, removed (the server stopped) when t ends.
+func newCluster(t testing.TB, bindir, serverUser string) *Cluster {
+	t.Helper()
+	c := &Cluster{tb: t, bindir: bindir, user: serverUser}
+	// Not t.TempDir(): its parents are private to us, and the server's user
+	// must reach the data directory when we are root.
+	var err error
+	if c.base, err = os.MkdirTemp("", "inbox-pgcluster-"); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	c.dataDir = filepath.Join(c.base, "data")
+	c.logPath = filepath.Join(c.base, "server.log")
+	t.Cleanup(c.cleanup)
+	if c.user != "" {
+		u, err := user.Lookup(c.user)
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(c.base, uid, gid); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
+	return c
+}
+
+// startOnFreePort starts c on a free port. A port free now can be taken
+// before the server binds it (by another test binary's cluster): it tries a
+// few.
+func (c *Cluster) startOnFreePort(t testing.TB) {
+	t.Helper()
 	for i := 0; ; i++ {
 		port, err := freePort()
 		if err != nil {
@@ -158,13 +174,12 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 		err = c.Start()
 		if err == nil {
-			break
+			return
 		}
 		if i == 4 || !strings.Contains(c.LogTail(20), "could not bind") {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	return c
 }
 
 // URL returns the URL of the cluster's postgres database, as superuser
@@ -409,25 +424,7 @@ func freePort() (int, error) {
 // and refuses writes.
 func (c *Cluster) StartStandby(t testing.TB) *Cluster {
 	t.Helper()
-	s := &Cluster{tb: t, bindir: c.bindir, user: c.user}
-	var err error
-	if s.base, err = os.MkdirTemp("", "inbox-pgcluster-"); err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	s.dataDir = filepath.Join(s.base, "data")
-	s.logPath = filepath.Join(s.base, "server.log")
-	t.Cleanup(s.cleanup)
-	if s.user != "" {
-		u, err := user.Lookup(s.user)
-		if err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(s.base, uid, gid); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
+	s := newCluster(t, c.bindir, c.user)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// -X stream: the WAL written during the copy comes with it; -R: the
@@ -436,21 +433,6 @@ func (c *Cluster) StartStandby(t testing.TB) *Cluster {
 		"-U", "postgres", "-D", s.dataDir, "-R", "-X", "stream", "--no-sync", "--checkpoint=fast"); err != nil {
 		t.Fatalf("pgtest: pg_basebackup: %v\n%s", err, out)
 	}
-	for i := 0; ; i++ {
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		if err := s.setPort(port); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		err = s.Start()
-		if err == nil {
-			break
-		}
-		if i == 4 || !strings.Contains(s.LogTail(20), "could not bind") {
-			t.Fatalf("pgtest: standby: %v", err)
-		}
-	}
+	s.startOnFreePort(t)
 	return s
 }
