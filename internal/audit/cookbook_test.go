@@ -244,7 +244,7 @@ var checks = map[string]func(t *testing.T, r result){
 			r.rows(t, "delivery_id", "status", "last_cause"))
 	},
 	"Envelopes with a header value": func(t *testing.T, r result) {
-		require.Equal(t, []string{"wh-3", "wh-2", "wh-1"}, r.rows(t, "delivery_id"))
+		require.Equal(t, []string{"wh-2", "wh-3", "wh-1"}, r.rows(t, "delivery_id"), "newest received first")
 	},
 	"Failed envelopes by reason": func(t *testing.T, r result) {
 		require.Equal(t, []string{
