@@ -32,7 +32,7 @@ const DefaultWindow = 24 * time.Hour
 
 // DefaultScanBudget is how many envelopes a search no index serves (body
 // containment, header values) reads at most before it stops and says how
-// far it got: about a second on the reference machine (docs/benchmarks.md,
+// far it got: about 1.3 s on the reference machine (docs/benchmarks.md,
 // "Reads at size").
 const DefaultScanBudget = 400_000
 
