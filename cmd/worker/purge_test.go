@@ -162,7 +162,7 @@ func TestPurgePrintsAnAlignedTable(t *testing.T) {
 	require.Regexp(t, `^bodies to drop +4 +done/ignored, processed before \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ \(body-after 1d12h\)$`, lines[1])
 	require.Regexp(t, `^envelopes to delete +3 +in partitions stored before .* \(delete-after 40d\), with their attempts, duplicates, conflicts, replays$`, lines[2])
 	require.Regexp(t, `^  partition \d{8} +would drop +2 envelopes, stored before \d{4}-\d\d-\d\d 00:00:00Z$`, lines[3])
-	require.Regexp(t, `^  partition \d{8} +would drop +1 envelopes, stored before .*Z$`, lines[4])
+	require.Regexp(t, `^  partition \d{8} +would drop +1 envelope, stored before .*Z$`, lines[4])
 	require.Regexp(t, `^keys swept +0 +dedup keys of deleted envelopes$`, lines[5])
 	require.Regexp(t, `^batches +1 +of up to 1000 bodies, one transaction each$`, lines[6])
 	// Aligned: every value starts in the same column.
