@@ -18,15 +18,18 @@ VERSION_LDFLAGS ?= -X $(VERSION_PKG).version=$(shell git describe --tags --alway
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help tools run test screenshots drills fuzz mutate bench-pipeline bench-worker-ab bench-scale build migrate demo db env db-stop db-destroy lint bench generate clean
+.PHONY: help tools run stop test screenshots drills fuzz mutate bench-pipeline bench-worker-ab bench-scale build migrate demo db env db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
 	@echo
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 
-run: ## run worker and ingest locally with the example sources (scripts/run-local)
+run: ## run worker and ingest locally with the example sources (scripts/run-local); one "ready" line when both are up
 	scripts/run-local
+
+stop: ## stop a make run running in the background or another terminal (SIGTERM; waits for both to drain)
+	scripts/run-local stop
 
 tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock, chromium, kustomize, kubectl-validate (scripts/ensure-tools; root for apt-get)
 	scripts/ensure-tools
