@@ -126,6 +126,7 @@ func runEnvelopesShow(ctx context.Context, args []string, getenv func(string) st
 		positional: true,
 		flags: func(fs *cli.Flags) func([]string) (showRequest, error) {
 			noBody := fs.Bool("no-body", false, "leave the body out")
+			conflicts := fs.Bool("conflicts", false, fmt.Sprintf("diff each conflicting delivery's body against the stored one (the first %d)", maxConflictDiffs))
 			return func(pos []string) (showRequest, error) {
 				if len(pos) != 1 {
 					return showRequest{}, errors.New("want exactly one envelope ID")
@@ -134,7 +135,11 @@ func runEnvelopesShow(ctx context.Context, args []string, getenv func(string) st
 				if err != nil {
 					return showRequest{}, err
 				}
-				return showRequest{id: id, opts: admin.ShowOptions{NoBody: *noBody}}, nil
+				opts := admin.ShowOptions{NoBody: *noBody}
+				if *conflicts {
+					opts.CompareConflicts = maxConflictDiffs
+				}
+				return showRequest{id: id, opts: opts}, nil
 			}
 		},
 		exec: func(ctx context.Context, pool *pgxpool.Pool, req showRequest) (*admin.Detail, error) {
@@ -225,6 +230,7 @@ func writeDetail(w io.Writer, d *admin.Detail, noBody bool) error {
 		}
 	}
 
+	writeConflictDiffs(w, d)
 	if d.Ledger == nil {
 		fmt.Fprintln(w, "\nledger transaction: none")
 		return nil
@@ -238,6 +244,30 @@ func writeDetail(w io.Writer, d *admin.Detail, noBody bool) error {
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\n", en.ID, en.Account, en.Merchant, en.Currency, en.AmountMinor)
 	}
 	return tw.Flush()
+}
+
+// maxConflictDiffs is how many conflicts show --conflicts compares.
+const maxConflictDiffs = 20
+
+// writeConflictDiffs prints each compared conflict's diff against the
+// stored body ("-" stored only, "+" the conflicting delivery only), or why
+// there is none.
+func writeConflictDiffs(w io.Writer, d *admin.Detail) {
+	for i, cd := range d.ConflictDiffs {
+		c := d.Conflicts[i]
+		fmt.Fprintf(w, "\nconflict %d (received %s, %d bytes, sha256 %s) against the stored body:\n", cd.ConflictID, fmtTime(c.ReceivedAt), c.BodySize, c.BodySHA256)
+		if cd.Diff == nil {
+			fmt.Fprintf(w, "  %s\n", cd.Note)
+			continue
+		}
+		for _, l := range cd.Diff {
+			fmt.Fprintf(w, "  %s %s\n", l.Op, l.Text)
+		}
+	}
+	if n := len(d.Conflicts) - len(d.ConflictDiffs); n > 0 && len(d.ConflictDiffs) > 0 {
+		fmt.Fprintf(w, "\n%s not compared (the first %d are): the SQL of docs/audit.md, \"Conflicting deliveries\", compares any\n",
+			cli.Count(n, "conflict", "conflicts"), len(d.ConflictDiffs))
+	}
 }
 
 // writeSection prints one section of a detail: "name: none", or

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/admin"
+	"github.com/inboxhq/inbox/internal/bodydiff"
 	"github.com/inboxhq/inbox/internal/envelope"
 )
 
@@ -106,10 +107,25 @@ func TestEnvelopesShow(t *testing.T) {
 	require.Contains(t, out, "jobs (2):")
 	require.Contains(t, out, "ledger transaction: none")
 
+	require.NotContains(t, out, "against the stored body", "diffs only with --conflicts")
+
 	out, _, err = b.run(t, "envelopes", "show", "--no-body", admItoa(id))
 	require.NoError(t, err)
 	require.NotContains(t, out, "body (text)")
 	require.NotContains(t, out, "refs/heads/main")
+
+	// --conflicts: the conflicting body against the stored one, JSON
+	// indented, field by field (even without the body itself).
+	out, _, err = b.run(t, "envelopes", "show", "--no-body", "--conflicts", admItoa(id))
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^conflict \d+ \(received \S+, 15 bytes, sha256 [0-9a-f]{64}\) against the stored body:\n {4}\{\n  - {3}"ref": "refs/heads/main"\n  \+ {3}"ref": "other"\n {4}\}$`, out)
+	out, _, err = b.run(t, "envelopes", "show", "--conflicts", "--json", admItoa(id))
+	require.NoError(t, err)
+	var withDiff admin.Detail
+	require.NoError(t, json.Unmarshal([]byte(out), &withDiff))
+	require.Len(t, withDiff.ConflictDiffs, 1)
+	require.Equal(t, withDiff.Conflicts[0].ID, withDiff.ConflictDiffs[0].ConflictID)
+	require.Contains(t, withDiff.ConflictDiffs[0].Diff, bodydiff.Line{Op: "+", Text: `  "ref": "other"`})
 
 	out, _, err = b.run(t, "envelopes", "show", admItoa(id), "--json")
 	require.NoError(t, err)

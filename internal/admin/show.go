@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxhq/inbox/internal/bodydiff"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ledger"
 )
@@ -26,6 +27,18 @@ type Detail struct {
 	Jobs      []Job          `json:"jobs"`
 	// Ledger is the envelope's ledger transaction, or nil when it posted none.
 	Ledger *LedgerTransaction `json:"ledger_transaction"`
+	// ConflictDiffs compares the first ShowOptions.CompareConflicts
+	// conflicts' bodies with the stored body, in Conflicts' order.
+	ConflictDiffs []ConflictDiff `json:"conflict_diffs,omitempty"`
+}
+
+// ConflictDiff is a conflicting delivery's body against the stored one: a
+// line diff (bodydiff.Compare: JSON indented, unchanged lines around each
+// change), or a Note saying why there is none.
+type ConflictDiff struct {
+	ConflictID int64           `json:"conflict_id"`
+	Diff       []bodydiff.Line `json:"diff"`
+	Note       string          `json:"note,omitempty"`
 }
 
 // Body encodings of EnvelopeDetail.BodyEncoding.
@@ -97,8 +110,12 @@ type LedgerEntry = ledger.Entry
 
 // ShowOptions tune Show.
 type ShowOptions struct {
-	// NoBody leaves the body out (it is not even read).
+	// NoBody leaves the body out (it is not even read, unless to compare
+	// conflicts).
 	NoBody bool
+	// CompareConflicts diffs the bodies of up to this many conflicts
+	// against the stored body (Detail.ConflictDiffs).
+	CompareConflicts int
 }
 
 // Show returns envelope id with its attempts, replays, conflicts, jobs and
@@ -126,6 +143,9 @@ func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (
 			d.Conflicts[i] = Conflict{ID: c.ID, DeliveryID: c.DeliveryID, BodySHA256: hex.EncodeToString(c.BodySHA256),
 				BodySize: c.BodySize, Headers: c.Headers, ReceivedAt: c.ReceivedAt}
 		}
+		if d.ConflictDiffs, err = compareConflicts(ctx, tx, id, d.Conflicts, opts.CompareConflicts); err != nil {
+			return err
+		}
 		jobs, err := envelope.Jobs(ctx, tx, []int64{id}, false)
 		if err != nil {
 			return fmt.Errorf("load jobs: %w", err)
@@ -138,6 +158,29 @@ func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (
 		return nil, err
 	}
 	return d, nil
+}
+
+// compareConflicts diffs the first n of conflicts' bodies against envelope
+// id's stored body.
+func compareConflicts(ctx context.Context, tx pgx.Tx, id int64, conflicts []Conflict, n int) ([]ConflictDiff, error) {
+	n = min(n, len(conflicts))
+	if n <= 0 {
+		return nil, nil
+	}
+	stored, err := envelope.StoredBody(ctx, tx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ConflictDiff, n)
+	for i, c := range conflicts[:n] {
+		body, err := envelope.ConflictBody(ctx, tx, id, c.ID)
+		if err != nil {
+			return nil, fmt.Errorf("load conflict %d: %w", c.ID, err)
+		}
+		out[i].ConflictID = c.ID
+		out[i].Diff, out[i].Note = bodydiff.Compare(stored, body)
+	}
+	return out, nil
 }
 
 func loadEnvelope(ctx context.Context, tx pgx.Tx, id int64, opts ShowOptions, e *EnvelopeDetail) error {

@@ -220,6 +220,12 @@ var checks = map[string]func(t *testing.T, r result){
 			require.Len(t, r.col(t, i, "original_sha256"), 64)
 		}
 	},
+	"How a conflicting body differs from the stored one": func(t *testing.T, r result) {
+		// msg_005 was resent with 70000 for 7000: data differs, nothing else.
+		require.Equal(t, []string{"data"}, r.rows(t, "key"))
+		require.Contains(t, r.col(t, 0, "stored_value"), `"amount_minor":7000`)
+		require.Contains(t, r.col(t, 0, "conflicting_value"), `"amount_minor":70000`)
+	},
 	"Envelopes stuck pending for longer than an hour": func(t *testing.T, r result) {
 		require.Equal(t, []string{"stripe|evt_5|0|3|snoozed"}, r.rows(t, "source", "delivery_id", "attempts", "attempt_rows", "last_outcome"))
 	},

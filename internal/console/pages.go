@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/inboxhq/inbox/internal/admin"
+	"github.com/inboxhq/inbox/internal/bodydiff"
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/labels"
@@ -141,7 +142,7 @@ type header struct{ Name, Value string }
 type conflictView struct {
 	admin.Conflict
 	Headers []header
-	Diff    []diffLine
+	Diff    []bodydiff.Line
 	// Note says why there is no diff (a body dropped by retention, too
 	// large to compare).
 	Note string
@@ -153,7 +154,7 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q is not an envelope id", r.PathValue("id")))
 		return
 	}
-	det, err := admin.Show(r.Context(), c.reads(), id, admin.ShowOptions{})
+	det, err := admin.Show(r.Context(), c.reads(), id, admin.ShowOptions{CompareConflicts: maxConflictDiffs})
 	if err != nil {
 		c.fail(w, r, statusOf(err), err)
 		return
@@ -192,25 +193,10 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 			d.Conflicts = append(d.Conflicts, v)
 			continue
 		}
-		body, err := envelope.ConflictBody(r.Context(), c.reads(), id, cf.ID)
-		if err != nil {
-			c.fail(w, r, statusOf(err), err)
-			return
-		}
-		switch {
-		case body == nil:
-			v.Note = "the conflicting body was dropped by retention"
-		case stored == nil:
-			v.Note = "the stored body was dropped by retention"
-		default:
-			a, b := comparable(stored), comparable(body)
-			v.Diff = diffLines(a, b)
-			switch {
-			case v.Diff == nil:
-				v.Note = fmt.Sprintf("too large to compare here (more than %d differing lines): see the SQL below", maxDiffLines)
-			case !hasChange(v.Diff):
-				v.Diff, v.Note = nil, "the bodies differ only in white space: the same JSON, formatted otherwise"
-			}
+		cd := det.ConflictDiffs[i]
+		v.Diff, v.Note = cd.Diff, cd.Note
+		if strings.HasPrefix(v.Note, "too large") {
+			v.Note += ": see the SQL below"
 		}
 		d.Conflicts = append(d.Conflicts, v)
 	}
@@ -223,16 +209,6 @@ const (
 	maxConflictDiffs = 5
 	maxConflictRows  = 50
 )
-
-// hasChange reports whether a diff has a changed line.
-func hasChange(d []diffLine) bool {
-	for _, l := range d {
-		if l.Op != " " {
-			return true
-		}
-	}
-	return false
-}
 
 // storedBody is the envelope's raw body bytes, nil when purged.
 func storedBody(e *admin.EnvelopeDetail) []byte {
@@ -256,13 +232,6 @@ func prettyJSON(b []byte) (string, bool) {
 		return string(b), false
 	}
 	return out.String(), true
-}
-
-// comparable is a body's lines for a diff: pretty JSON when it is JSON, so
-// a diff shows fields rather than one long line.
-func comparable(b []byte) []string {
-	s, _ := prettyJSON(b)
-	return strings.Split(s, "\n")
 }
 
 // credentialNames are parts of header names whose values are redacted on

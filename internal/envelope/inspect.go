@@ -17,6 +17,20 @@ import (
 // and which envelope a River job processes. The console asks them; each is
 // one statement.
 
+// StoredBody returns envelope id's raw body: nil when retention dropped it,
+// ErrNotFound when there is no such envelope.
+func StoredBody(ctx context.Context, q Querier, id int64) ([]byte, error) {
+	var body []byte
+	err := q.QueryRow(ctx, `SELECT body FROM envelope WHERE id = $1`, id).Scan(&body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load body of envelope %d: %w", id, err)
+	}
+	return body, nil
+}
+
 // ConflictBody returns the body of envelope_conflict row id, which belongs
 // to envelope envelopeID: nil when retention dropped it. A row of another
 // envelope, or none, is ErrNotFound.
