@@ -123,6 +123,7 @@ func New(opts Options) (*Console, error) {
 	m.HandleFunc("GET "+Prefix+"/replays/{run}", c.run)
 	m.HandleFunc("POST "+Prefix+"/replays/{run}/stop", c.stopRun)
 	m.HandleFunc("GET "+Prefix+"/jobs/{id}", c.job)
+	m.HandleFunc("GET "+Prefix+"/search", c.search)
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, errors.New("no such page"))
 	})

@@ -685,3 +685,39 @@ func TestEnvelopePageListsAtMost50Conflicts(t *testing.T) {
 	require.Equal(t, 50, strings.Count(page, `<article class="conflict">`))
 	require.Less(t, len(page), 200_000)
 }
+
+// The header's search box jumps to an envelope by its id or its delivery id
+// (any source), lists a delivery id two sources share, and says what it
+// looked for when nothing matches.
+func TestSearchBoxJumps(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 1)
+	var delivery string
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT delivery_id FROM envelope WHERE id = $1`, ids[0]).Scan(&delivery))
+	shared := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "a", DeliveryID: "evt_shared"})
+	envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "b", DeliveryID: "evt_shared"})
+
+	_, page, _ := b.get(t, "/console/envelopes")
+	require.Contains(t, page, `<form class="search" method="get" action="/console/search" role="search">`, "every page has the box")
+
+	for _, c := range []struct{ q, location string }{
+		{fmt.Sprint(ids[0]), fmt.Sprintf("/console/envelopes/%d", ids[0])},
+		{" " + delivery + " ", fmt.Sprintf("/console/envelopes/%d", ids[0])},
+		{fmt.Sprint(shared), fmt.Sprintf("/console/envelopes/%d", shared)},
+		{"evt_shared", "/console/envelopes?delivery_id=evt_shared"},
+		{"", "/console/envelopes"},
+	} {
+		code, _, h := b.get(t, "/console/search?q="+url.QueryEscape(c.q))
+		require.Equal(t, http.StatusFound, code, c.q)
+		require.Equal(t, c.location, h.Get("Location"), c.q)
+	}
+	code, body, _ := b.get(t, "/console/search?q=evt_nowhere")
+	require.Equal(t, http.StatusNotFound, code)
+	require.Contains(t, body, "no envelope has the id or delivery id &#34;evt_nowhere&#34;")
+	code, _, _ = b.get(t, "/console/search?q="+strings.Repeat("x", 513))
+	require.Equal(t, http.StatusBadRequest, code)
+	// A number that is no envelope's id is looked up as a delivery id too.
+	code, _, _ = b.get(t, "/console/search?q=987654321")
+	require.Equal(t, http.StatusNotFound, code)
+}

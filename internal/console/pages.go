@@ -672,3 +672,36 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request) {
 	}
 	http.Redirect(w, r, fmt.Sprintf("%s/envelopes/%d", Prefix, env), http.StatusFound)
 }
+
+// maxSearchTerm bounds the search box's input (a delivery id is at most a
+// few hundred bytes).
+const maxSearchTerm = 512
+
+// search jumps to what the header's search box names: an envelope id, or a
+// delivery id (the provider's event or message id) of any source. One
+// envelope: its page. Several (one delivery id reused by two sources): the
+// list of that delivery id. None: a 404 that says what was looked for.
+func (c *Console) search(w http.ResponseWriter, r *http.Request) {
+	term := strings.TrimSpace(r.URL.Query().Get("q"))
+	switch {
+	case term == "":
+		http.Redirect(w, r, Prefix+"/envelopes", http.StatusFound)
+		return
+	case len(term) > maxSearchTerm:
+		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("a search of %d bytes: at most %d (an envelope id or a delivery id)", len(term), maxSearchTerm))
+		return
+	}
+	ids, err := envelope.Find(r.Context(), c.reads(), term, 2)
+	if err != nil {
+		c.fail(w, r, statusOf(err), err)
+		return
+	}
+	switch len(ids) {
+	case 0:
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no envelope has the id or delivery id %q (a delivery id past the retention window is gone with its envelope)", term))
+	case 1:
+		http.Redirect(w, r, fmt.Sprintf("%s/envelopes/%d", Prefix, ids[0]), http.StatusFound)
+	default:
+		http.Redirect(w, r, Prefix+"/envelopes?"+url.Values{"delivery_id": {term}}.Encode(), http.StatusFound)
+	}
+}

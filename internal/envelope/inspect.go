@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +17,31 @@ import (
 // duplicates came, which causes fail and since when, which replay runs ran,
 // and which envelope a River job processes. The console asks them; each is
 // one statement.
+
+// Find returns the envelopes an operator's search term names, lowest id
+// first: the envelope of that id when term is a number, and those of
+// every source whose delivery id (the provider's event or message id:
+// Stripe's evt_..., a Standard Webhooks msg_..., GitHub's delivery uuid) is
+// term, found through envelope_key. At most limit.
+func Find(ctx context.Context, q Querier, term string, limit int) ([]int64, error) {
+	var byID *int64
+	if n, err := strconv.ParseInt(term, 10, 64); err == nil && n > 0 {
+		byID = &n
+	}
+	rows, err := q.Query(ctx, `
+		SELECT id FROM envelope WHERE id = $1
+		UNION
+		SELECT e.id FROM envelope_key k JOIN envelope e ON e.id = k.envelope_id WHERE k.delivery_id = $2
+		ORDER BY 1 LIMIT $3`, byID, term, limit)
+	if err != nil {
+		return nil, fmt.Errorf("find envelopes: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("find envelopes: %w", err)
+	}
+	return ids, nil
+}
 
 // StoredBody returns envelope id's raw body: nil when retention dropped it,
 // ErrNotFound when there is no such envelope.
