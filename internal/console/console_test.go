@@ -721,3 +721,32 @@ func TestSearchBoxJumps(t *testing.T) {
 	code, _, _ = b.get(t, "/console/search?q=987654321")
 	require.Equal(t, http.StatusNotFound, code)
 }
+
+// The list refreshes itself when asked (a meta refresh: no script), off by
+// default; the envelope page shows the body before the jobs, and the note
+// about cancelled jobs only on a failed envelope's page.
+func TestListAutoRefreshAndEnvelopeLayout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	failed := seed(t, b.pool, 1)[0]
+	done := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "stripe", Status: "done", ProcessedAt: time.Now(), Attempts: 1})
+
+	_, page, _ := b.get(t, "/console/envelopes?status=failed")
+	require.NotContains(t, page, `http-equiv="refresh"`, "off by default")
+	require.Contains(t, page, `<a href="/console/envelopes?refresh=on&amp;status=failed">auto-refresh</a>`)
+	_, page, _ = b.get(t, "/console/envelopes?status=failed&refresh=on")
+	require.Contains(t, page, `<meta http-equiv="refresh" content="10">`)
+	require.Contains(t, page, `refreshing every 10 s · <a href="/console/envelopes?status=failed">stop</a>`)
+
+	for _, id := range []int64{failed, done} { // each with its finished job
+		b.exec(t, `INSERT INTO river_job (args, kind, max_attempts, queue, state, finalized_at)
+			VALUES (jsonb_build_object('envelope_id', $1::bigint), 'process_envelope', 25, 'default',
+			        CASE WHEN $1::bigint = $2::bigint THEN 'cancelled' ELSE 'completed' END::river_job_state, now())`, id, failed)
+	}
+	_, page, _ = b.get(t, fmt.Sprintf("/console/envelopes/%d", failed))
+	require.Contains(t, page, `id="cancelled-note"`)
+	require.Less(t, strings.Index(page, `<section id="body">`), strings.Index(page, `<section id="jobs">`), "the body comes before the jobs")
+	_, page, _ = b.get(t, fmt.Sprintf("/console/envelopes/%d", done))
+	require.Contains(t, page, `<td>completed</td>`)
+	require.NotContains(t, page, `id="cancelled-note"`, "a done envelope's page")
+}

@@ -59,7 +59,15 @@ type listData struct {
 	// Scan is what the page read (nil on an error).
 	Scan *admin.Scan
 	CLI  string
+	// Refresh is the auto-refresh period in seconds (0: off, the default);
+	// RefreshQuery the page's query with it toggled.
+	Refresh      int
+	RefreshQuery template.URL
 }
+
+// listRefresh is the list's auto-refresh period when turned on (?refresh=on):
+// a meta refresh, no script.
+const listRefresh = 10
 
 // maxCounted bounds the list's count of matches: a count costs what it
 // reads, and "more than 10000" is what an operator needs to know beyond.
@@ -69,6 +77,13 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	fq := filterQuery(q)
 	d := listData{Form: newForm(q), Query: template.URL(fq.Encode()), CLI: "worker envelopes list" + cliArgs(fq)}
+	toggled := filterQuery(q)
+	if q.Get("refresh") == "on" {
+		d.Refresh = listRefresh
+	} else {
+		toggled.Set("refresh", "on")
+	}
+	d.RefreshQuery = template.URL(toggled.Encode())
 	in, err := filterInput(q)
 	var f admin.Filter
 	if err == nil {
