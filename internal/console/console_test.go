@@ -750,3 +750,22 @@ func TestListAutoRefreshAndEnvelopeLayout(t *testing.T) {
 	require.Contains(t, page, `<td>completed</td>`)
 	require.NotContains(t, page, `id="cancelled-note"`, "a done envelope's page")
 }
+
+// The dry run, the run page and both Replays tables say which selection in
+// words, not URL-encoded.
+func TestReplayPagesStateTheSelection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seed(t, b.pool, 2)
+	_, page, _ := b.get(t, "/console/replay?status=failed&cause=unknown_currency&since=1h")
+	require.Regexp(t, `<p id="selection">Selection: <a href="/console/envelopes\?[^"]+">cause unknown_currency · since 1h ago · status failed</a></p>`, page)
+	form := hidden(t, page)
+	form.Set("reason", "INC-9")
+	code, _, h := b.post(t, "/console/replay", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	run := b.waitDone(t, h.Get("Location"))
+	require.Regexp(t, `<dd id="selection"><a href="/console/envelopes\?[^"]+">cause unknown_currency · [^<]*status failed[^<]*</a></dd>`, run)
+	_, page, _ = b.get(t, "/console/replays")
+	require.Regexp(t, `<td>INC-9</td><td><a href="/console/envelopes\?[^"]+">cause unknown_currency · [^<]*status failed`, page, "the console's runs")
+	require.Regexp(t, `<td>INC-9</td><td><small>cause unknown_currency · [^<]*status failed[^<]*</small></td>`, page, "the recorded runs")
+}

@@ -1,9 +1,11 @@
 package console
 
 import (
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -63,8 +65,10 @@ func funcs(riverUI string) template.FuncMap {
 				return fmt.Sprintf("%.1f s", ms/1000)
 			}
 		},
-		"dur":  func(d time.Duration) string { return durations.Format(d) },
-		"msOf": func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 },
+		"dur":            func(d time.Duration) string { return durations.Format(d) },
+		"msOf":           func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 },
+		"selection":      selection,
+		"recordedFilter": recordedFilter,
 		"short": func(s string) string {
 			const n = 140
 			if utf8.RuneCountInString(s) <= n {
@@ -115,4 +119,46 @@ func funcs(riverUI string) template.FuncMap {
 		"statusClass": func(s envelope.Status) string { return "st-" + string(s) },
 		"add":         func(a, b int) int { return a + b },
 	}
+}
+
+// selection says a filter query in words, each field once: "status failed ·
+// cause unknown_currency · since 24h" ("every envelope" when empty).
+func selection(q url.Values) string {
+	if len(q) == 0 {
+		return "every envelope"
+	}
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		v := strings.Join(q[k], ", ")
+		if (k == "since" || k == "until") && !strings.Contains(v, "T") {
+			v += " ago" // a duration: that long ago
+		}
+		parts = append(parts, strings.ReplaceAll(k, "_", " ")+" "+v)
+	}
+	return strings.Join(parts, " · ")
+}
+
+// recordedFilter says an envelope_replay.filter (a JSON object) in words as
+// selection does; the JSON as stored when it is not an object.
+func recordedFilter(raw json.RawMessage) string {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return string(raw)
+	}
+	q := url.Values{}
+	for k, v := range m {
+		switch v := v.(type) {
+		case string:
+			q.Set(k, v)
+		default:
+			b, _ := json.Marshal(v)
+			q.Set(k, string(b))
+		}
+	}
+	return selection(q)
 }

@@ -331,19 +331,21 @@ func (c *Console) failures(w http.ResponseWriter, r *http.Request) {
 }
 
 type previewData struct {
-	Form     form
-	Query    template.URL
-	Hidden   []header // the filter as hidden inputs
-	DryRun   *admin.DryRunResult
-	Error    string
-	Reason   string
-	Limit    string
-	CSRF     string
-	CLI      string
-	SingleID int64 // the one envelope asked for by id, 0 otherwise
-	ByStatus []statusN
-	Done     int // matches that are done: their replay re-runs handlers
-	Pinned   int // how many ids the form names (0: pinned by max id and count)
+	Form  form
+	Query template.URL
+	// Selection is the filter in words (what the replay would take).
+	Selection string
+	Hidden    []header // the filter as hidden inputs
+	DryRun    *admin.DryRunResult
+	Error     string
+	Reason    string
+	Limit     string
+	CSRF      string
+	CLI       string
+	SingleID  int64 // the one envelope asked for by id, 0 otherwise
+	ByStatus  []statusN
+	Done      int // matches that are done: their replay re-runs handlers
+	Pinned    int // how many ids the form names (0: pinned by max id and count)
 	// ConfirmCLI is the CLI command of the confirmed replay: the pinned
 	// selection and the dry run's count as its limit.
 	ConfirmCLI string
@@ -369,7 +371,7 @@ func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) showPreview(w http.ResponseWriter, r *http.Request, q url.Values, reason, formErr string, status int) {
 	fq := filterQuery(q)
-	d := previewData{Form: newForm(fq), Query: template.URL(fq.Encode()), Reason: reason, Limit: q.Get("limit"), Error: formErr,
+	d := previewData{Form: newForm(fq), Query: template.URL(fq.Encode()), Selection: selection(fq), Reason: reason, Limit: q.Get("limit"), Error: formErr,
 		CSRF: c.csrfToken(c.opts.Actor(r)), CLI: "worker replay --dry-run" + cliArgs(fq)}
 	f, limit, err := replayInput(q)
 	var limitErr *admin.InputError

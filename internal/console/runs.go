@@ -56,6 +56,7 @@ type runView struct {
 	ID, Actor, Reason string
 	Limit             int
 	Query             template.URL // encoded: safe in an href
+	Selection         string       // the filter in words
 	CLI               string
 	Started           time.Time
 	Finished          time.Time
@@ -204,7 +205,7 @@ func (rs *runs) list() []runView {
 func (r *run) view() runView {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	v := runView{ID: r.ID, Actor: r.Actor, Reason: r.Reason, Limit: r.Limit, Query: template.URL(r.Filter.Encode()), CLI: "worker replay" + cliArgs(r.Filter) + " --limit " + strconv.Itoa(r.Limit) + " --reason " + shellQuote(r.Reason),
+	v := runView{ID: r.ID, Actor: r.Actor, Reason: r.Reason, Limit: r.Limit, Query: template.URL(r.Filter.Encode()), Selection: selection(r.Filter), CLI: "worker replay" + cliArgs(r.Filter) + " --limit " + strconv.Itoa(r.Limit) + " --reason " + shellQuote(r.Reason),
 		Started: r.Started, Finished: r.finished, Done: !r.finished.IsZero(), Progress: r.progress, Result: r.result}
 	v.Stopping = r.stopped && !v.Done
 	if r.err != nil {

@@ -3,6 +3,7 @@ package envelope
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -193,6 +194,10 @@ type ReplayRun struct {
 	Last      time.Time
 	// FirstEnvelopeID is the lowest envelope id the run replayed.
 	FirstEnvelopeID int64
+	// Filter is the selection the run replayed, as recorded
+	// (envelope_replay.filter: the filter's fields, relative times as the
+	// instants they meant).
+	Filter json.RawMessage
 }
 
 // recentReplayRows is how far back RecentReplayRuns looks for runs: the
@@ -210,11 +215,11 @@ func RecentReplayRuns(ctx context.Context, q Querier, limit int) ([]ReplayRun, e
 			  FROM (SELECT id, batch_id, replayed_at FROM envelope_replay ORDER BY replayed_at DESC, id DESC LIMIT $2) r
 			 ORDER BY coalesce(batch_id::text, 'row ' || id)
 		)
-		SELECT coalesce(r.batch_id::text, ''), g.actor, g.reason, g.n, g.first, g.last, g.first_envelope
+		SELECT coalesce(r.batch_id::text, ''), g.actor, g.reason, g.n, g.first, g.last, g.first_envelope, g.filter
 		  FROM recent r
 		 CROSS JOIN LATERAL (
 			SELECT min(x.actor) AS actor, min(x.reason) AS reason, count(*) AS n, min(x.replayed_at) AS first,
-			       max(x.replayed_at) AS last, min(x.envelope_id) AS first_envelope
+			       max(x.replayed_at) AS last, min(x.envelope_id) AS first_envelope, (array_agg(x.filter))[1] AS filter
 			  FROM envelope_replay x
 			 WHERE (r.batch_id IS NOT NULL AND x.batch_id = r.batch_id) OR (r.batch_id IS NULL AND x.id = r.id)
 		 ) g
@@ -225,7 +230,7 @@ func RecentReplayRuns(ctx context.Context, q Querier, limit int) ([]ReplayRun, e
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ReplayRun, error) {
 		var x ReplayRun
-		err := r.Scan(&x.BatchID, &x.Actor, &x.Reason, &x.Envelopes, &x.First, &x.Last, &x.FirstEnvelopeID)
+		err := r.Scan(&x.BatchID, &x.Actor, &x.Reason, &x.Envelopes, &x.First, &x.Last, &x.FirstEnvelopeID, &x.Filter)
 		return x, err
 	})
 	if err != nil {
