@@ -769,3 +769,15 @@ func TestReplayPagesStateTheSelection(t *testing.T) {
 	require.Regexp(t, `<td>INC-9</td><td><a href="/console/envelopes\?[^"]+">cause unknown_currency · [^<]*status failed`, page, "the console's runs")
 	require.Regexp(t, `<td>INC-9</td><td><small>cause unknown_currency · [^<]*status failed[^<]*</small></td>`, page, "the recorded runs")
 }
+
+// A conflicting resend marks its envelope in the list.
+func TestListMarksConflicts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 2)
+	b.exec(t, `INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body, headers, received_at)
+		SELECT id, source, delivery_id, sha256(body || 'x'), body_size + 1, body || 'x', headers, now() FROM envelope WHERE id = $1`, ids[0])
+	_, page, _ := b.get(t, "/console/envelopes?status=failed")
+	require.Contains(t, page, fmt.Sprintf(`<a class="badge conflict-mark" href="/console/envelopes/%d#conflicts" title="1 resent with another body">1</a>`, ids[0]))
+	require.Equal(t, 1, strings.Count(page, "conflict-mark"), "only the conflicting one")
+}

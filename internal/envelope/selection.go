@@ -180,7 +180,10 @@ type Summary struct {
 	// LastCause is LastError's code (labels.Cause), nil when none.
 	LastCause  *string `json:"last_cause"`
 	Duplicates int     `json:"duplicates"`
-	BodySize   int     `json:"body_size"`
+	// Conflicts counts the resends of its delivery id with another body
+	// (envelope_conflict rows, each counting its repeats once).
+	Conflicts int `json:"conflicts"`
+	BodySize  int `json:"body_size"`
 	// Reason is why an ignored envelope was stored but not routed (its
 	// result's "reason": no handler for its event type, or it has none);
 	// nil for other statuses.
@@ -189,13 +192,14 @@ type Summary struct {
 
 const summaryColumns = `id, source, provider, delivery_id, event_type, status, received_at,
 	processed_at, attempts, last_error, last_cause,
-	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id), body_size,
+	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
+	(SELECT count(*) FROM envelope_conflict c WHERE c.envelope_id = envelope.id), body_size,
 	CASE WHEN status = 'ignored' THEN result->>'reason' END`
 
 // summaryDest returns the scan destinations of summaryColumns into s.
 func summaryDest(s *Summary) []any {
 	return []any{&s.ID, &s.Source, &s.Provider, &s.DeliveryID, &s.EventType, &s.Status, &s.ReceivedAt,
-		&s.ProcessedAt, &s.Attempts, &s.LastError, &s.LastCause, &s.Duplicates, &s.BodySize, &s.Reason}
+		&s.ProcessedAt, &s.Attempts, &s.LastError, &s.LastCause, &s.Duplicates, &s.Conflicts, &s.BodySize, &s.Reason}
 }
 
 // Summaries returns up to limit of the envelopes s selects, newest (highest
