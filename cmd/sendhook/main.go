@@ -21,6 +21,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -183,10 +184,14 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	samples := newSamples(time.Now())
 	s := &sender{base: *baseURL, client: &http.Client{Timeout: 10 * time.Second}, stdout: stdout}
 	fmt.Fprintf(stdout, "sending %d deliveries to %s, each twice (the second is a duplicate)\n", len(demoDeliveries), strings.TrimRight(*baseURL, "/"))
+	var first delivery // the first Stripe payment, resent below with another body
 	for _, dd := range demoDeliveries {
 		d, err := samples.build(dd.provider, dd.source, dd.event, "")
 		if err != nil {
 			return err
+		}
+		if first.id == "" && dd.provider == provider.Stripe {
+			first = d
 		}
 		for range 2 {
 			if err := s.send(ctx, d, keys[dd.source]); err != nil {
@@ -194,11 +199,77 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 			}
 		}
 	}
+	extras, err := demoExtras(first)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "then one of each case the console's pages show: a failure, a refund before its payment (snoozed, then done), a conflicting resend and an ignored event")
+	for i, x := range extras {
+		if i > 0 && extras[i-1].pause > 0 {
+			time.Sleep(extras[i-1].pause) // let the worker try the refund before its payment arrives
+		}
+		if err := s.send(ctx, x.d, keys[x.d.source]); err != nil {
+			return err
+		}
+	}
 	if err := s.result(); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "done: the worker now processes them; see the envelope and ledger_* tables")
 	return nil
+}
+
+// demoExtra is one of the demo's cases beyond the happy path, and how long
+// to wait after sending it.
+type demoExtra struct {
+	d     delivery
+	pause time.Duration
+}
+
+// demoExtras are the deliveries that leave the console's Failures page,
+// --cause and the conflict diff something to show, each sent once: a
+// payment in a currency the ledger does not know (failed, unknown_currency);
+// a refund sent before its payment (snoozed, payment_not_posted, then done
+// once the payment is posted); first (a Stripe event) resent with another
+// body, as Stripe re-renders pending_webhooks (a conflict, answered 200
+// duplicate); and an event type no handler takes (ignored).
+func demoExtras(first delivery) ([]demoExtra, error) {
+	bad := newSamples(time.Now())
+	failed, err := bad.build(provider.Standard, "payments", "payment.succeeded", "")
+	if err != nil {
+		return nil, err
+	}
+	if failed.body, err = editJSON(failed.body, func(m map[string]any) { m["data"].(map[string]any)["currency"] = "XYZ" }); err != nil {
+		return nil, err
+	}
+	late := newSamples(time.Now())
+	refund, err := late.build(provider.Standard, "payments", "payment.refunded", "")
+	if err != nil {
+		return nil, err
+	}
+	payment, err := late.build(provider.Standard, "payments", "payment.succeeded", "")
+	if err != nil {
+		return nil, err
+	}
+	conflict := first
+	if conflict.body, err = editJSON(first.body, func(m map[string]any) { m["pending_webhooks"] = 2 }); err != nil {
+		return nil, err
+	}
+	ignored, err := bad.build(provider.Stripe, "stripe", "customer.created", "")
+	if err != nil {
+		return nil, err
+	}
+	return []demoExtra{{d: failed}, {d: refund, pause: 2 * time.Second}, {d: payment}, {d: conflict}, {d: ignored}}, nil
+}
+
+// editJSON returns body (a JSON object) changed by edit.
+func editJSON(body []byte, edit func(map[string]any)) ([]byte, error) {
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("edit sample: %w", err)
+	}
+	edit(m)
+	return json.Marshal(m)
 }
 
 // lookupSecret returns the signing secret for source: flagValue, else the

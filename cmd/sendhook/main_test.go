@@ -126,18 +126,65 @@ func TestDemoSendsVerifiableDeliveriesTwice(t *testing.T) {
 	require.NoError(t, err, "run\nrejected: %q\nstdout:\n%s\nstderr:\n%s", f.rejections(), stdout.String(), stderr.String())
 
 	got := f.deliveries()
-	require.Len(t, got, 2*len(demoDeliveries), "requests the server verified")
+	require.Len(t, got, 2*len(demoDeliveries)+demoExtraCount, "requests the server verified")
 	for i, dd := range demoDeliveries {
 		first, second := got[2*i], got[2*i+1]
 		assert.Equal(t, [2]string{dd.source, dd.event}, [2]string{first.source, first.d.EventType}, "delivery %d", i)
 		assert.Equal(t, first.d.DeliveryID, second.d.DeliveryID, "delivery %d: the resend is the same delivery", i)
 		assert.Equal(t, first.d.Payload, second.d.Payload, "delivery %d: the resend is the same delivery", i)
 	}
-	assert.Equal(t, len(demoDeliveries), strings.Count(stdout.String(), `"status": "accepted"`), "accepted answers printed:\n%s", stdout.String())
-	assert.Equal(t, len(demoDeliveries), strings.Count(stdout.String(), `"status": "duplicate"`), "duplicate answers printed:\n%s", stdout.String())
+	// The extras: four new deliveries and the conflicting resend (answered
+	// as a duplicate).
+	assert.Equal(t, len(demoDeliveries)+4, strings.Count(stdout.String(), `"status": "accepted"`), "accepted answers printed:\n%s", stdout.String())
+	assert.Equal(t, len(demoDeliveries)+1, strings.Count(stdout.String(), `"status": "duplicate"`), "duplicate answers printed:\n%s", stdout.String())
 	for name, secret := range testEnv {
 		assert.NotContains(t, stdout.String()+stderr.String(), secret, "the output contains the value of %s", name)
 	}
+}
+
+// demoExtraCount is how many deliveries the demo sends after its pairs.
+const demoExtraCount = 5
+
+// After its pairs, the demo sends one of each case the console's pages
+// show, signed as the rest: a payment in an unknown currency, a refund
+// before the payment it refers to, the first Stripe event again with
+// another body (the same id: a conflict), and an event no handler takes.
+func TestDemoLeavesAFailureASnoozeAConflictAndAnIgnoredEvent(t *testing.T) {
+	t.Parallel()
+	f, url := startFake(t, 0)
+	require.NoError(t, run(context.Background(), []string{"demo", "--url", url}, getenv, io.Discard, io.Discard))
+	got := f.deliveries()
+	require.Len(t, got, 2*len(demoDeliveries)+demoExtraCount)
+	pairs, extras := got[:2*len(demoDeliveries)], got[2*len(demoDeliveries):]
+	decode := func(r received) map[string]any {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(r.d.Payload, &m))
+		return m
+	}
+	data := func(r received) map[string]any { return decode(r)["data"].(map[string]any) }
+
+	failed, refund, payment, conflict, ignored := extras[0], extras[1], extras[2], extras[3], extras[4]
+	require.Equal(t, [2]string{"payments", "payment.succeeded"}, [2]string{failed.source, failed.d.EventType})
+	require.Equal(t, "XYZ", data(failed)["currency"], "a currency the ledger does not know")
+
+	require.Equal(t, "payment.refunded", refund.d.EventType)
+	require.Equal(t, "payment.succeeded", payment.d.EventType)
+	require.Equal(t, data(payment)["payment_id"], data(refund)["payment_id"], "the refund, sent first, is of the payment sent after it")
+	require.NotEqual(t, data(failed)["payment_id"], data(payment)["payment_id"])
+
+	var stripeFirst received
+	for _, r := range pairs {
+		if r.source == "stripe" {
+			stripeFirst = r
+			break
+		}
+	}
+	require.Equal(t, "stripe", conflict.source)
+	require.Equal(t, stripeFirst.d.DeliveryID, conflict.d.DeliveryID, "the same event id")
+	require.NotEqual(t, stripeFirst.d.Payload, conflict.d.Payload, "with another body")
+	require.EqualValues(t, 2, decode(conflict)["pending_webhooks"])
+
+	require.Equal(t, [2]string{"stripe", "customer.created"}, [2]string{ignored.source, ignored.d.EventType})
 }
 
 // The demo's refunds refer to its payments, with the fields the handlers read.
