@@ -98,7 +98,7 @@ func New(opts Options) (*Console, error) {
 	if _, err := rand.Read(c.key); err != nil {
 		return nil, err
 	}
-	for _, p := range []string{"envelopes", "envelope", "failures", "replay", "replays", "run", "error"} {
+	for _, p := range []string{"overview", "envelopes", "envelope", "failures", "replay", "replays", "run", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs(opts.RiverUI)).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", p, err)
@@ -114,6 +114,7 @@ func New(opts Options) (*Console, error) {
 	m.HandleFunc("GET "+Prefix+"/{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix+"/envelopes", http.StatusFound)
 	})
+	m.HandleFunc("GET "+Prefix+"/overview", c.overview)
 	m.HandleFunc("GET "+Prefix+"/envelopes", c.list)
 	m.HandleFunc("GET "+Prefix+"/envelopes/{id}", c.envelope)
 	m.HandleFunc("GET "+Prefix+"/failures", c.failures)

@@ -153,6 +153,7 @@ func TestPagesRenderWithSecurityHeaders(t *testing.T) {
 	b := setup(t)
 	ids := seed(t, b.pool, 3)
 	for _, path := range []string{
+		"/console/overview",
 		"/console/envelopes",
 		"/console/envelopes?status=failed&cause=unknown_currency&source=stripe",
 		"/console/envelopes?field=data.object.metadata.merchant_id%3Dm_1",
@@ -780,4 +781,21 @@ func TestListMarksConflicts(t *testing.T) {
 	_, page, _ := b.get(t, "/console/envelopes?status=failed")
 	require.Contains(t, page, fmt.Sprintf(`<a class="badge conflict-mark" href="/console/envelopes/%d#conflicts" title="1 resent with another body">1</a>`, ids[0]))
 	require.Equal(t, 1, strings.Count(page, "conflict-mark"), "only the conflicting one")
+}
+
+// The overview page is worker stats in the console: per-source counts from
+// the counters, the oldest pending envelope, failures by cause, each
+// linking to what it counts.
+func TestOverviewPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	failed := seed(t, b.pool, 2)
+	pending := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "gh", Provider: "github", Status: "pending", ReceivedAt: time.Now().Add(-time.Hour)})
+	code, page, _ := b.get(t, "/console/overview")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, `<a href="/console/overview" aria-current="page">Overview</a>`)
+	require.Regexp(t, `<td><a href="/console/envelopes\?source=stripe">stripe</a></td>\s*<td class="num"><a href="/console/envelopes\?source=stripe&amp;status=pending">0</a></td>\s*<td class="num">0</td>\s*<td class="num"><a class="err" href="/console/envelopes\?source=stripe&amp;status=failed">2</a></td>`, page)
+	require.Contains(t, page, fmt.Sprintf(`<dd id="oldest-pending"><a href="/console/envelopes/%d">envelope %d</a> (gh)`, pending, pending))
+	require.Contains(t, page, `<a href="/console/envelopes?status=failed&amp;cause=unknown_currency">unknown_currency</a>`)
+	require.Contains(t, page, fmt.Sprintf(`<a href="/console/envelopes/%d">%d</a>`, failed[1], failed[1]), "the newest failed one as the example")
 }

@@ -6,6 +6,9 @@
 // stylesheet and no script, so it needs no build step and runs under a
 // strict Content-Security-Policy (default-src 'none'). Pages:
 //
+//	/console/overview          worker stats: per-source counts, the oldest pending
+//	                           envelope, failed envelopes by cause (admin.GetStats)
+//	/console/search?q=         an envelope id or delivery id: jumps to the envelope
 //	/console/envelopes         the list: admin.FilterInput's filters as query
 //	                           parameters, newest first, paged by id cursor
 //	/console/envelopes/{id}    one envelope: admin.Show, duplicates, and each

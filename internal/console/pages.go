@@ -722,3 +722,15 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix+"/envelopes?"+url.Values{"delivery_id": {term}}.Encode(), http.StatusFound)
 	}
 }
+
+// overview is the inbox at a glance: what `worker stats` prints (admin.GetStats:
+// the counters, the oldest pending envelope, replays of the last 24 h, failed
+// envelopes by cause), each number linking to the envelopes it counts.
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	st, err := admin.GetStats(r.Context(), c.reads())
+	if err != nil {
+		c.fail(w, r, statusOf(err), err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "overview", "Overview", st)
+}
