@@ -134,7 +134,7 @@ func NewClient(pool *pgxpool.Pool, registry handlers.Router, cfg Config, logger 
 		RescueStuckJobsAfter: rescue,
 		FetchCooldown:        cmp.Or(cfg.FetchCooldown, DefaultFetchCooldown),
 		FetchPollInterval:    cfg.FetchPollInterval,
-		Logger:               logger,
+		Logger:               riverLogger(logger),
 		RetryPolicy:          &retryPolicy{sources: cfg.Sources, fallback: fallback},
 		PeriodicJobs:         periodic,
 	})
