@@ -29,6 +29,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -67,7 +68,7 @@ flags:
 	deliveryID := fs.String("delivery-id", "", "", "delivery id (default random; for stripe it is the body's id)")
 	count := fs.Int("count", "", 1, "distinct deliveries to send, each with its own delivery id and business ids (a backlog in one command; not with --delivery-id or --body)")
 	repeat := fs.Int("repeat", "", 1, "send each delivery this many times (the extra ones are duplicates)")
-	perSecond := fs.Int("rate", "", 0, "at most this many requests a second (0: one after another, as fast as ingest answers)")
+	perSecond := fs.Int("rate", "", 0, "this many requests a second, each sent when due without waiting for the answers before it (at most 64 unanswered); 0: one after another, as fast as ingest answers")
 	quiet := fs.Bool("quiet", false, "print only the summary, not a line per request (default when --count is over 20)")
 	timeout := fs.Duration("timeout", "", 10*time.Second, "bound on each request")
 	if err := fs.Parse(args); err != nil {
@@ -127,21 +128,49 @@ flags:
 		pace = rate.NewLimiter(rate.Limit(*perSecond), 1)
 	}
 	start := time.Now()
+	// Paced: each request is sent when it is due, without waiting for the
+	// answers before it (at most maxInFlight unanswered), so that a slow
+	// answer does not thin the rate. Unpaced: one after another.
+	var wg sync.WaitGroup
+	inFlight := make(chan struct{}, maxInFlight)
+	var errOnce sync.Once
+	var sendErr error
+	failed := make(chan struct{})
 	for range *count {
 		d, err := next()
 		if err != nil {
 			return err
 		}
 		for range *repeat {
-			if pace != nil {
-				if err := pace.Wait(ctx); err != nil {
-					return fmt.Errorf("after %d requests: %w", s.sent, err)
+			if pace == nil {
+				if err := s.send(ctx, d, key); err != nil {
+					return err
 				}
+				continue
 			}
-			if err := s.send(ctx, d, key); err != nil {
-				return err
+			if err := pace.Wait(ctx); err != nil {
+				wg.Wait()
+				return fmt.Errorf("after %d requests: %w", s.sent, err)
 			}
+			select {
+			case <-failed:
+				wg.Wait()
+				return sendErr
+			case inFlight <- struct{}{}:
+			}
+			wg.Add(1)
+			go func(d delivery) {
+				defer wg.Done()
+				defer func() { <-inFlight }()
+				if err := s.send(ctx, d, key); err != nil {
+					errOnce.Do(func() { sendErr = err; close(failed) })
+				}
+			}(d)
 		}
+	}
+	wg.Wait()
+	if sendErr != nil {
+		return sendErr
 	}
 	if *count > 1 || *repeat > 1 {
 		el := time.Since(start)
@@ -218,6 +247,9 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	fmt.Fprintln(stdout, "done: the worker now processes them; see the envelope and ledger_* tables")
 	return nil
 }
+
+// maxInFlight bounds a paced run's unanswered requests.
+const maxInFlight = 64
 
 // demoExtra is one of the demo's cases beyond the happy path, and how long
 // to wait after sending it.

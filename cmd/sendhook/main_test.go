@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,6 +49,9 @@ type received struct {
 type fakeIngest struct {
 	t        *testing.T
 	failWith int
+	delay    time.Duration // before each answer
+
+	inFlight, maxInFlight atomic.Int32
 
 	mu       sync.Mutex
 	got      []received
@@ -70,6 +74,11 @@ func (f *fakeIngest) rejections() []string {
 }
 
 func (f *fakeIngest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	for m := f.maxInFlight.Load(); n > m && !f.maxInFlight.CompareAndSwap(m, n); m = f.maxInFlight.Load() {
+	}
+	time.Sleep(f.delay)
 	source, ok := strings.CutPrefix(r.URL.Path, "/webhooks/")
 	src, known := testSources[source]
 	if !ok || !known || r.Method != http.MethodPost {
@@ -116,6 +125,22 @@ func startFake(t *testing.T, failWith int) (*fakeIngest, string) {
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	return f, srv.URL
+}
+
+// --rate sends each request when it is due, not after the answer to the one
+// before: with answers that take 100 ms and 200 requests a second due, many
+// are in flight at once (one at a time made --rate 500 send 115/s).
+func TestRateDoesNotWaitForAnswers(t *testing.T) {
+	t.Parallel()
+	f := &fakeIngest{t: t, seen: map[string]bool{}, delay: 100 * time.Millisecond}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	var stdout bytes.Buffer
+	args := []string{"--url", srv.URL, "--source", "payments", "--provider", "standard", "--event", "payment.succeeded", "--count", "40", "--rate", "200"}
+	require.NoError(t, run(context.Background(), args, getenv, &stdout, io.Discard), stdout.String())
+	require.Len(t, f.deliveries(), 40, "every request answered, none lost to the concurrency")
+	require.GreaterOrEqual(t, f.maxInFlight.Load(), int32(4), "requests in flight at once")
+	require.Regexp(t, `sent 40 requests \(40 distinct deliveries\) in .+, 0 not 2xx`, stdout.String())
 }
 
 func TestDemoSendsVerifiableDeliveriesTwice(t *testing.T) {

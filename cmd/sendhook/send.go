@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/inboxhq/inbox/internal/provider"
@@ -100,6 +101,8 @@ type sender struct {
 	client *http.Client
 	stdout io.Writer
 	quiet  bool // no line per request; a non-2xx answer is still printed
+
+	mu     sync.Mutex // paced sends run concurrently
 	sent   int
 	failed int
 }
@@ -125,6 +128,8 @@ func (s *sender) send(ctx context.Context, d delivery, secret string) error {
 	if err != nil {
 		return fmt.Errorf("POST %s: read answer: %w", target, err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.sent++
 	mark := ""
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -140,6 +145,8 @@ func (s *sender) send(ctx context.Context, d delivery, secret string) error {
 
 // result is an error when any answer was not 2xx.
 func (s *sender) result() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.failed > 0 {
 		return fmt.Errorf("%d of %d requests got an answer that is not 2xx", s.failed, s.sent)
 	}
