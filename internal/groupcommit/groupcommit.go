@@ -15,6 +15,7 @@ package groupcommit
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -194,7 +195,9 @@ func (c *Committer[I, O]) run(batch []*call[I, O]) {
 func (c *Committer[I, O]) call(ctx context.Context, items []I) (results []Result[O]) {
 	defer func() {
 		if r := recover(); r != nil {
-			results = failAll[O](len(items), fmt.Errorf("groupcommit: batch panicked: %v", r))
+			// The stack goes with the error: the caller logs it, and nothing
+			// else says where the batch's code panicked.
+			results = failAll[O](len(items), fmt.Errorf("groupcommit: batch panicked: %v\n%s", r, debug.Stack()))
 		}
 	}()
 	results = c.fn(ctx, items)

@@ -195,6 +195,7 @@ func TestAPanickingOrMiscountingBatchFailsEveryItemAndTheCommitterGoesOn(t *test
 	}, groupcommit.Options{})
 	_, err := c.Do(context.Background(), 1)
 	require.ErrorContains(t, err, "boom")
+	require.Regexp(t, `(?s)batch panicked: boom\ngoroutine \d+ .*groupcommit_test\.go`, err.Error(), "where it panicked")
 	_, err = c.Do(context.Background(), 2)
 	require.ErrorContains(t, err, "returned 0 results")
 	_, err = c.Do(context.Background(), 3)

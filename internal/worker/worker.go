@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -483,6 +484,7 @@ func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h han
 	ctx = handlers.WithEffects(ctx, effects)
 	ran := func(value json.RawMessage, err error) result {
 		if err != nil {
+			w.logPanic(a.env, err)
 			return result{kind: foundFailed, err: err}
 		}
 		return result{kind: foundDone, value: value, posting: effects.Posting}
@@ -598,10 +600,28 @@ func fence(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 func runHandler(ctx context.Context, h handlers.Handler, tx pgx.Tx, env *envelope.Envelope) (res json.RawMessage, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = handlers.WithCause(fmt.Errorf("handler panic: %v", r), labels.CausePanic)
+			err = handlers.WithCause(&panicError{value: r, stack: debug.Stack()}, labels.CausePanic)
 		}
 	}()
 	return h.Handle(ctx, tx, env)
+}
+
+// panicError is a handler's panic: its message is what the attempt row
+// records, its stack what the worker logs (handle).
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p *panicError) Error() string { return fmt.Sprintf("handler panic: %v", p.value) }
+
+// logPanic logs where a handler panicked, when err is its panic.
+func (w *ProcessWorker) logPanic(env *envelope.Envelope, err error) {
+	var p *panicError
+	if errors.As(err, &p) {
+		w.Logger.Error("handler panicked", "envelope", env.ID, "source", env.Source, "event_type", env.EventType,
+			"panic", fmt.Sprint(p.value), "stack", string(p.stack))
+	}
 }
 
 // Hostname-pid, for envelope_attempt.worker.

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,6 +46,26 @@ type bundle struct {
 	// reconcile run with the worker's privileges; pool (the owner's) seeds
 	// and checks.
 	worker *pgxpool.Pool
+	// logs holds what the worker clients run by runConfig logged.
+	logs lockedBuffer
+}
+
+// lockedBuffer is a bytes.Buffer for a logger that several goroutines use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 func setup(t testing.TB) *bundle {
@@ -84,7 +106,7 @@ func (b *bundle) runConfig(t *testing.T, cfg worker.Config) *river.Client[pgx.Tx
 	if b.router != nil {
 		router = b.router
 	}
-	client, err := worker.NewClient(b.worker, router, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	client, err := worker.NewClient(b.worker, router, cfg, slog.New(slog.NewTextHandler(&b.logs, nil)))
 	require.NoError(t, err)
 	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() {
@@ -337,6 +359,8 @@ func TestHandlerPanicIsRetried(t *testing.T) {
 	require.Equal(t, []string{"retry", "done"}, b.outcomes(t, id))
 	require.Equal(t, []string{"panic", ""}, b.causes(t, id))
 	require.Equal(t, "", b.lastCause(t, id), "done clears last_cause")
+	// The log keeps where it panicked (the attempt row keeps the message).
+	require.Regexp(t, `level=ERROR msg="handler panicked" envelope=\d+ source=\S+ event_type=push panic=boom stack="goroutine \d+ [^"]*worker_test\.go`, b.logs.String())
 }
 
 // A worker that lost its job (paused past the rescue horizon, the job
