@@ -29,9 +29,9 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
 	"github.com/inboxhq/inbox/internal/cli"
@@ -130,47 +130,37 @@ flags:
 	start := time.Now()
 	// Paced: each request is sent when it is due, without waiting for the
 	// answers before it (at most maxInFlight unanswered), so that a slow
-	// answer does not thin the rate. Unpaced: one after another.
-	var wg sync.WaitGroup
-	inFlight := make(chan struct{}, maxInFlight)
-	var errOnce sync.Once
-	var sendErr error
-	failed := make(chan struct{})
-	for range *count {
-		d, err := next()
-		if err != nil {
-			return err
-		}
-		for range *repeat {
-			if pace == nil {
-				if err := s.send(ctx, d, key); err != nil {
-					return err
+	// answer does not thin the rate; the first that gets no answer stops the
+	// run. Unpaced: one after another.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(maxInFlight)
+	sendAll := func() error {
+		for range *count {
+			d, err := next()
+			if err != nil {
+				_ = g.Wait() // the requests in flight answer first
+				return err
+			}
+			for range *repeat {
+				if pace == nil {
+					if err := s.send(ctx, d, key); err != nil {
+						return err
+					}
+					continue
 				}
-				continue
-			}
-			if err := pace.Wait(ctx); err != nil {
-				wg.Wait()
-				return fmt.Errorf("after %d requests: %w", s.sent, err)
-			}
-			select {
-			case <-failed:
-				wg.Wait()
-				return sendErr
-			case inFlight <- struct{}{}:
-			}
-			wg.Add(1)
-			go func(d delivery) {
-				defer wg.Done()
-				defer func() { <-inFlight }()
-				if err := s.send(ctx, d, key); err != nil {
-					errOnce.Do(func() { sendErr = err; close(failed) })
+				if err := pace.Wait(gctx); err != nil {
+					if gerr := g.Wait(); gerr != nil {
+						return gerr // a send failed: that is why
+					}
+					return fmt.Errorf("after %d requests: %w", s.sent, err)
 				}
-			}(d)
+				g.Go(func() error { return s.send(gctx, d, key) })
+			}
 		}
+		return g.Wait()
 	}
-	wg.Wait()
-	if sendErr != nil {
-		return sendErr
+	if err := sendAll(); err != nil {
+		return err
 	}
 	if *count > 1 || *repeat > 1 {
 		el := time.Since(start)

@@ -232,15 +232,14 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 			continue // above the cursor: an earlier page's
 		}
 		if read && scan.Searched+c.Envelopes > req.ScanBudget {
+			// The page is not full (a full one stops below): the next one
+			// goes on from this chunk's top.
 			scan.Stopped = true
 			next := c.UpperID
 			if req.BeforeID != 0 {
 				next = min(next, req.BeforeID)
 			}
-			// The page's own cursor when it is full; else this chunk's top.
-			if len(res.Envelopes) <= req.Limit {
-				res.NextBeforeID = &next
-			}
+			res.NextBeforeID = &next
 			break
 		}
 		s := sel

@@ -124,10 +124,10 @@ type ShowOptions struct {
 func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (*Detail, error) {
 	d := &Detail{}
 	err := readOnly(ctx, pool, func(tx pgx.Tx, _ envelope.Clock) error {
-		if err := loadEnvelope(ctx, tx, id, opts, &d.Envelope); err != nil {
+		body, err := loadEnvelope(ctx, tx, id, opts, &d.Envelope)
+		if err != nil {
 			return err
 		}
-		var err error
 		if d.Attempts, err = envelope.Attempts(ctx, tx, id); err != nil {
 			return err
 		}
@@ -143,7 +143,7 @@ func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (
 			d.Conflicts[i] = Conflict{ID: c.ID, DeliveryID: c.DeliveryID, BodySHA256: hex.EncodeToString(c.BodySHA256),
 				BodySize: c.BodySize, Headers: c.Headers, ReceivedAt: c.ReceivedAt}
 		}
-		if d.ConflictDiffs, err = compareConflicts(ctx, tx, id, d.Conflicts, opts.CompareConflicts); err != nil {
+		if d.ConflictDiffs, err = compareConflicts(ctx, tx, id, body, opts, d.Conflicts); err != nil {
 			return err
 		}
 		jobs, err := envelope.Jobs(ctx, tx, []int64{id}, false)
@@ -160,16 +160,19 @@ func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (
 	return d, nil
 }
 
-// compareConflicts diffs the first n of conflicts' bodies against envelope
-// id's stored body.
-func compareConflicts(ctx context.Context, tx pgx.Tx, id int64, conflicts []Conflict, n int) ([]ConflictDiff, error) {
-	n = min(n, len(conflicts))
+// compareConflicts diffs the first opts.CompareConflicts of conflicts'
+// bodies against envelope id's stored body: stored, as Show loaded it,
+// read here only when opts.NoBody left it out.
+func compareConflicts(ctx context.Context, tx pgx.Tx, id int64, stored []byte, opts ShowOptions, conflicts []Conflict) ([]ConflictDiff, error) {
+	n := min(opts.CompareConflicts, len(conflicts))
 	if n <= 0 {
 		return nil, nil
 	}
-	stored, err := envelope.StoredBody(ctx, tx, id)
-	if err != nil {
-		return nil, err
+	if opts.NoBody {
+		var err error
+		if stored, err = envelope.StoredBody(ctx, tx, id); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]ConflictDiff, n)
 	for i, c := range conflicts[:n] {
@@ -183,13 +186,15 @@ func compareConflicts(ctx context.Context, tx pgx.Tx, id int64, conflicts []Conf
 	return out, nil
 }
 
-func loadEnvelope(ctx context.Context, tx pgx.Tx, id int64, opts ShowOptions, e *EnvelopeDetail) error {
+// loadEnvelope fills e and returns the raw body it read (nil with
+// opts.NoBody, or when retention dropped it).
+func loadEnvelope(ctx context.Context, tx pgx.Tx, id int64, opts ShowOptions, e *EnvelopeDetail) ([]byte, error) {
 	row, err := envelope.LoadDetail(ctx, tx, id, opts.NoBody)
 	if errors.Is(err, envelope.ErrNotFound) {
-		return &NotFoundError{IDs: []int64{id}}
+		return nil, &NotFoundError{IDs: []int64{id}}
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	*e = EnvelopeDetail{Summary: row.Summary, Headers: row.Headers, BodySHA256: hex.EncodeToString(row.BodySHA256),
 		BodyPurgedAt: row.BodyPurgedAt, SignedAt: row.SignedAt, Result: row.Result, LastDuplicateAt: row.LastDuplicateAt,
@@ -201,7 +206,7 @@ func loadEnvelope(ctx context.Context, tx pgx.Tx, id int64, opts ShowOptions, e 
 		}
 		e.Body, e.BodyEncoding = &s, enc
 	}
-	return nil
+	return row.Body, nil
 }
 
 func loadLedger(ctx context.Context, tx pgx.Tx, envelopeID int64) (*LedgerTransaction, error) {

@@ -127,6 +127,10 @@ func Comparable(b []byte) []string {
 	return strings.Split(string(b), "\n")
 }
 
+// NoteTooLarge is Compare's note when the bodies differ in more than
+// MaxLines lines.
+var NoteTooLarge = fmt.Sprintf("too large to compare here (more than %d differing lines)", MaxLines)
+
 // Compare diffs a conflicting body against the stored one (Comparable's
 // lines), or says why it cannot: nil Diff and a Note when either body was
 // dropped by retention, when the parts that differ are too large, or when
@@ -141,7 +145,7 @@ func Compare(stored, conflicting []byte) (diff []Line, note string) {
 	diff = Lines(Comparable(stored), Comparable(conflicting))
 	switch {
 	case diff == nil:
-		return nil, fmt.Sprintf("too large to compare here (more than %d differing lines)", MaxLines)
+		return nil, NoteTooLarge
 	case !HasChange(diff):
 		return nil, "the bodies differ only in white space: the same JSON, formatted otherwise"
 	}

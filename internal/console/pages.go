@@ -210,7 +210,7 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 		}
 		cd := det.ConflictDiffs[i]
 		v.Diff, v.Note = cd.Diff, cd.Note
-		if strings.HasPrefix(v.Note, "too large") {
+		if v.Note == bodydiff.NoteTooLarge {
 			v.Note += ": see the SQL below"
 		}
 		d.Conflicts = append(d.Conflicts, v)
