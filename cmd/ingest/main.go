@@ -32,7 +32,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs := cli.NewFlags("ingest", getenv, stderr)
 	addr := fs.String("addr", "INGEST_ADDR", ":8080", "listen address")
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file")
-	storeTimeout := fs.Duration("store-timeout", "INGEST_STORE_TIMEOUT", 3*time.Second, "bound on storing one delivery; past it the answer is 503")
+	storeTimeout := fs.Duration("store-timeout", "INGEST_STORE_TIMEOUT", ingest.DefaultStoreTimeout, "store deadline: every delivery is answered within it of its arrival, past it with 503 (keep it under the shortest provider timeout: Shopify's 5 s)")
+	shedAfter := fs.Duration("shed-after", "INGEST_SHED_AFTER", 0, "refuse deliveries at once (503) while the oldest one being stored has waited longer than this: a stalled or saturated database (default: a third of --store-timeout; negative: never)")
 	maxConns := fs.Int("db-max-conns", "INGEST_DB_MAX_CONNS", 20, "database pool size (at least --store-concurrency + 2)")
 	storeBatch := fs.Int("store-batch", "INGEST_STORE_BATCH", 64, "most deliveries one transaction stores: deliveries arriving while a commit is in flight share the next one (1: one transaction each)")
 	storeConcurrency := fs.Int("store-concurrency", "INGEST_STORE_CONCURRENCY", 2, "store transactions in flight at once (default from measurement: docs/benchmarks.md)")
@@ -40,7 +41,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
 	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz; loopback unless given (empty: off)")
-	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", 1024, "connections open at once on --addr; at the cap the longest idle one is closed for a new one, and only when all are busy do new ones wait to be accepted")
+	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", 1024, "connections open at once on --addr; at the cap the longest idle one is closed for a new one, and while all are busy a new one's request is answered 503 at once")
 	maxBodies := fs.Int("max-inflight-body-bytes", "INGEST_MAX_INFLIGHT_BODY_BYTES", ingest.DefaultMaxInflightBodyBytes, "request bodies held in memory at once, beyond 16 KiB each; past it a delivery waits briefly, then gets 503")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -90,11 +91,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")
 	}
 	store := envelope.NewStoreWith(pool, riverClient, envelope.StoreOptions{MaxBatch: *storeBatch, MaxConcurrent: *storeConcurrency})
-	srv, err := ingest.New(cfg, store, logger, ingest.Options{StoreTimeout: *storeTimeout, Observe: m.Observe, MaxInflightBodyBytes: int64(*maxBodies)})
+	srv, err := ingest.New(cfg, store, logger, ingest.Options{StoreTimeout: *storeTimeout, ShedAfter: *shedAfter, Observe: m.Observe, MaxInflightBodyBytes: int64(*maxBodies)})
 	if err != nil {
 		return err
 	}
 	m.RegisterInflightBodyBytes(reg, srv.InflightBodyBytes)
+	m.RegisterStoreQueue(reg, store.QueueAge, srv.ShedAfter())
 
 	// Say at once when the database does not answer: ingest keeps serving
 	// (each delivery gets 503 with Retry-After, and /readyz fails, until it
@@ -115,7 +117,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Keep the envelope partitions ahead too (at the newest one's width),
 	// so a worker down for days never leaves ingest without one.
 	go keepPartitions(ctx, pool, logger)
-	httpSrv, bound, errc, err := cli.ListenLimited(*addr, *maxConnsOpen, srv, 20*time.Second, m.ConnectionsEvicted.Inc)
+	httpSrv, bound, errc, err := cli.ListenLimited(*addr, srv, 20*time.Second,
+		cli.Limits{MaxConns: *maxConnsOpen, Evicted: m.ConnectionsEvicted.Inc, Overflow: srv.Refuse()})
 	if err != nil {
 		return err
 	}

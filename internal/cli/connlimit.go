@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"sync"
@@ -36,6 +37,9 @@ type connLimiter struct {
 	waiting map[*limitedConn]time.Time
 	onEvict func()
 	close   sync.Once
+	// overflow holds one token per connection accepted past the cap
+	// (overflowConn); nil when there is no overflow handler.
+	overflow chan struct{}
 }
 
 func newConnLimiter(ln net.Listener, n int, onEvict func()) *connLimiter {
@@ -52,8 +56,11 @@ const evictAfter = 250 * time.Millisecond
 // Accept takes the next connection, then a slot for it: a free one, else
 // one freed by closing the connection that has waited longest without a
 // request (checked again every evictAfter/5 while none qualifies), else the
-// first that a finished connection gives back. So at most one connection
-// past the cap is held, the one waiting for its slot.
+// first that a finished connection gives back. With an overflow handler,
+// a connection that finds every other one busy with a request (none
+// without one, so none to evict soon) takes an overflow token instead and
+// is answered at once. So at most one connection past the cap and its
+// overflow is held, the one waiting for its slot.
 func (l *connLimiter) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
@@ -66,6 +73,17 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		default:
 		}
 		l.evictOne(time.Now().Add(-evictAfter))
+		if l.overflow != nil && !l.anyWaiting() {
+			// Every connection is busy with a request: none will free a
+			// slot soon, so answer this one at once rather than hold it.
+			select {
+			case l.slots <- struct{}{}:
+				return l.track(c), nil
+			case l.overflow <- struct{}{}:
+				return &overflowConn{Conn: c, l: l, until: time.Now().Add(overflowHold)}, nil
+			default:
+			}
+		}
 		select {
 		case l.slots <- struct{}{}:
 			return l.track(c), nil
@@ -83,6 +101,13 @@ func (l *connLimiter) track(c net.Conn) *limitedConn {
 	l.wait(lc)
 	l.mu.Unlock()
 	return lc
+}
+
+// anyWaiting reports whether some connection has no request in progress.
+func (l *connLimiter) anyWaiting() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.waiting) > 0
 }
 
 // wait and unwait put c in and out of waiting; called with l.mu held.
@@ -180,4 +205,65 @@ func (c *limitedConn) Close() error {
 		<-c.l.slots
 	}
 	return err
+}
+
+// overflowHold bounds how long a connection accepted past the cap stays
+// open: long enough to read a request's header and answer it.
+const overflowHold = 2 * time.Second
+
+// overflowConn is a connection accepted past the cap: it serves one request
+// with the overflow handler, is never evicted nor counted in the cap, and
+// cannot be kept open longer than overflowHold by a slow sender.
+type overflowConn struct {
+	net.Conn
+	l      *connLimiter
+	until  time.Time
+	closed atomic.Bool
+}
+
+// SetDeadline and SetReadDeadline keep net/http's deadlines (header read
+// timeout, body read, keep-alive) within overflowHold.
+func (c *overflowConn) SetDeadline(t time.Time) error { return c.Conn.SetDeadline(c.clamp(t)) }
+
+func (c *overflowConn) SetReadDeadline(t time.Time) error {
+	return c.Conn.SetReadDeadline(c.clamp(t))
+}
+
+func (c *overflowConn) clamp(t time.Time) time.Time {
+	if t.IsZero() || t.After(c.until) {
+		return c.until
+	}
+	return t
+}
+
+func (c *overflowConn) Close() error {
+	err := c.Conn.Close()
+	if c.closed.CompareAndSwap(false, true) {
+		<-c.l.overflow
+	}
+	return err
+}
+
+type overflowKey struct{}
+
+// markOverflow is the server's ConnContext: it marks the requests of an
+// overflowConn.
+func markOverflow(ctx context.Context, c net.Conn) context.Context {
+	if _, ok := c.(*overflowConn); ok {
+		return context.WithValue(ctx, overflowKey{}, true)
+	}
+	return ctx
+}
+
+// serveOverflow sends the requests of overflow connections to overflow,
+// closing the connection after the answer, and the others to h.
+func serveOverflow(h, overflow http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Value(overflowKey{}) == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Connection", "close")
+		overflow.ServeHTTP(w, r)
+	})
 }

@@ -28,6 +28,12 @@ type limitedServer struct {
 // holds its connection until release is closed.
 func serveLimited(t *testing.T, maxConns int) *limitedServer {
 	t.Helper()
+	return serveLimitedOverflow(t, maxConns, nil)
+}
+
+// serveLimitedOverflow is serveLimited with an overflow handler.
+func serveLimitedOverflow(t *testing.T, maxConns int, overflow http.Handler) *limitedServer {
+	t.Helper()
 	s := &limitedServer{served: make(chan string, 100), release: make(chan struct{})}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/busy" {
@@ -36,7 +42,7 @@ func serveLimited(t *testing.T, maxConns int) *limitedServer {
 		s.served <- r.URL.Path
 		fmt.Fprint(w, "ok")
 	})
-	srv, addr, _, err := cli.ListenLimited("127.0.0.1:0", maxConns, h, 5*time.Second, func() { s.evicted.Add(1) })
+	srv, addr, _, err := cli.ListenLimited("127.0.0.1:0", h, 5*time.Second, cli.Limits{MaxConns: maxConns, Evicted: func() { s.evicted.Add(1) }, Overflow: overflow})
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close() })
 	s.addr = addr
@@ -156,4 +162,52 @@ func TestListenLimitedWaitsWhenEveryConnectionIsBusy(t *testing.T) {
 	}
 	// Both busy connections are idle now: the third takes the slot of one.
 	readOK(t, third, bufio.NewReader(third))
+}
+
+// With an overflow handler, a connection that arrives while every one at
+// the cap is busy with a request is answered by it at once (here 503 with
+// Retry-After) and closed, rather than waiting for a slot; the busy ones
+// are untouched, and once they finish a new connection is served normally.
+func TestListenLimitedAnswersOverflowAtOnce(t *testing.T) {
+	t.Parallel()
+	s := serveLimitedOverflow(t, 2, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "too many connections", http.StatusServiceUnavailable)
+	}))
+	var busy []net.Conn
+	for range 2 {
+		c := s.dial(t)
+		send(t, c, "/busy")
+		busy = append(busy, c)
+	}
+	// Both are busy once the handler holds them: the server has read their
+	// requests. (A connection not yet active would be waiting, and a new
+	// one would wait for it instead.)
+	require.Eventually(t, func() bool {
+		c := s.dial(t)
+		send(t, c, "/probe")
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return false
+		}
+		require.Equal(t, "5", resp.Header.Get("Retry-After"))
+		require.True(t, resp.Close, "the overflow answer closes its connection")
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+	select {
+	case p := <-s.served:
+		t.Fatalf("%s served by the handler while both slots were busy", p)
+	default:
+	}
+	require.Zero(t, s.evicted.Load(), "a connection serving a request is never closed")
+	close(s.release)
+	for _, c := range busy {
+		readOK(t, c, bufio.NewReader(c))
+	}
+	c := s.dial(t)
+	send(t, c, "/after")
+	readOK(t, c, bufio.NewReader(c))
 }

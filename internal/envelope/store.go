@@ -67,6 +67,11 @@ func (s *Store) InsertStats() (transactions, deliveries int64) { return s.insert
 // hold.
 func (s *Store) Queued() int { return s.inserts.Queued() }
 
+// QueueAge returns how long the oldest Insert not yet answered has waited
+// (zero when none waits): a few commit times while the database keeps up,
+// growing while it is stalled or offered more than it can commit.
+func (s *Store) QueueAge() time.Duration { return s.inserts.Age() }
+
 // NewDelivery is a verified delivery to store.
 type NewDelivery struct {
 	Source     string

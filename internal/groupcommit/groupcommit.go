@@ -55,6 +55,9 @@ type Committer[I, O any] struct {
 	mu      sync.Mutex
 	queue   []*call[I, O]
 	running int
+	// inflight holds, for each batch being committed, when its oldest item
+	// was submitted.
+	inflight map[*call[I, O]]time.Time
 
 	batches atomic.Int64
 	items   atomic.Int64
@@ -68,6 +71,7 @@ const (
 
 type call[I, O any] struct {
 	ctx   context.Context
+	at    time.Time // when Do was called
 	item  I
 	state atomic.Int32
 	done  chan struct{}
@@ -85,7 +89,7 @@ func New[I, O any](fn Func[I, O], opts Options) *Committer[I, O] {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 10 * time.Second
 	}
-	return &Committer[I, O]{fn: fn, opts: opts}
+	return &Committer[I, O]{fn: fn, opts: opts, inflight: map[*call[I, O]]time.Time{}}
 }
 
 // Do commits item, together with whatever other items are waiting, and
@@ -98,7 +102,7 @@ func (c *Committer[I, O]) Do(ctx context.Context, item I) (O, error) {
 		var zero O
 		return zero, err
 	}
-	cl := &call[I, O]{ctx: ctx, item: item, done: make(chan struct{})}
+	cl := &call[I, O]{ctx: ctx, at: time.Now(), item: item, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, cl)
 	spawn := c.running < c.opts.MaxConcurrent
@@ -135,6 +139,29 @@ func (c *Committer[I, O]) Queued() int {
 	return len(c.queue)
 }
 
+// Age returns how long the oldest item not yet answered has waited: zero
+// when nothing waits. It is the committer's health in one number: a few
+// commit times when the database keeps up, and growing without bound while
+// it does not (a stalled disk, a held lock, more offered than it can
+// commit), whatever the cause. Callers refuse new work on it.
+func (c *Committer[I, O]) Age() time.Duration {
+	c.mu.Lock()
+	var oldest time.Time
+	if len(c.queue) > 0 {
+		oldest = c.queue[0].at // FIFO: the first queued is the oldest queued
+	}
+	for _, at := range c.inflight {
+		if oldest.IsZero() || at.Before(oldest) {
+			oldest = at
+		}
+	}
+	c.mu.Unlock()
+	if oldest.IsZero() {
+		return 0
+	}
+	return time.Since(oldest)
+}
+
 // loop runs batches until the queue is empty.
 func (c *Committer[I, O]) loop() {
 	for {
@@ -167,6 +194,7 @@ func (c *Committer[I, O]) take() []*call[I, O] {
 		c.running--
 		return nil
 	}
+	c.inflight[batch[0]] = batch[0].at
 	return batch
 }
 
@@ -182,6 +210,9 @@ func (c *Committer[I, O]) run(batch []*call[I, O]) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	results := c.call(ctx, items)
+	c.mu.Lock()
+	delete(c.inflight, batch[0])
+	c.mu.Unlock()
 	c.batches.Add(1)
 	c.items.Add(int64(len(batch)))
 	for i, cl := range batch {

@@ -212,3 +212,27 @@ func TestADoneContextIsRefusedBeforeQueueing(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Empty(t, r.batches)
 }
+
+// Age is zero at idle, the wait of the oldest item not yet answered while a
+// batch is held (the held batch's, older than the one queued behind it),
+// and zero again once every item is answered.
+func TestAgeIsTheOldestUnansweredWait(t *testing.T) {
+	t.Parallel()
+	r := &recorder{hold: make(chan struct{}), started: make(chan int, 4)}
+	c := groupcommit.New(r.fn, groupcommit.Options{MaxConcurrent: 1})
+	require.Zero(t, c.Age())
+	var wg sync.WaitGroup
+	before := time.Now()
+	wg.Go(func() { _, _ = c.Do(context.Background(), 1) })
+	<-r.started // item 1 is in the held batch
+	time.Sleep(50 * time.Millisecond)
+	wg.Go(func() { _, _ = c.Do(context.Background(), 2) })
+	require.Eventually(t, func() bool { return c.Queued() == 1 }, 5*time.Second, time.Millisecond)
+	age := c.Age()
+	require.GreaterOrEqual(t, age, 50*time.Millisecond, "the held batch's item (not the one just queued) has waited at least as long as the sleep")
+	require.LessOrEqual(t, age, time.Since(before), "and no longer than since it was submitted")
+	close(r.hold)
+	wg.Wait()
+	require.Zero(t, c.Age())
+	require.Zero(t, c.Queued())
+}

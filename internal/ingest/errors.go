@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,6 +46,7 @@ func classify(err error) (code int, outcome labels.IngestOutcome, msg string) {
 	var fmtErr *provider.FormatError
 	var conflict *envelope.ConflictError
 	var maxBytes *http.MaxBytesError
+	var ref *refusal
 	switch {
 	case errors.Is(err, errUnknownSource):
 		return http.StatusNotFound, labels.UnknownSource, "unknown source"
@@ -65,8 +68,8 @@ func classify(err error) (code int, outcome labels.IngestOutcome, msg string) {
 		// pending_webhooks at send time): answered 2xx, as a non-2xx makes
 		// providers retry for days and then disable the endpoint.
 		return http.StatusOK, labels.Conflict, "duplicate"
-	case errors.Is(err, errOverloaded):
-		return http.StatusServiceUnavailable, labels.Overloaded, "too many deliveries in flight, not acknowledged; retry later"
+	case errors.As(err, &ref):
+		return http.StatusServiceUnavailable, labels.Overloaded, ref.msg
 	case pgCode(err) == "42501":
 		// insufficient_privilege: the role lacks a grant. Nothing is lost
 		// while an operator fixes it: the provider retries.
@@ -138,13 +141,27 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, l
 	case code == http.StatusServiceUnavailable, code == http.StatusUnauthorized:
 		lvl = slog.LevelWarn
 	}
-	// err's text is ours (verifier reasons, store errors): never a secret,
-	// a signature value or the body.
-	log.Log(r.Context(), lvl, "delivery not acknowledged", "status", code, "outcome", outcome, "error", err.Error())
 	reason := ""
 	var sigErr *provider.SignatureError
-	if errors.As(err, &sigErr) {
+	var ref *refusal
+	switch {
+	case errors.As(err, &sigErr):
 		reason = sigErr.Reason
+	case errors.As(err, &ref):
+		reason = string(ref.reason)
+	}
+	switch {
+	case ref != nil:
+		// Refusals come in floods (every delivery while the database is
+		// stalled): one line a second says so, with how many it stands for.
+		if n := s.refusals.due(time.Now()); n > 0 {
+			log.WarnContext(r.Context(), "deliveries refused at once: not acknowledged, providers retry", "status", code, "outcome", outcome,
+				"reason", reason, "refused_since_last_line", n, "store_queue_age_ms", s.store.QueueAge().Milliseconds())
+		}
+	default:
+		// err's text is ours (verifier reasons, store errors): never a
+		// secret, a signature value or the body.
+		log.Log(r.Context(), lvl, "delivery not acknowledged", "status", code, "outcome", outcome, "error", err.Error())
 	}
 	s.observe(r, outcome, reason)
 	traceResult(r, code, string(outcome), 0)
@@ -165,4 +182,27 @@ func pgCode(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// lineLimiter lets one log line a second through and counts the events in
+// between, so a flood is said once a second with its size.
+type lineLimiter struct {
+	mu      sync.Mutex
+	last    time.Time
+	pending int
+}
+
+// due counts one event and returns how many the line about to be written
+// stands for (this one included), or 0 when a line went out less than a
+// second ago.
+func (l *lineLimiter) due(now time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending++
+	if now.Sub(l.last) < time.Second {
+		return 0
+	}
+	n := l.pending
+	l.last, l.pending = now, 0
+	return n
 }

@@ -2,13 +2,14 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/inboxhq/inbox/internal/labels"
 )
 
 // FreeBodyBytes is how much of each request's body is read without drawing
@@ -23,9 +24,27 @@ const (
 	DefaultBodyWait             = 500 * time.Millisecond
 )
 
-// errOverloaded means the body budget stayed full for the whole wait: the
-// delivery is refused with 503 and Retry-After before it is verified.
-var errOverloaded = errors.New("too many request bodies in memory")
+// refusal is a delivery refused at once, before it is stored, because
+// ingest is short of a resource: 503 with Retry-After, outcome overloaded,
+// counted by reason. Nothing is acknowledged, so the provider's retry is
+// the delivery's next chance.
+type refusal struct {
+	reason labels.RefusalReason
+	msg    string // what the sender reads
+}
+
+func (e *refusal) Error() string { return e.msg }
+
+// The refusals, one per resource.
+var (
+	// errOverloaded: the body budget stayed full for the whole wait.
+	errOverloaded = &refusal{labels.RefusedBodyMemory, "too many deliveries in flight, not acknowledged; retry later"}
+	// errStoreBehind: the oldest delivery being stored has waited past
+	// ShedAfter, so a new one would only queue behind it until its deadline.
+	errStoreBehind = &refusal{labels.RefusedStoreBehind, "storage is behind, delivery not acknowledged; retry later"}
+	// errTooManyConns: the request came on a connection past --max-conns.
+	errTooManyConns = &refusal{labels.RefusedConnections, "too many connections, delivery not acknowledged; retry later"}
+)
 
 // bodyBudget bounds the bytes of request bodies held in memory at once
 // across all requests, beyond each one's FreeBodyBytes. Memory is drawn as

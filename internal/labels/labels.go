@@ -26,7 +26,7 @@ const (
 	TooLarge      IngestOutcome = "too_large"      // 413
 	ReadTimeout   IngestOutcome = "read_timeout"   // 408: the body did not arrive in time
 	Unavailable   IngestOutcome = "unavailable"    // 503: the database did not answer
-	Overloaded    IngestOutcome = "overloaded"     // 503: too many bodies in memory
+	Overloaded    IngestOutcome = "overloaded"     // 503 at once: short of a resource (RefusalReasons says which)
 	DBPermission  IngestOutcome = "db_permission"  // 503: the database role lacks a privilege
 	InternalError IngestOutcome = "internal_error" // 500
 	UnknownSource IngestOutcome = "unknown_source" // 404: only ever with source UnknownSourceName
@@ -38,6 +38,21 @@ var IngestOutcomes = []IngestOutcome{
 	Accepted, Duplicate, Conflict, Replay, BadSignature, BadRequest, TooLarge,
 	ReadTimeout, Unavailable, Overloaded, DBPermission, InternalError,
 }
+
+// RefusalReason says which resource ingest was short of when it refused a
+// delivery at once (outcome Overloaded), the reason label of
+// inbox_ingest_refused_total.
+type RefusalReason string
+
+// Refusal reasons.
+const (
+	RefusedBodyMemory  RefusalReason = "body_memory"  // --max-inflight-body-bytes held by other requests for the whole wait
+	RefusedStoreBehind RefusalReason = "store_behind" // the oldest delivery being stored has waited past --shed-after (a stalled or saturated database)
+	RefusedConnections RefusalReason = "connections"  // every one of --max-conns connections is busy with a request
+)
+
+// RefusalReasons are all the refusal reasons.
+var RefusalReasons = []RefusalReason{RefusedBodyMemory, RefusedStoreBehind, RefusedConnections}
 
 // UnknownSourceName is the source label of a request to a source that is not
 // configured: never a name taken from the request (a caller could otherwise

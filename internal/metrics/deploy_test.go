@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	dto "github.com/prometheus/client_model/go"
@@ -224,6 +225,7 @@ func exported(t *testing.T) map[string]bool {
 	im := metrics.NewIngest(ingestReg)
 	im.Init([]string{"stripe"})
 	im.RegisterInflightBodyBytes(ingestReg, func() int64 { return 0 })
+	im.RegisterStoreQueue(ingestReg, func() time.Duration { return 0 }, time.Second)
 
 	pool, err := pgxpool.New(context.Background(), pgtest.NewURL(t))
 	require.NoError(t, err)

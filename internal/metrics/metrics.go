@@ -39,6 +39,9 @@ type Ingest struct {
 	// ConnectionsEvicted counts connections closed without a request in
 	// progress to make room at --max-conns (cli.ListenLimited).
 	ConnectionsEvicted prometheus.Counter
+	// Refused counts deliveries refused at once (outcome overloaded) by the
+	// resource ingest was short of (labels.RefusalReasons).
+	Refused *prometheus.CounterVec
 }
 
 // NewIngest registers ingest's metrics on reg.
@@ -68,13 +71,20 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 			Name: "inbox_ingest_connections_evicted_total",
 			Help: "Connections without a request in progress (idle keep-alive, or open and silent) closed to make room for a new one at --max-conns.",
 		}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inbox_ingest_refused_total",
+			Help: "Deliveries refused at once with 503 and Retry-After (outcome overloaded), by the resource short: body_memory (--max-inflight-body-bytes), store_behind (the store queue older than --shed-after), connections (--max-conns all busy).",
+		}, []string{"reason"}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inbox_ingest_request_duration_seconds",
 			Help:    "Time from request start to response, by source and outcome.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"source", "outcome"}),
 	}
-	reg.MustRegister(m.Requests, m.SignatureFailures, m.Duplicates, m.Conflicts, m.ConflictsNotStored, m.Duration, m.ConnectionsEvicted)
+	reg.MustRegister(m.Requests, m.SignatureFailures, m.Duplicates, m.Conflicts, m.ConflictsNotStored, m.Duration, m.ConnectionsEvicted, m.Refused)
+	for _, r := range labels.RefusalReasons {
+		m.Refused.WithLabelValues(string(r))
+	}
 	return m
 }
 
@@ -121,9 +131,25 @@ func (m *Ingest) RegisterInflightBodyBytes(reg prometheus.Registerer, bytes func
 	}, func() float64 { return float64(bytes()) }))
 }
 
+// RegisterStoreQueue exports inbox_ingest_store_queue_age_seconds, read
+// from age at each scrape, and inbox_ingest_shed_after_seconds, the age
+// past which deliveries are refused (0: never). Call it once.
+func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, age func() time.Duration, shedAfter time.Duration) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "inbox_ingest_store_queue_age_seconds",
+		Help: "How long the oldest delivery being stored has waited (0 when none): a few commit times while the database keeps up.",
+	}, func() float64 { return age().Seconds() }))
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "inbox_ingest_shed_after_seconds",
+		Help: "The store queue age past which new deliveries are refused at once with 503 (--shed-after; 0: never).",
+	})
+	g.Set(max(0, shedAfter.Seconds()))
+	reg.MustRegister(g)
+}
+
 // Observe records one webhook request. reason is the signature's failure
 // reason for bad_signature, how a conflict was kept for conflict
-// (envelope.ConflictKept), else "".
+// (envelope.ConflictKept), the labels.RefusalReason for overloaded, else "".
 func (m *Ingest) Observe(source string, outcome labels.IngestOutcome, reason string, elapsed time.Duration) {
 	m.Requests.WithLabelValues(source, string(outcome)).Inc()
 	m.Duration.WithLabelValues(source, string(outcome)).Observe(elapsed.Seconds())
@@ -137,6 +163,8 @@ func (m *Ingest) Observe(source string, outcome labels.IngestOutcome, reason str
 		}
 	case labels.BadSignature:
 		m.SignatureFailures.WithLabelValues(source, reason).Inc()
+	case labels.Overloaded:
+		m.Refused.WithLabelValues(reason).Inc()
 	}
 }
 

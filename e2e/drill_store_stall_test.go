@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/provider"
+	"github.com/inboxhq/inbox/internal/webhooktest"
+)
+
+// stallAnswer is what one open-loop request got, timed from when it was due.
+type stallAnswer struct {
+	code       int
+	status     string // the JSON body's "status"
+	retryAfter string
+	late       time.Duration // answered this long after it was due
+	err        error
+}
+
+// TestDrillStoreStall: COMMITs stall for longer than the store deadline
+// twice while an open-loop sender offers deliveries on schedule: first a
+// lock held on the dedup keys every insert writes, then PostgreSQL frozen
+// (SIGSTOP). Ingest runs with a connection cap smaller than what a stall
+// holds, so new senders arrive while every slot is busy. The drill requires
+// every request answered, none later than the store deadline plus a margin
+// from when it was due (the client's own timeout is 30 s, so a request left
+// waiting shows), each 503 with Retry-After, both kinds of 503 seen (the
+// deadline passing, and refusals at once while the store is behind), every
+// acknowledged delivery stored, and on resend every 503'd delivery that did
+// commit answered 200 duplicate and every other one stored once.
+func TestDrillStoreStall(t *testing.T) {
+	t.Parallel()
+	d := newDrill(t, "store_stall")
+	const deadline = time.Second
+	rate := float64(scaled(t, 200, 1000))
+	length := scaledDuration(t, 5*time.Second, 12*time.Second)
+	stall := scaledDuration(t, 1500*time.Millisecond, 4*time.Second)
+	n := int(rate * length.Seconds())
+	d.env = append(d.env, "INGEST_STORE_TIMEOUT="+deadline.String(), "INGEST_MAX_CONNS=32")
+	ing, url := d.startIngest("127.0.0.1:0")
+	endpoint := url + "/webhooks/payments"
+	secret := e2eSecrets["E2E_STANDARD_SECRET"]
+	delivery := func(i int) webhooktest.Delivery {
+		id := fmt.Sprintf("stall-%d", i)
+		return webhooktest.Delivery{Provider: provider.Standard, Secret: secret, DeliveryID: id,
+			Body: webhooktest.StandardPayment("pay_"+id, fmt.Sprintf("m_%d", i%20), int64(1000+i), "EUR")}
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	t.Cleanup(client.CloseIdleConnections)
+	post := func(ctx context.Context, i int) stallAnswer {
+		req, err := delivery(i).Request(ctx, endpoint)
+		if err != nil {
+			return stallAnswer{err: err}
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return stallAnswer{err: err}
+		}
+		defer resp.Body.Close()
+		var body struct{ Status string }
+		b, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(b, &body)
+		return stallAnswer{code: resp.StatusCode, status: body.Status, retryAfter: resp.Header.Get("Retry-After")}
+	}
+
+	// The two stalls, each starting at a fifth and at three fifths of the
+	// load, in the background.
+	ctx := context.Background()
+	start := time.Now()
+	stalls := make(chan error, 1)
+	go func() {
+		stalls <- func() error {
+			time.Sleep(time.Until(start.Add(length / 5)))
+			conn, err := pgx.Connect(ctx, d.pg.URL())
+			if err != nil {
+				return err
+			}
+			defer conn.Close(ctx)
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			// Every insert writes envelope_key (ROW EXCLUSIVE): it waits.
+			if _, err := tx.Exec(ctx, `LOCK TABLE envelope_key IN EXCLUSIVE MODE`); err != nil {
+				return err
+			}
+			time.Sleep(stall)
+			if err := tx.Rollback(ctx); err != nil {
+				return err
+			}
+			time.Sleep(time.Until(start.Add(3 * length / 5)))
+			pids := serverPIDs(t, d.pg.DataDir())
+			for _, pid := range pids {
+				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+					return err
+				}
+			}
+			time.Sleep(stall)
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
+			return nil
+		}()
+	}()
+
+	// Open loop: each request sent when due, on its own goroutine, its
+	// lateness counted from when it was due.
+	answers := make([]stallAnswer, n)
+	interval := time.Duration(float64(time.Second) / rate)
+	var wg sync.WaitGroup
+	for i := range n {
+		due := start.Add(time.Duration(i) * interval)
+		time.Sleep(time.Until(due))
+		wg.Go(func() {
+			a := post(ctx, i)
+			a.late = time.Since(due)
+			answers[i] = a
+		})
+	}
+	wg.Wait()
+	require.NoError(t, <-stalls)
+
+	codes := map[int]int{}
+	statuses := map[string]int{}
+	var refused []int
+	var slowest time.Duration
+	for i, a := range answers {
+		require.NoError(t, a.err, "delivery %d got no answer (%s after it was due)", i, a.late)
+		codes[a.code]++
+		statuses[a.status]++
+		slowest = max(slowest, a.late)
+		switch a.code {
+		case http.StatusAccepted:
+		case http.StatusServiceUnavailable:
+			require.NotEmpty(t, a.retryAfter, "503 without Retry-After")
+			refused = append(refused, i)
+		default:
+			t.Fatalf("delivery %d answered %d %q", i, a.code, a.status)
+		}
+	}
+	t.Logf("DRILL store_stall sent=%d answers=%v statuses=%v slowest_from_due=%s deadline=%s", n, codes, statuses, slowest, deadline)
+	// The margin covers this machine's scheduling under the race detector;
+	// the benchmark's drill holds ingest to deadline + 100 ms.
+	require.Less(t, slowest, deadline+time.Second, "an answer later than the store deadline")
+	require.Positive(t, statuses["unavailable"], "no delivery met the deadline in a stall: did the stalls miss the load?")
+	require.Positive(t, statuses["overloaded"], "no delivery was refused at once while the store was behind")
+
+	// Every acknowledged delivery is stored; of the refused ones, some may
+	// have committed after their answer.
+	ids := func(is []int) []string {
+		out := make([]string, len(is))
+		for k, i := range is {
+			out[k] = delivery(i).DeliveryID
+		}
+		return out
+	}
+	stored := func(want []string) map[string]bool {
+		rows, err := d.pool.Query(ctx, `SELECT delivery_id FROM envelope_key WHERE source = 'payments' AND delivery_id = ANY($1)`, want)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		m := map[string]bool{}
+		for _, id := range got {
+			m[id] = true
+		}
+		return m
+	}
+	var acked []int
+	for i, a := range answers {
+		if a.code == http.StatusAccepted {
+			acked = append(acked, i)
+		}
+	}
+	require.Len(t, stored(ids(acked)), len(acked), "acknowledged deliveries missing from the database")
+	committed := stored(ids(refused))
+	for _, i := range refused {
+		a := post(ctx, i)
+		require.NoError(t, a.err)
+		if committed[delivery(i).DeliveryID] {
+			require.Equal(t, []any{http.StatusOK, "duplicate"}, []any{a.code, a.status}, "resend of %d, which committed after its 503", i)
+		} else {
+			require.Equal(t, []any{http.StatusAccepted, "accepted"}, []any{a.code, a.status}, "resend of %d, never stored", i)
+		}
+	}
+	var envelopes, keys int64
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM envelope WHERE source = 'payments'), (SELECT count(DISTINCT delivery_id) FROM envelope_key WHERE source = 'payments')`).Scan(&envelopes, &keys))
+	require.Equal(t, []int64{int64(n), int64(n)}, []int64{envelopes, keys}, "after the resends, every delivery stored exactly once")
+	t.Logf("DRILL store_stall refused=%d committed_after_503=%d", len(refused), len(committed))
+	require.False(t, ing.exited(), "ingest exited during the stalls")
+	require.NoError(t, ing.stop(30*time.Second), "ingest exits 0 on SIGTERM")
+}

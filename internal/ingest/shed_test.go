@@ -1,0 +1,89 @@
+package ingest_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/ingest"
+	"github.com/inboxhq/inbox/internal/labels"
+	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/provider"
+)
+
+// While the delivery being stored has waited past ShedAfter (its insert held
+// at a lock on the dedup keys), a new delivery is refused at once with 503,
+// Retry-After and status overloaded, counted with reason store_behind,
+// instead of queueing behind it for its deadline; nothing of it is stored.
+// Once the lock goes, the waiting delivery is stored and the refused one's
+// resend is too.
+func TestStoreBehindRefusesNewDeliveriesAtOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	var mu sync.Mutex
+	reasons := map[labels.IngestOutcome][]string{}
+	logs := &syncBuffer{}
+	logger := slogJSON(logs)
+	rc, err := envelope.NewInsertClient(pool, logger)
+	require.NoError(t, err)
+	store := envelope.NewStore(pool, rc)
+	srv, err := ingest.New(loadConfig(t), store, logger, ingest.Options{
+		StoreTimeout: 20 * time.Second, ShedAfter: 200 * time.Millisecond,
+		Observe: func(_ string, o labels.IngestOutcome, reason string, _ time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			reasons[o] = append(reasons[o], reason)
+		},
+	})
+	require.NoError(t, err)
+	b := &bundle{pool: pool, url: newServer(t, srv), logs: logs}
+	ctx := context.Background()
+	tx := pgtest.Tx(t, pool)
+	_, err = tx.Exec(ctx, "LOCK TABLE envelope_key IN EXCLUSIVE MODE")
+	require.NoError(t, err)
+
+	source, first := sample(provider.Standard, "msg_held")
+	req, err := first.Request(ctx, b.url+"/webhooks/"+source)
+	require.NoError(t, err)
+	held := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			held <- 0
+			return
+		}
+		resp.Body.Close()
+		held <- resp.StatusCode
+	}()
+	pgtest.Eventually(t, 10*time.Second, "the first delivery to wait past ShedAfter", func() (bool, string) {
+		age := store.QueueAge()
+		return age > 200*time.Millisecond, fmt.Sprintf("store queue age %s", age)
+	})
+
+	_, second := sample(provider.Standard, "msg_refused")
+	r := b.send(t, source, second)
+	require.Equal(t, http.StatusServiceUnavailable, r.code, r.raw)
+	require.Equal(t, "5", r.header.Get("Retry-After"))
+	require.Equal(t, "overloaded", r.Status)
+	require.Contains(t, r.Error, "storage is behind")
+	require.Len(t, held, 0, "the first delivery is still waiting: the refusal did not wait for it")
+	mu.Lock()
+	require.Equal(t, []string{string(labels.RefusedStoreBehind)}, reasons[labels.Overloaded])
+	mu.Unlock()
+	require.Contains(t, logs.String(), `"reason":"store_behind"`)
+
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, http.StatusAccepted, <-held)
+	require.Zero(t, store.QueueAge(), "nothing waits once the first is answered")
+	second.SignedAt = time.Now()
+	r = b.send(t, source, second)
+	require.Equal(t, http.StatusAccepted, r.code, r.raw)
+	env, jobs, _ := b.stored(t)
+	require.Equal(t, [2]int{2, 2}, [2]int{env, jobs})
+}
