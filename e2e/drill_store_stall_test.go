@@ -41,12 +41,16 @@ type stallAnswer struct {
 func TestDrillStoreStall(t *testing.T) {
 	t.Parallel()
 	d := newDrill(t, "store_stall")
-	const deadline = time.Second
+	// Small: a 1 s deadline and 32 connections, so that short stalls fill
+	// them. Full: ingest's defaults (3 s, 1,024) at 1,000/s.
+	deadline := scaledDuration(t, time.Second, 3*time.Second)
 	rate := float64(scaled(t, 200, 1000))
-	length := scaledDuration(t, 5*time.Second, 12*time.Second)
+	length := scaledDuration(t, 5*time.Second, 20*time.Second)
 	stall := scaledDuration(t, 1500*time.Millisecond, 4*time.Second)
 	n := int(rate * length.Seconds())
-	d.env = append(d.env, "INGEST_STORE_TIMEOUT="+deadline.String(), "INGEST_MAX_CONNS=32")
+	if !drillFull(t) {
+		d.env = append(d.env, "INGEST_STORE_TIMEOUT="+deadline.String(), "INGEST_MAX_CONNS=32")
+	}
 	ing, url := d.startIngest("127.0.0.1:0")
 	endpoint := url + "/webhooks/payments"
 	secret := e2eSecrets["E2E_STANDARD_SECRET"]
@@ -148,6 +152,13 @@ func TestDrillStoreStall(t *testing.T) {
 			t.Fatalf("delivery %d answered %d %q", i, a.code, a.status)
 		}
 	}
+	lateBy := map[string]int{}
+	for i, a := range answers {
+		if a.late > deadline+100*time.Millisecond {
+			lateBy[fmt.Sprintf("%s@%.1fs", a.status, (time.Duration(i) * interval).Seconds())]++
+		}
+	}
+	t.Logf("late past deadline+100ms: %v", lateBy)
 	t.Logf("DRILL store_stall sent=%d answers=%v statuses=%v slowest_from_due=%s deadline=%s", n, codes, statuses, slowest, deadline)
 	// The margin covers this machine's scheduling under the race detector;
 	// the benchmark's drill holds ingest to deadline + 100 ms.
@@ -183,8 +194,18 @@ func TestDrillStoreStall(t *testing.T) {
 	}
 	require.Len(t, stored(ids(acked)), len(acked), "acknowledged deliveries missing from the database")
 	committed := stored(ids(refused))
-	for _, i := range refused {
-		a := post(ctx, i)
+	resent := make([]stallAnswer, len(refused))
+	sem := make(chan struct{}, 32)
+	for k, i := range refused {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			resent[k] = post(ctx, i)
+		})
+	}
+	wg.Wait()
+	for k, i := range refused {
+		a := resent[k]
 		require.NoError(t, a.err)
 		if committed[delivery(i).DeliveryID] {
 			require.Equal(t, []any{http.StatusOK, "duplicate"}, []any{a.code, a.status}, "resend of %d, which committed after its 503", i)

@@ -3,11 +3,20 @@
 // is given (a local ingest) and stops by itself.
 //
 //	inboxload send --url URL --secret-env VAR [--concurrency N | --rate R] [--count N | --duration D] [--merchants M]
+//	        [--timeout D] [--deadline D] [--resend-refused] [--verify-database-url URL]
 //	    send distinct, freshly signed Standard Webhooks payment deliveries to
 //	    POST URL/webhooks/<--source>: closed loop with --concurrency senders,
-//	    or open loop at --rate deliveries/s (each on its own goroutine, so a
-//	    slow answer does not slow the offered rate). Prints one JSON line:
-//	    sent, acknowledged, non-2xx, errors, rate, latency p50/p99/max.
+//	    or open loop at --rate deliveries/s (each sent when due on its own
+//	    goroutine and timed from when it was due, so neither a slow answer
+//	    nor a stall thins the load or hides). Prints one JSON line: sent,
+//	    acknowledged, non-2xx, unanswered (errors), the count of each status,
+//	    latency p50/p99/max of every request (unanswered ones at the time
+//	    they were given up), of the 2xx and of the 503s, and how many were
+//	    answered later than --deadline. --resend-refused resends each
+//	    delivery that got no 2xx once afterwards; --verify-database-url
+//	    checks that every acknowledged delivery is stored, which refused ones
+//	    are (their resend must answer 200 duplicate), and, after resends,
+//	    that every delivery is stored exactly once.
 //	inboxload drain --database-url URL [--timeout D] [--since RFC3339]
 //	    wait until no envelope received since --since is pending, then print
 //	    one JSON line: envelopes, processing rate (first to last
@@ -27,6 +36,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,17 +75,56 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 const inboxloadUsage = "usage: inboxload send|drain|rss [flags] (inboxload send -h for a command's flags; the package doc explains the load)"
 
 type sendResult struct {
-	Sent         int64   `json:"sent"`
-	Acknowledged int64   `json:"acknowledged"`
-	Non2xx       int64   `json:"non_2xx"`
-	Errors       int64   `json:"errors"`
-	Seconds      float64 `json:"seconds"`
-	Rate         float64 `json:"rate"`
-	OfferedRate  float64 `json:"offered_rate,omitempty"`
-	P50ms        float64 `json:"p50_ms"`
-	P99ms        float64 `json:"p99_ms"`
-	Maxms        float64 `json:"max_ms"`
-	FirstError   string  `json:"first_error,omitempty"`
+	Sent         int64 `json:"sent"`
+	Acknowledged int64 `json:"acknowledged"`
+	Non2xx       int64 `json:"non_2xx"`
+	// Errors are requests left unanswered: no HTTP answer within --timeout
+	// (or a transport error). They count in the latency figures at the
+	// time they were given up.
+	Errors      int64          `json:"errors"`
+	Codes       map[string]int `json:"codes"`
+	Seconds     float64        `json:"seconds"`
+	Rate        float64        `json:"rate"`
+	OfferedRate float64        `json:"offered_rate,omitempty"`
+	// Latencies of every request, answered or not: from when it was due
+	// (open loop) or sent (closed loop).
+	P50ms float64 `json:"p50_ms"`
+	P99ms float64 `json:"p99_ms"`
+	Maxms float64 `json:"max_ms"`
+	// The same of the 2xx answers and of the 503s alone.
+	AckP99ms     float64 `json:"ack_p99_ms"`
+	RefusedP99ms float64 `json:"refused_p99_ms,omitempty"`
+	RefusedMaxms float64 `json:"refused_max_ms,omitempty"`
+	// Late counts requests answered (or given up) later than --deadline
+	// after they were due.
+	Late       *int64 `json:"late,omitempty"`
+	FirstError string `json:"first_error,omitempty"`
+	// With --resend-refused: the answers to resending each delivery that
+	// got no 2xx, once, after the load.
+	Resent *resendResult `json:"resent,omitempty"`
+	// With --verify-database-url: acknowledged deliveries missing from
+	// the database (must be 0), and refused ones found stored (their
+	// COMMIT succeeded after the answer; the resend must say duplicate).
+	AckedMissing    *int64 `json:"acked_missing,omitempty"`
+	RefusedInTheDB  *int64 `json:"refused_but_stored,omitempty"`
+	StoredTwiceOrNo *int64 `json:"stored_not_once,omitempty"`
+}
+
+type resendResult struct {
+	Codes map[string]int `json:"codes"`
+	// Duplicates are resends answered 200 "duplicate".
+	Duplicates int64 `json:"duplicates"`
+	// StoredWrong are resends of deliveries found stored that were not
+	// answered duplicate, or of ones not stored that were answered
+	// duplicate (with --verify-database-url; must be 0).
+	StoredWrong *int64 `json:"stored_answered_wrong,omitempty"`
+}
+
+// answer is one request's outcome.
+type answer struct {
+	code   int // 0: unanswered
+	status string
+	late   time.Duration
 }
 
 func runSend(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -85,11 +134,15 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	source := fs.String("source", "payments", "source name (a Standard Webhooks source)")
 	secretEnv := fs.String("secret-env", "PAYMENTS_WEBHOOK_SECRET", "environment variable holding the source's secret")
 	concurrency := fs.Int("concurrency", 32, "closed loop: concurrent senders (ignored with --rate)")
-	rate := fs.Float64("rate", 0, "open loop: deliveries offered per second")
+	rate := fs.Float64("rate", 0, "open loop: deliveries offered per second, each sent when due and timed from then")
 	count := fs.Int64("count", 0, "stop after this many deliveries (0: --duration)")
 	duration := fs.Duration("duration", 10*time.Second, "stop after this long (with --count 0)")
 	merchants := fs.Int("merchants", 100, "merchants the payments are spread over")
 	prefix := fs.String("prefix", fmt.Sprintf("load-%d", time.Now().UnixNano()), "delivery id prefix (distinct per run)")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up on a request after this long: it counts as unanswered")
+	deadline := fs.Duration("deadline", 0, "count the requests answered later than this after they were due (late)")
+	resend := fs.Bool("resend-refused", false, "after the load, resend once each delivery that got no 2xx, and report the answers")
+	verifyURL := fs.String("verify-database-url", "", "after the load, check in this database that every acknowledged delivery is stored, and which refused ones are")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,39 +151,41 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		return fmt.Errorf("%s is not set", *secretEnv)
 	}
 	endpoint := strings.TrimRight(*url, "/") + "/webhooks/" + *source
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}}
+	client := &http.Client{Timeout: *timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}}
+	id := func(n int64) string { return fmt.Sprintf("%s-%d", *prefix, n) }
+	post := func(n int64) (answer, error) {
+		m := fmt.Sprintf("m_%03d", n%int64(*merchants))
+		d := webhooktest.Delivery{Provider: provider.Standard, Secret: secret, DeliveryID: id(n),
+			Body: webhooktest.StandardPayment("pay_"+id(n), m, 1000+n%1000, "EUR")}
+		req, err := d.Request(ctx, endpoint)
+		if err != nil {
+			return answer{}, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return answer{}, err
+		}
+		defer resp.Body.Close()
+		var body struct{ Status string }
+		b, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(b, &body)
+		return answer{code: resp.StatusCode, status: body.Status}, nil
+	}
 
-	var seq, acked, non2xx, failed atomic.Int64
+	var seq atomic.Int64
 	var firstErr atomic.Value
 	var mu sync.Mutex
-	lat := make([]time.Duration, 0, 1<<16)
-	sendOne := func(n int64) {
-		id := fmt.Sprintf("%s-%d", *prefix, n)
-		m := fmt.Sprintf("m_%03d", n%int64(*merchants))
-		d := webhooktest.Delivery{Provider: provider.Standard, Secret: secret, DeliveryID: id,
-			Body: webhooktest.StandardPayment("pay_"+id, m, 1000+n%1000, "EUR")}
-		start := time.Now()
-		req, err := d.Request(ctx, endpoint)
-		if err == nil {
-			var resp *http.Response
-			if resp, err = client.Do(req); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode/100 == 2 {
-					acked.Add(1)
-				} else {
-					non2xx.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d", resp.StatusCode))
-				}
-			}
-		}
+	answers := map[int64]answer{}
+	sendOne := func(n int64, due time.Time) {
+		a, err := post(n)
+		a.late = time.Since(due)
 		if err != nil {
-			failed.Add(1)
 			firstErr.CompareAndSwap(nil, err.Error())
+		} else if a.code/100 != 2 {
+			firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d", a.code))
 		}
-		el := time.Since(start)
 		mu.Lock()
-		lat = append(lat, el)
+		answers[n] = a
 		mu.Unlock()
 	}
 	more := func(start time.Time) (int64, bool) {
@@ -144,49 +199,154 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	start := time.Now()
 	var wg sync.WaitGroup
 	if *rate > 0 {
+		// Each delivery is due at start + n/rate: sent then on its own
+		// goroutine, and timed from then, so neither a slow answer nor a
+		// stall of this loop thins the load or hides in the figures.
 		interval := time.Duration(float64(time.Second) / *rate)
-		next := start
 		for {
 			n, ok := more(start)
 			if !ok || ctx.Err() != nil {
 				break
 			}
-			wg.Add(1)
-			go func() { defer wg.Done(); sendOne(n) }()
-			next = next.Add(interval)
-			if d := time.Until(next); d > 0 {
-				time.Sleep(d)
-			}
+			due := start.Add(time.Duration(n-1) * interval)
+			time.Sleep(time.Until(due))
+			wg.Go(func() { sendOne(n, due) })
 		}
 	} else {
 		for range *concurrency {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for ctx.Err() == nil {
 					n, ok := more(start)
 					if !ok {
 						return
 					}
-					sendOne(n)
+					sendOne(n, time.Now())
 				}
-			}()
+			})
 		}
 	}
 	offered := time.Since(start)
 	wg.Wait()
 	el := time.Since(start)
-	slices.Sort(lat)
-	res := sendResult{Sent: int64(len(lat)), Acknowledged: acked.Load(), Non2xx: non2xx.Load(), Errors: failed.Load(),
-		Seconds: el.Seconds(), Rate: float64(acked.Load()) / el.Seconds(),
-		P50ms: pct(lat, 0.50), P99ms: pct(lat, 0.99), Maxms: pct(lat, 1)}
+
+	res := sendResult{Codes: map[string]int{}, Seconds: el.Seconds()}
+	var all, acked, refused []time.Duration
+	var late int64
+	var notAcked, ackedIDs []int64
+	for n, a := range answers {
+		all = append(all, a.late)
+		if *deadline > 0 && a.late > *deadline {
+			late++
+		}
+		switch {
+		case a.code == 0:
+			res.Errors++
+			res.Codes["unanswered"]++
+			notAcked = append(notAcked, n)
+		case a.code/100 == 2:
+			res.Acknowledged++
+			res.Codes[strconv.Itoa(a.code)]++
+			acked = append(acked, a.late)
+			ackedIDs = append(ackedIDs, n)
+		default:
+			res.Non2xx++
+			res.Codes[strconv.Itoa(a.code)]++
+			notAcked = append(notAcked, n)
+			if a.code == http.StatusServiceUnavailable {
+				refused = append(refused, a.late)
+			}
+		}
+	}
+	for _, l := range [][]time.Duration{all, acked, refused} {
+		slices.Sort(l)
+	}
+	res.Sent = int64(len(answers))
+	res.Rate = float64(res.Acknowledged) / el.Seconds()
+	res.P50ms, res.P99ms, res.Maxms = pct(all, 0.50), pct(all, 0.99), pct(all, 1)
+	res.AckP99ms, res.RefusedP99ms, res.RefusedMaxms = pct(acked, 0.99), pct(refused, 0.99), pct(refused, 1)
+	if *deadline > 0 {
+		res.Late = &late
+	}
 	if *rate > 0 {
-		res.OfferedRate = float64(len(lat)) / offered.Seconds()
+		res.OfferedRate = float64(len(answers)) / offered.Seconds()
 	}
 	if e, ok := firstErr.Load().(string); ok {
 		res.FirstError = e
 	}
+	slices.Sort(notAcked)
+	var conn *pgx.Conn
+	var storedBefore map[string]bool
+	if *verifyURL != "" {
+		var err error
+		if conn, err = pgx.Connect(ctx, *verifyURL); err != nil {
+			return fmt.Errorf("--verify-database-url: %w", err)
+		}
+		defer conn.Close(context.Background())
+		a, err := storedIDs(ctx, conn, *source, id, ackedIDs)
+		if err != nil {
+			return err
+		}
+		missing := int64(len(ackedIDs) - len(a))
+		res.AckedMissing = &missing
+		if storedBefore, err = storedIDs(ctx, conn, *source, id, notAcked); err != nil {
+			return err
+		}
+		inDB := int64(len(storedBefore))
+		res.RefusedInTheDB = &inDB
+	}
+	if *resend {
+		rr := &resendResult{Codes: map[string]int{}}
+		var wrong int64
+		for _, n := range notAcked {
+			a, err := post(n)
+			if err != nil {
+				rr.Codes["unanswered"]++
+			} else {
+				rr.Codes[strconv.Itoa(a.code)]++
+			}
+			dup := err == nil && a.code == http.StatusOK && a.status == "duplicate"
+			if dup {
+				rr.Duplicates++
+			}
+			if storedBefore != nil && dup != storedBefore[id(n)] {
+				wrong++
+			}
+		}
+		if storedBefore != nil {
+			rr.StoredWrong = &wrong
+		}
+		res.Resent = rr
+		if conn != nil {
+			// After the resends, every delivery sent is stored exactly once.
+			var distinct, rows int64
+			if err := conn.QueryRow(ctx, `SELECT count(DISTINCT delivery_id), count(*) FROM envelope
+				WHERE source = $1 AND delivery_id LIKE $2 || '-%'`, *source, *prefix).Scan(&distinct, &rows); err != nil {
+				return err
+			}
+			notOnce := (res.Sent - distinct) + (rows - distinct)
+			res.StoredTwiceOrNo = &notOnce
+		}
+	}
 	return json.NewEncoder(stdout).Encode(res)
+}
+
+// storedIDs returns which of the deliveries ns (their ids by id) are in the
+// dedup keys of source.
+func storedIDs(ctx context.Context, conn *pgx.Conn, source string, id func(int64) string, ns []int64) (map[string]bool, error) {
+	ids := make([]string, len(ns))
+	for i, n := range ns {
+		ids[i] = id(n)
+	}
+	rows, err := conn.Query(ctx, `SELECT delivery_id FROM envelope_key WHERE source = $1 AND delivery_id = ANY($2)`, source, ids)
+	if err != nil {
+		return nil, err
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	m := make(map[string]bool, len(got))
+	for _, g := range got {
+		m[g] = true
+	}
+	return m, err
 }
 
 func pct(sorted []time.Duration, p float64) float64 {

@@ -3,7 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -19,4 +27,47 @@ func TestHelpSucceeds(t *testing.T) {
 	}
 	var out bytes.Buffer
 	require.ErrorContains(t, run(context.Background(), []string{"sned"}, func(string) string { return "" }, &out, &out), `unknown command "sned"`)
+}
+
+// The open-loop sender counts every request: 2xx, 503s and the ones left
+// unanswered past --timeout (never dropped from the figures), times each
+// from when it was due, counts those later than --deadline, and resends
+// each one that got no 2xx.
+func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
+	t.Parallel()
+	var resends atomic.Int64
+	seen := sync.Map{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("webhook-id")
+		if _, again := seen.LoadOrStore(id, true); again {
+			resends.Add(1)
+		}
+		n, err := strconv.Atoi(id[strings.LastIndex(id, "-")+1:])
+		require.NoError(t, err)
+		switch n % 3 {
+		case 0:
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case 1:
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			time.Sleep(400 * time.Millisecond) // past --timeout
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"S": "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA=="}
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"send", "--url", srv.URL, "--secret-env", "S", "--rate", "100", "--count", "9",
+		"--timeout", "100ms", "--deadline", "90ms", "--resend-refused", "--prefix", "t"}, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
+	var res sendResult
+	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
+	require.Equal(t, []int64{9, 3, 3, 3}, []int64{res.Sent, res.Acknowledged, res.Non2xx, res.Errors})
+	require.Equal(t, map[string]int{"202": 3, "503": 3, "unanswered": 3}, res.Codes)
+	require.NotNil(t, res.Late)
+	require.GreaterOrEqual(t, *res.Late, int64(3), "the unanswered ones count as late")
+	require.GreaterOrEqual(t, res.Maxms, 100.0, "an unanswered request counts at the time it was given up")
+	require.NotNil(t, res.Resent)
+	require.Equal(t, map[string]int{"503": 3, "unanswered": 3}, res.Resent.Codes)
+	require.Equal(t, int64(6), resends.Load())
 }
