@@ -155,7 +155,7 @@ func TestDrillStoreStall(t *testing.T) {
 	lateBy := map[string]int{}
 	for i, a := range answers {
 		if a.late > deadline+100*time.Millisecond {
-			lateBy[fmt.Sprintf("%s@%.1fs", a.status, (time.Duration(i) * interval).Seconds())]++
+			lateBy[fmt.Sprintf("%s@%.1fs", a.status, (time.Duration(i)*interval).Seconds())]++
 		}
 	}
 	t.Logf("late past deadline+100ms: %v", lateBy)
