@@ -129,8 +129,8 @@ func (l *connLimiter) Close() error {
 }
 
 // evictOne closes the connection that has waited longest without a
-// request in progress, if it has waited since before, and reports whether
-// there was one. The choice and the close happen under l.mu, so a
+// request in progress, if it has waited since before and no byte of a next
+// request sits unread in its socket, and reports whether there was one. The choice and the close happen under l.mu, so a
 // connection whose next request's first bytes arrived (limitedConn.Read
 // takes it out of waiting under the same lock) is never the one closed.
 func (l *connLimiter) evictOne(before time.Time) bool {
@@ -138,7 +138,7 @@ func (l *connLimiter) evictOne(before time.Time) bool {
 	var oldest *limitedConn
 	var since time.Time
 	for c, t := range l.waiting {
-		if t.Before(before) && (oldest == nil || t.Before(since)) {
+		if t.Before(before) && (oldest == nil || t.Before(since)) && !hasPendingBytes(c.Conn) {
 			oldest, since = c, t
 		}
 	}

@@ -63,3 +63,35 @@ func TestAConnectionReceivingARequestIsNotEvicted(t *testing.T) {
 	require.False(t, l.evictOne(time.Now()), "its request is arriving")
 	require.False(t, lc.closed.Load())
 }
+
+// A connection idle for long whose next request's bytes have arrived but
+// sit unread in its socket (the goroutine that will read them has not run
+// yet) is not closed to make room: closing it would reset a request the
+// client has sent. Once those bytes are read and it is idle again, it may be.
+func TestAConnectionWithUnreadBytesIsNotEvicted(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := newConnLimiter(ln, 1, nil)
+	t.Cleanup(func() { l.Close() })
+	client, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { client.Close() })
+	server, err := ln.Accept()
+	require.NoError(t, err)
+	l.slots <- struct{}{}
+	lc := &limitedConn{Conn: server, l: l}
+	l.mu.Lock()
+	l.wait(lc)
+	l.waiting[lc] = time.Now().Add(-time.Minute)
+	l.mu.Unlock()
+	_, err = client.Write([]byte("POST /webhooks/x HTTP/1.1\r\n"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return hasPendingBytes(server) }, 5*time.Second, time.Millisecond)
+	require.False(t, l.evictOne(time.Now().Add(-evictAfter)), "bytes of a request wait unread: not idle")
+	// Read them without taking it out of waiting (as if they were the tail
+	// of the last request), and it is evictable again.
+	_, err = server.Read(make([]byte, 64))
+	require.NoError(t, err)
+	require.True(t, l.evictOne(time.Now().Add(-evictAfter)))
+}
