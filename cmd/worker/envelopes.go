@@ -16,32 +16,37 @@ import (
 
 const envelopesUsage = `usage: worker envelopes list [flags]
        worker envelopes show [flags] ID
+       worker envelopes resolve|unresolve --reason TEXT [flags] [ID...]
 
-Read envelopes; changes nothing.
+  list       envelopes the filter flags select, newest first, a page at a time
+  show       one envelope: headers, body, attempts, replays, resolutions,
+             conflicts, jobs and its ledger transaction
+  resolve    close failed envelopes no replay can fix, with a recorded reason
+  unresolve  make resolved envelopes failed again, with a recorded reason
 
-  list    envelopes the filter flags select, newest first, a page at a time
-  show    one envelope: headers, body, attempts, replays, conflicts, jobs and
-          its ledger transaction
-
-Run 'worker envelopes list -h' or 'worker envelopes show -h' for flags.
+list and show change nothing. Run 'worker envelopes SUBCOMMAND -h' for flags.
 `
 
 func runEnvelopes(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, envelopesUsage)
-		return usageError{errors.New("envelopes: want a subcommand: list or show")}
+		return usageError{errors.New("envelopes: want a subcommand: list, show, resolve or unresolve")}
 	}
 	switch args[0] {
 	case "list":
 		return runEnvelopesList(ctx, args[1:], getenv, stdout, stderr)
 	case "show":
 		return runEnvelopesShow(ctx, args[1:], getenv, stdout, stderr)
+	case "resolve":
+		return runResolve(false)(ctx, args[1:], getenv, stdout, stderr)
+	case "unresolve":
+		return runResolve(true)(ctx, args[1:], getenv, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stderr, envelopesUsage)
 		return usageError{flag.ErrHelp}
 	default:
 		fmt.Fprint(stderr, envelopesUsage)
-		return usageError{fmt.Errorf("envelopes: unknown subcommand %q (want list or show)", args[0])}
+		return usageError{fmt.Errorf("envelopes: unknown subcommand %q (want list, show, resolve or unresolve)", args[0])}
 	}
 }
 
@@ -215,6 +220,10 @@ func writeDetail(w io.Writer, d *admin.Detail, noBody bool) error {
 			r := d.Replays[i]
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, fmtTime(r.ReplayedAt), r.Actor, r.PriorStatus,
 				fmtIDPtr(r.JobID), deref(r.BatchID), oneLine(r.Reason, 60), string(r.Filter))
+		}),
+		writeSection(w, "resolutions", len(d.Resolutions), "ID\tAT\tACTION\tACTOR\tBATCH\tREASON", func(tw io.Writer, i int) {
+			r := d.Resolutions[i]
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", r.ID, fmtTime(r.At), r.Action, r.Actor, r.BatchID, oneLine(r.Reason, 60))
 		}),
 		writeSection(w, "conflicts", len(d.Conflicts), "ID\tRECEIVED\tBYTES\tSHA256", func(tw io.Writer, i int) {
 			c := d.Conflicts[i]

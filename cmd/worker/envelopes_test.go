@@ -191,3 +191,45 @@ func TestEnvelopesOutputEscapesControlAndBidi(t *testing.T) {
 	require.Contains(t, out, `curl\u009b31m/8`)
 	require.Contains(t, out, `\u001b[2J`)
 }
+
+// worker envelopes resolve closes failed envelopes with a reason, says what
+// it did (text and --json), refuses to run without a reason (a usage
+// error, nothing changed), shows the resolution in envelopes show, and
+// unresolve undoes it.
+func TestEnvelopesResolve(t *testing.T) {
+	t.Parallel()
+	b := admSetup(t)
+	ids := b.seedFailed(t, "rs", 3)
+
+	_, _, err := b.run(t, "envelopes", "resolve", "--source", "rs")
+	require.Error(t, err)
+	require.Equal(t, 2, exitCode(err), "a missing reason is a usage error: %v", err)
+	require.ErrorContains(t, err, "a reason is required")
+
+	out, _, err := b.run(t, "envelopes", "resolve", "--source", "rs", "--dry-run")
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^dry run:\s+nothing changed$`, out)
+	require.Regexp(t, `(?m)^would be resolved\s+3$`, out)
+
+	out, _, err = b.run(t, "envelopes", "resolve", "--reason", "INC-1: written off", "--actor", "carol", admItoa(ids[0]), admItoa(ids[1]))
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^resolved\s+2$`, out)
+	require.Regexp(t, `(?m)^ids\s+`+admItoa(ids[0])+` `+admItoa(ids[1])+`$`, out)
+
+	out, _, err = b.run(t, "envelopes", "show", admItoa(ids[0]))
+	require.NoError(t, err)
+	require.Contains(t, out, "resolutions (1)")
+	require.Regexp(t, `resolve\s+carol\s+\S+\s+INC-1: written off`, out)
+
+	out, _, err = b.run(t, "envelopes", "unresolve", "--reason", "mistake", "--json", admItoa(ids[1]))
+	require.NoError(t, err)
+	var res admin.ResolveResult
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, "unresolve", res.Action)
+	require.Equal(t, []int64{ids[1]}, res.IDs)
+
+	out, _, err = b.run(t, "envelopes", "list", "--status", "resolved", "--source", "rs")
+	require.NoError(t, err)
+	require.Contains(t, out, admItoa(ids[0])+" ")
+	require.NotContains(t, out, admItoa(ids[1])+" ")
+}

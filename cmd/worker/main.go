@@ -5,6 +5,7 @@
 //	worker migrate [status]     apply the schema (safe to run twice) / list versions
 //	worker replay ...           re-process envelopes, recorded in envelope_replay
 //	worker envelopes list|show  inspect envelopes
+//	worker envelopes resolve    close failed envelopes, recorded in envelope_resolution
 //	worker stats                counts, oldest pending, failures, duplicates
 //	worker purge [--dry-run]    retention: drop old bodies, delete old tombstones
 //	worker backfill ...         recover events the provider never delivered
@@ -49,6 +50,7 @@ commands:
   replay              re-process envelopes, by id or by filter, with a recorded reason
   envelopes list      list envelopes (filters, newest first, paging)
   envelopes show ID   one envelope with its attempts, replays, conflicts and ledger postings
+  envelopes resolve   close failed envelopes no replay can fix, with a recorded reason (unresolve: undo)
   stats               counts by source and status, oldest pending, failures, duplicates
   purge               apply retention now (--dry-run shows what it would do)
   backfill            recover events the provider never delivered, from its own log (Stripe, GitHub)

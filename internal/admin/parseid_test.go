@@ -26,6 +26,6 @@ func TestParseIDStrings(t *testing.T) {
 }
 
 func TestStatusNamesIsEveryStatus(t *testing.T) {
-	require.Equal(t, "pending, done, failed or ignored", StatusNames())
-	require.ErrorContains(t, Filter{Status: "nope"}.Validate(), `status "nope": want pending, done, failed or ignored`)
+	require.Equal(t, "pending, done, failed, ignored or resolved", StatusNames())
+	require.ErrorContains(t, Filter{Status: "nope"}.Validate(), `status "nope": want pending, done, failed, ignored or resolved`)
 }

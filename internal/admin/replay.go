@@ -101,16 +101,23 @@ func (r ReplayRequest) Validate() error {
 	if err := r.ValidateSelection(); err != nil {
 		return err
 	}
-	if strings.TrimSpace(r.Reason) == "" {
-		return errors.New("a reason is required")
+	return validateAudit(r.Actor, r.Reason, "replayed")
+}
+
+// validateAudit checks what an audited change records with every envelope
+// it changes (verb: "replayed", "changed"): a reason and an actor, within
+// their lengths.
+func validateAudit(actor, reason, verb string) error {
+	if strings.TrimSpace(reason) == "" {
+		return errors.New("a reason is required (it is stored with every " + verb + " envelope)")
 	}
-	if strings.TrimSpace(r.Actor) == "" {
+	if strings.TrimSpace(actor) == "" {
 		return errors.New("an actor is required")
 	}
-	if n := utf8.RuneCountInString(r.Reason); n > MaxReasonLen {
-		return fmt.Errorf("the reason has %d characters: at most %d (it is stored with every replayed envelope)", n, MaxReasonLen)
+	if n := utf8.RuneCountInString(reason); n > MaxReasonLen {
+		return fmt.Errorf("the reason has %d characters: at most %d (it is stored with every %s envelope)", n, MaxReasonLen, verb)
 	}
-	if n := utf8.RuneCountInString(r.Actor); n > MaxActorLen {
+	if n := utf8.RuneCountInString(actor); n > MaxActorLen {
 		return fmt.Errorf("the actor has %d characters: at most %d", n, MaxActorLen)
 	}
 	return nil

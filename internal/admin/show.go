@@ -20,11 +20,13 @@ import (
 
 // Detail is one envelope and everything recorded about it.
 type Detail struct {
-	Envelope  EnvelopeDetail `json:"envelope"`
-	Attempts  []Attempt      `json:"attempts"`
-	Replays   []ReplayRecord `json:"replays"`
-	Conflicts []Conflict     `json:"conflicts"`
-	Jobs      []Job          `json:"jobs"`
+	Envelope EnvelopeDetail `json:"envelope"`
+	Attempts []Attempt      `json:"attempts"`
+	Replays  []ReplayRecord `json:"replays"`
+	// Resolutions are the operators' resolves and un-resolves, oldest first.
+	Resolutions []envelope.Resolution `json:"resolutions"`
+	Conflicts   []Conflict            `json:"conflicts"`
+	Jobs        []Job                 `json:"jobs"`
 	// Ledger is the envelope's ledger transaction, or nil when it posted none.
 	Ledger *LedgerTransaction `json:"ledger_transaction"`
 	// ConflictDiffs compares the first ShowOptions.CompareConflicts
@@ -132,6 +134,9 @@ func Show(ctx context.Context, pool *pgxpool.Pool, id int64, opts ShowOptions) (
 			return err
 		}
 		if d.Replays, err = envelope.Replays(ctx, tx, id); err != nil {
+			return err
+		}
+		if d.Resolutions, err = envelope.Resolutions(ctx, tx, id); err != nil {
 			return err
 		}
 		conflicts, err := envelope.Conflicts(ctx, tx, id)

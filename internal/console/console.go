@@ -98,7 +98,7 @@ func New(opts Options) (*Console, error) {
 	if _, err := rand.Read(c.key); err != nil {
 		return nil, err
 	}
-	for _, p := range []string{"overview", "envelopes", "envelope", "failures", "replay", "replays", "run", "error"} {
+	for _, p := range []string{"overview", "envelopes", "envelope", "failures", "replay", "replays", "run", "resolve", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs(opts.RiverUI)).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", p, err)
@@ -117,6 +117,10 @@ func New(opts Options) (*Console, error) {
 	m.HandleFunc("GET "+Prefix+"/overview", c.overview)
 	m.HandleFunc("GET "+Prefix+"/envelopes", c.list)
 	m.HandleFunc("GET "+Prefix+"/envelopes/{id}", c.envelope)
+	m.HandleFunc("POST "+Prefix+"/envelopes/{id}/resolve", c.resolveOne(false))
+	m.HandleFunc("POST "+Prefix+"/envelopes/{id}/unresolve", c.resolveOne(true))
+	m.HandleFunc("GET "+Prefix+"/resolve", c.resolvePreview)
+	m.HandleFunc("POST "+Prefix+"/resolve", c.resolveMany)
 	m.HandleFunc("GET "+Prefix+"/failures", c.failures)
 	m.HandleFunc("GET "+Prefix+"/replay", c.preview)
 	m.HandleFunc("POST "+Prefix+"/replay", c.replay)

@@ -799,3 +799,102 @@ func TestOverviewPage(t *testing.T) {
 	require.Contains(t, page, `<a href="/console/envelopes?status=failed&amp;cause=unknown_currency">unknown_currency</a>`)
 	require.Contains(t, page, fmt.Sprintf(`<a href="/console/envelopes/%d">%d</a>`, failed[1], failed[1]), "the newest failed one as the example")
 }
+
+// A failed envelope's page has a Resolve form: without its token it is
+// refused (403), without a reason it comes back with the message and
+// nothing changes, with both the envelope is resolved by the operator,
+// the page says so in its Resolutions, offers Un-resolve instead, and the
+// Failures page counts it no more; Un-resolve makes it failed again.
+func TestResolveFromTheEnvelopePage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 2)
+	page := fmt.Sprintf("/console/envelopes/%d", ids[0])
+	_, body, _ := b.get(t, page)
+	require.Contains(t, body, `action="/console/envelopes/`+fmt.Sprint(ids[0])+`/resolve"`)
+	require.Contains(t, body, "Never resolved.")
+	tok := token(t, body)
+	status := func() string {
+		var s string
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status FROM envelope WHERE id = $1`, ids[0]).Scan(&s))
+		return s
+	}
+
+	code, _, _ := b.post(t, page+"/resolve", url.Values{"reason": {"x"}})
+	require.Equal(t, http.StatusForbidden, code)
+	code, _, h := b.post(t, page+"/resolve", url.Values{"csrf": {tok}, "reason": {"  "}})
+	require.Equal(t, http.StatusSeeOther, code)
+	_, body, _ = b.get(t, h.Get("Location"))
+	require.Contains(t, body, "a reason is required")
+	require.Equal(t, "failed", status())
+
+	code, _, h = b.post(t, page+"/resolve", url.Values{"csrf": {tok}, "reason": {"INC-9: refunded by hand"}})
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, page+"#resolutions", h.Get("Location"))
+	require.Equal(t, "resolved", status())
+	_, body, _ = b.get(t, page)
+	require.Contains(t, body, `<span class="badge st-resolved">resolved</span>`)
+	require.Contains(t, body, "INC-9: refunded by hand")
+	require.Contains(t, body, "console:ops")
+	require.Contains(t, body, `action="/console/envelopes/`+fmt.Sprint(ids[0])+`/unresolve"`)
+	_, failures, _ := b.get(t, "/console/failures")
+	require.Contains(t, failures, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[1]))
+	require.NotContains(t, failures, fmt.Sprintf(`href="/console/envelopes/%d"`, ids[0]), "a resolved envelope is no failure")
+
+	code, _, _ = b.post(t, page+"/unresolve", url.Values{"csrf": {tok}, "reason": {"not refunded after all"}})
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, "failed", status())
+	require.Equal(t, 2, pgtest.Count(t, b.pool, fmt.Sprintf(`SELECT count(*) FROM envelope_resolution WHERE envelope_id = %d`, ids[0])))
+}
+
+// A read-only console offers no Resolve form and refuses one posted.
+func TestReadOnlyConsoleRefusesResolve(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *console.Options) { o.ReadOnly, o.ReadOnlyReason = true, "no privilege" })
+	ids := seed(t, b.pool, 1)
+	page := fmt.Sprintf("/console/envelopes/%d", ids[0])
+	_, body, _ := b.get(t, page)
+	require.NotContains(t, body, `id="resolve"`)
+	code, body, _ := b.post(t, page+"/resolve", url.Values{"reason": {"x"}})
+	require.Equal(t, http.StatusForbidden, code)
+	require.Contains(t, body, "resolve is off in this console: no privilege")
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_resolution`))
+}
+
+// Resolve by filter: the dry run counts the failed envelopes the filter
+// selects; the confirmed form resolves those (a failed one stored after the
+// dry run is left out), needs a reason, and another status is refused.
+func TestResolveByFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.pool, 3)
+	code, body, _ := b.get(t, "/console/resolve?status=failed&cause=unknown_currency&since=24h")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `<b id="matched">3</b>`)
+	form := hidden(t, body)
+	later := seed(t, b.pool, 1)[0]
+
+	form.Set("reason", "")
+	code, body, _ = b.post(t, "/console/resolve", form)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "a reason is required")
+
+	form.Set("reason", "INC-3: FX table will not get XYZ")
+	code, body, _ = b.post(t, "/console/resolve", form)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `<b id="changed">3</b> of 3`)
+	for _, id := range ids {
+		var s string
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status FROM envelope WHERE id = $1`, id).Scan(&s))
+		require.Equal(t, "resolved", s)
+	}
+	var s string
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status FROM envelope WHERE id = $1`, later).Scan(&s))
+	require.Equal(t, "failed", s, "stored after the dry run: not in what it showed")
+
+	code, body, _ = b.get(t, "/console/resolve?status=done&source=stripe")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "only failed envelopes are resolved")
+	_, body, _ = b.get(t, "/console/envelopes?status=failed&source=stripe")
+	require.Contains(t, body, `id="resolve-filter" href="/console/resolve?`)
+}

@@ -40,7 +40,7 @@ type form struct {
 func newForm(q url.Values) form {
 	return form{
 		Q:        q,
-		Statuses: []envelope.Status{envelope.StatusPending, envelope.StatusDone, envelope.StatusFailed, envelope.StatusIgnored},
+		Statuses: envelope.Statuses(),
 		Causes:   labels.Causes,
 	}
 }
@@ -150,6 +150,10 @@ type envelopeData struct {
 	// made a 2.7 MB page).
 	ConflictsTotal int
 	CLI            string
+	// CSRF is the resolve form's token.
+	CSRF string
+	// ResolveError is why the last resolve was refused (a missing reason).
+	ResolveError string
 }
 
 type header struct{ Name, Value string }
@@ -174,7 +178,8 @@ func (c *Console) envelope(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, statusOf(err), err)
 		return
 	}
-	d := envelopeData{D: det, Headers: displayHeaders(det.Envelope.Headers), CLI: fmt.Sprintf("worker envelopes show %d", id)}
+	d := envelopeData{D: det, Headers: displayHeaders(det.Envelope.Headers), CLI: fmt.Sprintf("worker envelopes show %d", id),
+		CSRF: c.csrfToken(c.opts.Actor(r)), ResolveError: r.URL.Query().Get("resolve_error")}
 	stored := storedBody(&det.Envelope)
 	view := r.URL.Query().Get("body")
 	switch {
@@ -499,18 +504,7 @@ func limitInput(q url.Values) (int, error) {
 // filter; the run continues in the background and the answer redirects to
 // its progress page.
 func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-	if err := r.ParseForm(); err != nil {
-		c.fail(w, r, http.StatusBadRequest, errors.New("the form could not be read"))
-		return
-	}
-	if c.opts.ReadOnly {
-		c.fail(w, r, http.StatusForbidden, errors.New("replay is off in this console: "+c.opts.ReadOnlyReason))
-		return
-	}
-	if !c.checkCSRF(r) {
-		c.opts.Logger.Warn("console: replay refused: missing or wrong form token", "remote", r.RemoteAddr)
-		c.fail(w, r, http.StatusForbidden, errBadToken)
+	if !c.acceptWrite(w, r, "replay", 1<<20) {
 		return
 	}
 	q := r.PostForm
@@ -733,4 +727,179 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.render(w, r, http.StatusOK, "overview", "Overview", st)
+}
+
+// resolveOne answers the envelope page's Resolve (undo: Un-resolve) form:
+// the envelope's status moves from failed to resolved (or back), with the
+// operator and the reason recorded in envelope_resolution, and the browser
+// goes back to the page. A missing reason comes back to the page as a
+// message; nothing changes.
+func (c *Console) resolveOne(undo bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		if err != nil || id < 1 {
+			c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q is not an envelope id", r.PathValue("id")))
+			return
+		}
+		if !c.acceptWrite(w, r, "resolve", 64<<10) {
+			return
+		}
+		page := fmt.Sprintf("%s/envelopes/%d", Prefix, id)
+		req := admin.ResolveRequest{Filter: admin.Filter{IDs: []int64{id}}, Actor: "console:" + c.opts.Actor(r),
+			Reason: strings.TrimSpace(r.PostFormValue("reason")), Undo: undo}
+		if err := req.Validate(); err != nil {
+			http.Redirect(w, r, page+"?resolve_error="+url.QueryEscape(err.Error())+"#resolve", http.StatusSeeOther)
+			return
+		}
+		res, err := admin.Resolve(r.Context(), c.opts.Pool, req)
+		if err != nil {
+			c.fail(w, r, statusOf(err), err)
+			return
+		}
+		if res.Changed == 0 {
+			action := "resolved"
+			if undo {
+				action = "un-resolved"
+			}
+			http.Redirect(w, r, page+"?resolve_error="+url.QueryEscape("nothing "+action+": the envelope's status changed since the page was shown")+"#resolve", http.StatusSeeOther)
+			return
+		}
+		c.opts.Logger.Info("console: envelope "+res.Action+"d", "envelope_id", id, "actor", req.Actor, "batch_id", res.BatchID)
+		http.Redirect(w, r, page+"#resolutions", http.StatusSeeOther)
+	}
+}
+
+// resolveData is the bulk Resolve page: the dry run, then the form, or
+// what a run changed.
+type resolveData struct {
+	Selection string
+	Query     template.URL
+	DryRun    *admin.ResolveResult
+	Done      *admin.ResolveResult
+	Hidden    []header
+	CSRF      string
+	Reason    string
+	Error     string
+	CLI       string
+}
+
+// resolvePreview shows how many failed envelopes a filter selects and the
+// first few, and a form that resolves exactly what it saw (the filter,
+// pinned at its newest match, at most its count) with a required reason.
+func (c *Console) resolvePreview(w http.ResponseWriter, r *http.Request) {
+	c.showResolve(w, r, filterQuery(r.URL.Query()), "", "", http.StatusOK)
+}
+
+func (c *Console) showResolve(w http.ResponseWriter, r *http.Request, fq url.Values, reason, formErr string, status int) {
+	d := resolveData{Selection: selection(fq), Query: template.URL(fq.Encode()), CSRF: c.csrfToken(c.opts.Actor(r)),
+		Reason: reason, Error: formErr, CLI: "worker envelopes resolve --dry-run" + cliArgs(fq)}
+	f, err := resolveFilter(fq)
+	if err != nil {
+		d.Error = err.Error()
+		c.render(w, r, http.StatusBadRequest, "resolve", "Resolve", d)
+		return
+	}
+	res, err := admin.Resolve(r.Context(), c.reads(), admin.ResolveRequest{Filter: f, DryRun: true})
+	if err != nil {
+		if st := statusOf(err); st >= 500 {
+			c.fail(w, r, st, err)
+			return
+		}
+		d.Error = err.Error()
+		c.render(w, r, http.StatusBadRequest, "resolve", "Resolve", d)
+		return
+	}
+	d.DryRun = &res
+	pinned := maps.Clone(fq)
+	pinned.Set("status", string(envelope.StatusFailed))
+	if res.MaxID > 0 {
+		pinned.Set("max_id", strconv.FormatInt(res.MaxID, 10))
+	}
+	for _, k := range filterKeys {
+		for _, v := range pinned[k] {
+			d.Hidden = append(d.Hidden, header{k, v})
+		}
+	}
+	d.Hidden = append(d.Hidden, header{"expect", strconv.Itoa(res.Matched)})
+	c.render(w, r, status, "resolve", "Resolve", d)
+}
+
+// resolveFilter reads a bulk resolve's filter: any filter of the list,
+// restricted to failed envelopes.
+func resolveFilter(q url.Values) (admin.Filter, error) {
+	in, err := filterInput(q)
+	if err != nil {
+		return admin.Filter{}, err
+	}
+	f, err := in.Parse()
+	if err != nil {
+		return f, err
+	}
+	if f.IsEmpty() {
+		return f, errors.New("select envelopes with at least one filter (resolving every failed envelope at once is not allowed)")
+	}
+	if f.Status != "" && f.Status != envelope.StatusFailed {
+		return f, fmt.Errorf("status %q: only failed envelopes are resolved", f.Status)
+	}
+	f.Status = envelope.StatusFailed
+	return f, nil
+}
+
+// resolveMany resolves what the form's dry run saw: its filter (pinned to
+// its newest match), at most its count, with the reason, as the signed-in
+// operator; then shows what changed.
+func (c *Console) resolveMany(w http.ResponseWriter, r *http.Request) {
+	if !c.acceptWrite(w, r, "resolve", 1<<20) {
+		return
+	}
+	fq := filterQuery(r.PostForm)
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	f, err := resolveFilter(fq)
+	if err != nil {
+		c.showResolve(w, r, fq, reason, err.Error(), http.StatusBadRequest)
+		return
+	}
+	expect, err := strconv.Atoi(r.PostFormValue("expect"))
+	if err != nil || expect < 0 {
+		c.showResolve(w, r, fq, reason, "the form lacks its dry run's count: review the dry run below and confirm again", http.StatusBadRequest)
+		return
+	}
+	if expect == 0 {
+		c.showResolve(w, r, fq, reason, "the dry run found nothing to resolve", http.StatusBadRequest)
+		return
+	}
+	req := admin.ResolveRequest{Filter: f, Actor: "console:" + c.opts.Actor(r), Reason: reason, Limit: min(expect, c.opts.MaxReplay)}
+	if err := req.Validate(); err != nil {
+		c.showResolve(w, r, fq, reason, err.Error(), http.StatusBadRequest)
+		return
+	}
+	res, err := admin.Resolve(r.Context(), c.opts.Pool, req)
+	if err != nil {
+		c.fail(w, r, statusOf(err), err)
+		return
+	}
+	c.opts.Logger.Info("console: envelopes resolved", "changed", res.Changed, "actor", req.Actor, "batch_id", res.BatchID)
+	c.render(w, r, http.StatusOK, "resolve", "Resolved", resolveData{Selection: selection(fq), Query: template.URL(fq.Encode()), Done: &res})
+}
+
+// acceptWrite reads a form that changes something (action: "replay",
+// "resolve") and says whether to go on: the form read (at most maxBytes),
+// the console not read-only, and the operator's form token. Otherwise it
+// has answered (400, 403) and logged a bad token.
+func (c *Console) acceptWrite(w http.ResponseWriter, r *http.Request, action string, maxBytes int64) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBytes)
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, http.StatusBadRequest, errors.New("the form could not be read"))
+		return false
+	}
+	if c.opts.ReadOnly {
+		c.fail(w, r, http.StatusForbidden, errors.New(action+" is off in this console: "+c.opts.ReadOnlyReason))
+		return false
+	}
+	if !c.checkCSRF(r) {
+		c.opts.Logger.Warn("console: "+action+" refused: missing or wrong form token", "remote", r.RemoteAddr)
+		c.fail(w, r, http.StatusForbidden, errBadToken)
+		return false
+	}
+	return true
 }

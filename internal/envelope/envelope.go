@@ -39,6 +39,9 @@ const (
 	StatusDone    Status = "done"
 	StatusFailed  Status = "failed"  // gave up: permanent error or attempts exhausted
 	StatusIgnored Status = "ignored" // no handler for its event type
+	// StatusResolved is a failed envelope an operator closed, with a reason
+	// (envelope_resolution); un-resolving makes it failed again.
+	StatusResolved Status = "resolved"
 )
 
 // Envelope is one stored delivery.

@@ -142,7 +142,7 @@ func DropPartitions(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, l
 		if dryRun {
 			var pending int64
 			err = pool.QueryRow(ctx, `
-				SELECT coalesce(sum(n) FILTER (WHERE kind IN ('pending', 'done', 'failed', 'ignored')), 0),
+				SELECT coalesce(sum(n) FILTER (WHERE kind IN ('pending', 'done', 'failed', 'ignored', 'resolved')), 0),
 				       coalesce(sum(n) FILTER (WHERE kind = 'pending'), 0)
 				  FROM envelope_count c, envelope_partition p
 				 WHERE p.name = $1

@@ -26,6 +26,10 @@ type PurgeBatch struct {
 	// StoredFrom, when not zero, keeps only envelopes stored at or after it
 	// (those before are in partitions that go whole).
 	StoredFrom time.Time
+	// Resolved takes resolved envelopes instead of done and ignored ones:
+	// few, served by the status index rather than the partial one the
+	// done and ignored pass walks.
+	Resolved bool
 }
 
 // purgeCandidates selects the next batch of final envelopes processed
@@ -35,7 +39,7 @@ type PurgeBatch struct {
 const purgeCandidates = `
 	SELECT e.id, e.processed_at
 	  FROM envelope e
-	 WHERE e.status IN ('done', 'ignored')%s
+	 WHERE %s%s
 	   AND e.processed_at < $1
 	   AND (e.processed_at, e.id) > ($2, $3)
 	   AND NOT EXISTS (SELECT 1 FROM ledger_transaction t WHERE t.envelope_id = e.id)
@@ -55,7 +59,11 @@ const purgeLock = `
 // and the last one's position. Rows another transaction holds are skipped.
 // A dry run returns what it would change and changes nothing.
 func DropBodies(ctx context.Context, db DB, b PurgeBatch) (int, PurgeCursor, error) {
-	q := fmt.Sprintf(purgeCandidates, "\n\t   AND e.body_purged_at IS NULL")
+	statuses := "e.status IN ('done', 'ignored')"
+	if b.Resolved {
+		statuses = "e.status = 'resolved'"
+	}
+	q := fmt.Sprintf(purgeCandidates, statuses, "\n\t   AND e.body_purged_at IS NULL")
 	if !b.DryRun {
 		q = `
 	WITH c AS (` + q + purgeLock + `

@@ -18,7 +18,9 @@ type SourceCounts struct {
 	Done    int64  `json:"done"`
 	Failed  int64  `json:"failed"`
 	Ignored int64  `json:"ignored"`
-	Total   int64  `json:"total"`
+	// Resolved are failed envelopes an operator closed: not failures.
+	Resolved int64 `json:"resolved"`
+	Total    int64 `json:"total"`
 	// Duplicates counts envelope_duplicate rows (the same id and body
 	// received again) and Conflicts envelope_conflict rows (an id reused
 	// with another body); both 0 unless CountBySource was asked for them.
@@ -32,6 +34,7 @@ func (c *SourceCounts) Add(o SourceCounts) {
 	c.Done += o.Done
 	c.Failed += o.Failed
 	c.Ignored += o.Ignored
+	c.Resolved += o.Resolved
 	c.Total += o.Total
 	c.Duplicates += o.Duplicates
 	c.Conflicts += o.Conflicts
@@ -48,13 +51,15 @@ func (c SourceCounts) Of(status Status) int64 {
 		return c.Failed
 	case StatusIgnored:
 		return c.Ignored
+	case StatusResolved:
+		return c.Resolved
 	}
 	return 0
 }
 
 // Statuses are the envelope statuses, in the order they are reported.
 func Statuses() []Status {
-	return []Status{StatusPending, StatusDone, StatusFailed, StatusIgnored}
+	return []Status{StatusPending, StatusDone, StatusFailed, StatusIgnored, StatusResolved}
 }
 
 // CountBySource counts envelopes per source and status, sorted by source,
@@ -72,12 +77,13 @@ func CountBySource(ctx context.Context, q Querier, repeats bool) ([]SourceCounts
 		       coalesce(sum(n) FILTER (WHERE kind = 'done'), 0)::bigint,
 		       coalesce(sum(n) FILTER (WHERE kind = 'failed'), 0)::bigint,
 		       coalesce(sum(n) FILTER (WHERE kind = 'ignored'), 0)::bigint,
-		       coalesce(sum(n) FILTER (WHERE kind IN ('pending', 'done', 'failed', 'ignored')), 0)::bigint,
+		       coalesce(sum(n) FILTER (WHERE kind = 'resolved'), 0)::bigint,
+		       coalesce(sum(n) FILTER (WHERE kind IN ('pending', 'done', 'failed', 'ignored', 'resolved')), 0)::bigint,
 		       coalesce(sum(n) FILTER (WHERE kind = 'duplicate'), 0)::bigint,
 		       coalesce(sum(n) FILTER (WHERE kind = 'conflict'), 0)::bigint
 		  FROM envelope_count
 		 GROUP BY source
-		HAVING coalesce(sum(n) FILTER (WHERE kind IN ('pending', 'done', 'failed', 'ignored')), 0) <> 0
+		HAVING coalesce(sum(n) FILTER (WHERE kind IN ('pending', 'done', 'failed', 'ignored', 'resolved')), 0) <> 0
 		    OR ($1 AND coalesce(sum(n) FILTER (WHERE kind = 'conflict'), 0) <> 0)
 		 ORDER BY source`, repeats)
 	if err != nil {
@@ -85,7 +91,7 @@ func CountBySource(ctx context.Context, q Querier, repeats bool) ([]SourceCounts
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SourceCounts, error) {
 		var c SourceCounts
-		err := r.Scan(&c.Source, &c.Pending, &c.Done, &c.Failed, &c.Ignored, &c.Total, &c.Duplicates, &c.Conflicts)
+		err := r.Scan(&c.Source, &c.Pending, &c.Done, &c.Failed, &c.Ignored, &c.Resolved, &c.Total, &c.Duplicates, &c.Conflicts)
 		if !repeats {
 			c.Duplicates, c.Conflicts = 0, 0
 		}

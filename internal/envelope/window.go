@@ -77,7 +77,7 @@ func PlanScan(ctx context.Context, q Querier, since, until time.Time, chunkRows 
 	rows, err := q.Query(ctx, `
 		SELECT p.name, p.lower_at, p.upper_at, p.upper_id, envelope_id_time(m.lo), envelope_id_time(m.hi),
 		       coalesce((SELECT sum(c.n) FROM envelope_count c
-		                  WHERE c.kind IN ('pending', 'done', 'failed', 'ignored')
+		                  WHERE c.kind IN ('pending', 'done', 'failed', 'ignored', 'resolved')
 		                    AND c.bucket <@ envelope_count_range(p.lower_id, p.upper_id)), 0)::bigint
 		  FROM envelope_partition p
 		  LEFT JOIN LATERAL (SELECT min(e.id) AS lo, max(e.id) AS hi FROM envelope e

@@ -170,21 +170,26 @@ func Purge(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) 
 			batch.StoredFrom = p.UpperAt
 		}
 	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return rep, err
-		}
-		n, last, err := envelope.DropBodies(ctx, pool, batch)
-		if err != nil {
-			return rep, err
-		}
-		if n > 0 {
-			rep.Batches++
-			rep.BodiesDropped += int64(n)
-			batch.After = last
-		}
-		if n < cfg.BatchSize {
-			break
+	// Done and ignored envelopes, then resolved ones (failed envelopes an
+	// operator closed: final too, and few).
+	for _, resolved := range []bool{false, true} {
+		batch.Resolved, batch.After = resolved, envelope.PurgeCursor{}
+		for {
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+			n, last, err := envelope.DropBodies(ctx, pool, batch)
+			if err != nil {
+				return rep, err
+			}
+			if n > 0 {
+				rep.Batches++
+				rep.BodiesDropped += int64(n)
+				batch.After = last
+			}
+			if n < cfg.BatchSize {
+				break
+			}
 		}
 	}
 	return rep, nil

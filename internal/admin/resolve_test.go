@@ -1,0 +1,141 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
+	"github.com/inboxhq/inbox/internal/retention"
+)
+
+// countsOf returns source's counts by status, as worker stats and the
+// metrics read them.
+func countsOf(t *testing.T, b *bundle, source string) envelope.SourceCounts {
+	t.Helper()
+	all, err := envelope.CountBySource(context.Background(), b.pool, false)
+	require.NoError(t, err)
+	for _, c := range all {
+		if c.Source == source {
+			return c
+		}
+	}
+	return envelope.SourceCounts{Source: source}
+}
+
+// Resolving failed envelopes by filter changes exactly those (not a done
+// one the filter also selects, not a failed one outside it) to resolved,
+// records who, why and the selection once per envelope, moves them from
+// the failed count to the resolved one, and leaves body, result, attempts
+// and last error as they were; un-resolving by id makes one failed again,
+// recorded too. A dry run counts and changes nothing.
+func TestResolveAndUnresolve(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	failed := seedFailed(t, b.pool, "res", 3)
+	other := seedFailed(t, b.pool, "other", 1)
+	done := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "res", Status: "done"})
+	type snapshot struct {
+		Body             []byte
+		Attempts         int
+		LastError        string
+		ProcessedAt      time.Time
+		SHA              []byte
+		PayloadPresent   bool
+		ResultPresentNow bool
+	}
+	read := func(id int64) snapshot {
+		var s snapshot
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT body, attempts, coalesce(last_error, ''), processed_at, body_sha256, payload IS NOT NULL, result IS NOT NULL
+			FROM envelope WHERE id = $1`, id).Scan(&s.Body, &s.Attempts, &s.LastError, &s.ProcessedAt, &s.SHA, &s.PayloadPresent, &s.ResultPresentNow))
+		return s
+	}
+	before := read(failed[0])
+	require.Equal(t, int64(3), countsOf(t, b, "res").Failed)
+
+	dry, err := Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{Source: "res"}, DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 3}, []int{dry.Matched, dry.Changed})
+	require.Len(t, dry.Sample, 3)
+	require.Equal(t, "failed", b.status(t, failed[0]), "a dry run changes nothing")
+
+	_, err = Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{Source: "res"}, Actor: "alice"})
+	require.ErrorContains(t, err, "a reason is required")
+	_, err = Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{Source: "res", Status: envelope.StatusDone}, Actor: "alice", Reason: "x"})
+	require.ErrorContains(t, err, "applies to failed envelopes only")
+	_, err = Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{IDs: []int64{failed[0], 999999999999}}, Actor: "alice", Reason: "x"})
+	require.True(t, errors.As(err, new(*NotFoundError)), "%v", err)
+	require.Equal(t, "failed", b.status(t, failed[0]), "an unknown id changes nothing")
+
+	res, err := Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{Source: "res"}, Actor: "alice", Reason: "INC-7: refunded by hand"})
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 3}, []int{res.Matched, res.Changed})
+	require.Equal(t, failed, res.IDs)
+	for _, id := range failed {
+		require.Equal(t, "resolved", b.status(t, id))
+	}
+	require.Equal(t, "failed", b.status(t, other[0]), "outside the filter")
+	require.Equal(t, "done", b.status(t, done), "not failed")
+	require.Equal(t, before, read(failed[0]), "nothing but the status changes")
+	c := countsOf(t, b, "res")
+	require.Equal(t, []int64{0, 3, 1, 4}, []int64{c.Failed, c.Resolved, c.Done, c.Total})
+
+	d, err := Show(ctx, b.pool, failed[0], ShowOptions{})
+	require.NoError(t, err)
+	require.Len(t, d.Resolutions, 1)
+	r := d.Resolutions[0]
+	require.Equal(t, []string{"resolve", "alice", "INC-7: refunded by hand", res.BatchID}, []string{r.Action, r.Actor, r.Reason, r.BatchID})
+	require.JSONEq(t, `{"source":"res"}`, string(r.Filter))
+
+	// Again: nothing failed is left to resolve.
+	again, err := Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{Source: "res"}, Actor: "alice", Reason: "twice"})
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 0}, []int{again.Matched, again.Changed})
+
+	un, err := Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{IDs: []int64{failed[1], done}}, Actor: "bob", Reason: "resolved by mistake", Undo: true})
+	require.NoError(t, err)
+	require.Equal(t, []int64{failed[1]}, un.IDs, "the done one is not resolved: left alone")
+	require.Equal(t, "failed", b.status(t, failed[1]))
+	c = countsOf(t, b, "res")
+	require.Equal(t, []int64{1, 2}, []int64{c.Failed, c.Resolved})
+	d, err = Show(ctx, b.pool, failed[1], ShowOptions{})
+	require.NoError(t, err)
+	require.Len(t, d.Resolutions, 2)
+	require.Equal(t, []string{"resolve", "unresolve"}, []string{d.Resolutions[0].Action, d.Resolutions[1].Action})
+	require.Equal(t, "bob", d.Resolutions[1].Actor)
+
+	// With a limit: one at a time, and it says more are left.
+	lim, err := Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{Status: envelope.StatusResolved, Source: "res"}, Undo: true, Actor: "bob", Reason: "one", Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, 1, lim.Changed)
+	require.True(t, lim.LimitReached)
+}
+
+// A resolved envelope's body goes with the body purge, as a done one's
+// does; a failed one's is kept.
+func TestResolvedBodiesArePurged(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	ids := envelopetest.InsertMany(t, b.pool, 2, func(int) envelopetest.Row {
+		return envelopetest.Row{Source: "purge", Status: "failed", ReceivedAt: time.Now(), ProcessedAt: old}
+	})
+	_, err := Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{IDs: ids[:1]}, Actor: "alice", Reason: "closed"})
+	require.NoError(t, err)
+	rep, err := retention.Purge(ctx, b.pool, retention.Config{BodyAfter: 30 * 24 * time.Hour, DeleteAfter: 90 * 24 * time.Hour, BatchSize: 100})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rep.BodiesDropped)
+	var purged []bool
+	for _, id := range ids {
+		var p bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT body IS NULL FROM envelope WHERE id = $1`, id).Scan(&p))
+		purged = append(purged, p)
+	}
+	require.Equal(t, []bool{true, false}, purged, "the resolved body went, the failed one stayed")
+}
