@@ -293,6 +293,26 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Positive(t, count("#causes svg rect[height]:not([height='0'])"), "a bar for the failed attempts")
 	shot("failures.png")
 
+	// No replay fixes an unknown currency: the operator resolves the
+	// conflicted one from its page, then the other three from Failures.
+	const reason3 = "INC-42: xyz payments refunded by hand"
+	do("resolve one", chromedp.Navigate(fmt.Sprintf("%s/envelopes/%d", base, conflicted)), chromedp.WaitVisible(chromedp.CSS("#resolve")),
+		chromedp.SendKeys(chromedp.CSS(`#resolve input[name=reason]`), reason3), chromedp.Click(chromedp.CSS("#resolve-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#resolutions table")))
+	require.Contains(t, text("h1"), "resolved")
+	require.Contains(t, text("#resolutions"), reason3)
+	require.Contains(t, text("#resolutions"), "console:"+user)
+	require.EqualValues(t, 1, s.scalar(t, `SELECT count(*) FROM envelope_resolution WHERE envelope_id = $1 AND action = 'resolve' AND actor = $2`, conflicted, "console:"+user))
+	shot("resolved.png")
+	do("resolve the rest", chromedp.Navigate(base+"/failures"), chromedp.WaitVisible(chromedp.CSS("#causes")),
+		chromedp.Click(chromedp.CSS(`#causes a[href^="/console/resolve?"]`)), chromedp.WaitVisible(chromedp.CSS("#preview")))
+	require.Equal(t, "3", text("#matched"))
+	do("confirm", chromedp.SendKeys(chromedp.CSS("#reason"), reason3), chromedp.Click(chromedp.CSS("#confirm-resolve")),
+		chromedp.WaitVisible(chromedp.CSS("#resolved")))
+	require.Equal(t, "3", text("#changed"))
+	require.Zero(t, s.scalar(t, `SELECT count(*) FROM envelope WHERE status = 'failed'`))
+	require.EqualValues(t, 4, s.scalar(t, `SELECT count(*) FROM envelope WHERE status = 'resolved'`))
+
 	// River UI's job id leads back to the envelope.
 	job := s.scalar(t, `SELECT max(id) FROM river_job WHERE kind = 'process_envelope' AND (args->>'envelope_id')::bigint = $1`, conflicted)
 	do("from River UI's job id", chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", base, job)), chromedp.WaitVisible(chromedp.CSS("#attempts")))

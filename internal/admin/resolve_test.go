@@ -139,3 +139,22 @@ func TestResolvedBodiesArePurged(t *testing.T) {
 	}
 	require.Equal(t, []bool{true, false}, purged, "the resolved body went, the failed one stayed")
 }
+
+// A resolved envelope never holds its partition: the day's partition goes
+// at delete-after with it, counted among the envelopes dropped, and its
+// envelope_resolution rows go with it.
+func TestResolvedEnvelopesGoWithTheirPartition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-100 * 24 * time.Hour)
+	id := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "drop", Status: "failed", ReceivedAt: old, ProcessedAt: old})
+	_, err := Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{IDs: []int64{id}}, Actor: "alice", Reason: "closed"})
+	require.NoError(t, err)
+	rep, err := retention.Purge(ctx, b.pool, retention.Config{BodyAfter: 30 * 24 * time.Hour, DeleteAfter: 90 * 24 * time.Hour, BatchSize: 100})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rep.EnvelopesDeleted, "the resolved envelope is counted among those its partition took")
+	var left int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM envelope WHERE id = $1) + (SELECT count(*) FROM envelope_resolution WHERE envelope_id = $1)`, id).Scan(&left))
+	require.Zero(t, left)
+}
