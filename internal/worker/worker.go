@@ -16,8 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/trace"
 
@@ -27,6 +25,7 @@ import (
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/metrics"
+	"github.com/inboxhq/inbox/internal/riverjob"
 	"github.com/inboxhq/inbox/internal/tracing"
 )
 
@@ -375,41 +374,26 @@ func (w *ProcessWorker) processTx(ctx context.Context, jobs []*river.Job[envelop
 
 // completeJobs marks the jobs of the attempts whose envelope is final and
 // whose verdict is nil completed, in the batch's transaction and in one
-// statement (River's own, as JobCompleteTx sends it for one job): a final
-// envelope never has a live job, so a replay right after it is processed
-// finds none in its way. River's completer, when Work then returns nil,
-// finds the job no longer running and leaves it. The fence holds the job
-// rows locked, running at this attempt, so every one must complete.
+// statement (riverjob.CompleteRunning: River's own statement, as
+// JobCompleteTx sends it for one job): a final envelope never has a live
+// job, so a replay right after it is processed finds none in its way.
+// River's completer, when Work then returns nil, finds the job no longer
+// running and leaves it. The fence holds the job rows locked, running at
+// this attempt, so every one must complete.
 func completeJobs(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
-	var p riverdriver.JobSetStateIfRunningManyParams
-	now := time.Now().UTC()
+	var ids []int64
 	for _, a := range atts {
-		if a.busy || a.dec.river != nil {
-			continue
+		if !a.busy && a.dec.river == nil {
+			ids = append(ids, a.job.ID)
 		}
-		c := riverdriver.JobSetStateCompleted(a.job.ID, now, nil)
-		p.ID = append(p.ID, c.ID)
-		p.Attempt = append(p.Attempt, c.Attempt)
-		p.ErrData = append(p.ErrData, c.ErrData)
-		p.FinalizedAt = append(p.FinalizedAt, c.FinalizedAt)
-		p.MetadataDoMerge = append(p.MetadataDoMerge, c.MetadataDoMerge)
-		p.MetadataUpdates = append(p.MetadataUpdates, c.MetadataUpdates)
-		p.ScheduledAt = append(p.ScheduledAt, c.ScheduledAt)
-		p.State = append(p.State, c.State)
 	}
-	if len(p.ID) == 0 {
-		return nil
-	}
-	rows, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobSetStateIfRunningMany(ctx, &p)
+	states, err := riverjob.CompleteRunning(ctx, tx, ids, time.Now().UTC())
 	if err != nil {
-		return fmt.Errorf("complete %d jobs: %w", len(p.ID), err)
+		return err
 	}
-	if len(rows) != len(p.ID) {
-		return fmt.Errorf("complete %d jobs: %d rows: %w", len(p.ID), len(rows), errLostRace)
-	}
-	for _, r := range rows {
-		if r.State != rivertype.JobStateCompleted {
-			return fmt.Errorf("complete job %d: state %s: %w", r.ID, r.State, errLostRace)
+	for _, id := range ids {
+		if st, ok := states[id]; !ok || st != rivertype.JobStateCompleted {
+			return fmt.Errorf("complete job %d: state %q: %w", id, st, errLostRace)
 		}
 	}
 	return nil
