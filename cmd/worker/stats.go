@@ -37,9 +37,9 @@ func runStats(ctx context.Context, args []string, getenv func(string) string, st
 
 func writeStats(w io.Writer, st *admin.Stats) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "SOURCE\tPENDING\tDONE\tFAILED\tIGNORED\tTOTAL\tDUPLICATES\tCONFLICTS")
+	fmt.Fprintln(tw, "SOURCE\tPENDING\tDONE\tFAILED\tIGNORED\tRESOLVED\tTOTAL\tDUPLICATES\tCONFLICTS")
 	for _, s := range append(st.Sources, st.Totals) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Source, s.Pending, s.Done, s.Failed, s.Ignored, s.Total, s.Duplicates, s.Conflicts)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Source, s.Pending, s.Done, s.Failed, s.Ignored, s.Resolved, s.Total, s.Duplicates, s.Conflicts)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -58,6 +58,11 @@ type ListRequest struct {
 	// (every page's, not only this one), in the same snapshot, stopping at
 	// CountUpTo: a bounded cost however many match.
 	CountUpTo int
+	// ByStatus, with CountUpTo, also counts the envelopes the filter
+	// selects in each status (its own status aside), each at most
+	// min(CountUpTo, MaxStatusCount): the console's status tabs. Filters no
+	// index serves get none.
+	ByStatus bool
 }
 
 // Validate checks r before anything is read: its filter, a limit of 0
@@ -121,6 +126,9 @@ type ListResult struct {
 	// says there are more. A bounded search counts what it found.
 	Matched     int  `json:"matched,omitempty"`
 	MatchedMore bool `json:"matched_more,omitempty"`
+	// ByStatus counts the filter's envelopes per status when
+	// ListRequest.ByStatus asked for it, in envelope.Statuses' order.
+	ByStatus []StatusCount `json:"by_status,omitempty"`
 	// Scan is what the page read.
 	Scan Scan `json:"scan"`
 }
@@ -195,6 +203,19 @@ func listSelection(f Filter, clock envelope.Clock) (envelope.Selection, Scan) {
 	return sel, scan
 }
 
+// MaxStatusCount bounds each count of ListRequest.ByStatus: five of them
+// per page must stay cheap, and "1000+" says enough on a tab.
+const MaxStatusCount = 1000
+
+// StatusCount is how many envelopes of a status a filter selects: N, at
+// most min(ListRequest.CountUpTo, MaxStatusCount), and More when there are
+// more.
+type StatusCount struct {
+	Status envelope.Status `json:"status"`
+	N      int             `json:"n"`
+	More   bool            `json:"more,omitempty"`
+}
+
 // listPage reads one page of sel in one statement (and its count, when
 // asked), which an index or the window's partitions bound.
 func listPage(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRequest, res *ListResult) error {
@@ -204,6 +225,21 @@ func listPage(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRe
 			return err
 		}
 		res.Matched, res.MatchedMore = min(n, req.CountUpTo), n > req.CountUpTo
+		// Each status's count is one bounded count on the status index
+		// (status, received_at) within the window.
+		limit := min(req.CountUpTo, MaxStatusCount)
+		for _, st := range envelope.Statuses() {
+			if !req.ByStatus {
+				break
+			}
+			s := sel
+			s.Status = st
+			n, err := envelope.CountUpTo(ctx, tx, s, limit+1)
+			if err != nil {
+				return err
+			}
+			res.ByStatus = append(res.ByStatus, StatusCount{Status: st, N: min(n, limit), More: n > limit})
+		}
 	}
 	sel.BeforeID = req.BeforeID
 	var err error

@@ -898,3 +898,20 @@ func TestResolveByFilter(t *testing.T) {
 	_, body, _ = b.get(t, "/console/envelopes?status=failed&source=stripe")
 	require.Contains(t, body, `id="resolve-filter" href="/console/resolve?`)
 }
+
+// The list has a tab per status, each the filter with that status and the
+// count it selects; the current one is marked.
+func TestListStatusTabs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seed(t, b.pool, 3) // 3 failed stripe, 1 done github
+	envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "stripe", Status: "done"})
+	_, body, _ := b.get(t, "/console/envelopes?source=stripe&status=failed")
+	require.Contains(t, body, `<a href="/console/envelopes?source=stripe">all</a>`)
+	require.Contains(t, body, `<a href="/console/envelopes?source=stripe&amp;status=failed" class="current" aria-current="page">failed <span class="count">3</span></a>`)
+	require.Contains(t, body, `<a href="/console/envelopes?source=stripe&amp;status=done">done <span class="count">1</span></a>`)
+	require.Contains(t, body, `<a href="/console/envelopes?source=stripe&amp;status=resolved">resolved <span class="count">0</span></a>`)
+	// A body search no index serves: the tabs, without counts.
+	_, body, _ = b.get(t, "/console/envelopes?source=stripe&field=data.object.currency%3Dxyz")
+	require.Regexp(t, `<a href="/console/envelopes\?field=[^"]*&amp;source=stripe&amp;status=done">done</a>`, body)
+}

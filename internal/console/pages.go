@@ -52,6 +52,8 @@ type listData struct {
 	Query     template.URL // the filter's query string (encoded: safe in an href)
 	NextQuery template.URL // the next page's, "" on the last
 	Paged     bool         // this is not the first page
+	// Tabs are the status tabs, counted when an index serves the filter.
+	Tabs []statusTab
 	// Matched counts every page's envelopes, up to maxCounted
 	// (MatchedMore: more than that).
 	Matched     int
@@ -68,6 +70,16 @@ type listData struct {
 // listRefresh is the list's auto-refresh period when turned on (?refresh=on):
 // a meta refresh, no script.
 const listRefresh = 10
+
+// statusTab is one of the list's status tabs: the filter with that status
+// (all: with none), and how many it selects when counted.
+type statusTab struct {
+	Label   string
+	Query   template.URL
+	Current bool
+	Count   string
+	Counted bool
+}
 
 // maxCounted bounds the list's count of matches: a count costs what it
 // reads, and "more than 10000" is what an operator needs to know beyond.
@@ -98,12 +110,27 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusBadRequest, "envelopes", "Envelopes", d)
 		return
 	}
-	res, err := admin.List(r.Context(), c.reads(), admin.ListRequest{Filter: f, Limit: limit, BeforeID: before, CountUpTo: maxCounted})
+	res, err := admin.List(r.Context(), c.reads(), admin.ListRequest{Filter: f, Limit: limit, BeforeID: before, CountUpTo: maxCounted, ByStatus: true})
 	if err != nil {
 		c.fail(w, r, statusOf(err), err)
 		return
 	}
 	d.Envelopes, d.Paged = res.Envelopes, before > 0
+	// The status tabs: the filter with each status, and with none.
+	all := maps.Clone(fq)
+	all.Del("status")
+	d.Tabs = append(d.Tabs, statusTab{Label: "all", Query: template.URL(all.Encode()), Current: fq.Get("status") == ""})
+	if len(res.ByStatus) == 0 { // a search no index serves: tabs without counts
+		for _, st := range envelope.Statuses() {
+			res.ByStatus = append(res.ByStatus, admin.StatusCount{Status: st, N: -1})
+		}
+	}
+	for _, sc := range res.ByStatus {
+		tq := maps.Clone(all)
+		tq.Set("status", string(sc.Status))
+		d.Tabs = append(d.Tabs, statusTab{Label: string(sc.Status), Query: template.URL(tq.Encode()), Current: fq.Get("status") == string(sc.Status),
+			Count: strconv.Itoa(sc.N) + map[bool]string{true: "+", false: ""}[sc.More], Counted: sc.N >= 0})
+	}
 	d.Matched, d.MatchedMore, d.Scan = res.Matched, res.MatchedMore, &res.Scan
 	if res.NextBeforeID != nil {
 		next := filterQuery(q)
