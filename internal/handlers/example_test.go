@@ -20,7 +20,10 @@ import (
 // effects through tx (for money, ledger.Post).
 func ExampleRegistry() {
 	r := handlers.Builtin()
-	r.Register(provider.GitHub, "release", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	// GitHub's event type is X-GitHub-Event and the body's action:
+	// "release.published", never "release" alone. A route names one event
+	// type exactly (or "*" for every event of the provider).
+	r.Register(provider.GitHub, "release.published", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 		var body struct {
 			Release struct {
 				TagName string `json:"tag_name"`
@@ -36,7 +39,7 @@ func ExampleRegistry() {
 	}))
 
 	for _, ev := range []struct{ provider, event string }{
-		{provider.GitHub, "release"},                  // the route just registered
+		{provider.GitHub, "release.published"},        // the route just registered
 		{provider.GitHub, "issues"},                   // the built-in github wildcard
 		{provider.Stripe, "payment_intent.succeeded"}, // a built-in payment handler
 		{provider.Stripe, "customer.created"},         // no route: ignored
@@ -45,7 +48,7 @@ func ExampleRegistry() {
 		fmt.Printf("%s %s: handled=%v\n", ev.provider, ev.event, ok)
 	}
 
-	h, _ := r.Lookup(provider.GitHub, "release")
+	h, _ := r.Lookup(provider.GitHub, "release.published")
 	res, err := h.Handle(context.Background(), nil, &envelope.Envelope{Body: []byte(`{"release":{"tag_name":"v1.2.0"}}`)})
 	fmt.Println(string(res), err)
 	// Purged by retention: the body is gone, its parsed copy remains.
@@ -54,7 +57,7 @@ func ExampleRegistry() {
 	_, err = h.Handle(context.Background(), nil, &envelope.Envelope{Body: []byte(`not json`)})
 	fmt.Println(err)
 	// Output:
-	// github release: handled=true
+	// github release.published: handled=true
 	// github issues: handled=true
 	// stripe payment_intent.succeeded: handled=true
 	// stripe customer.created: handled=false
