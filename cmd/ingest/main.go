@@ -61,6 +61,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *cfgPath == "" {
 		return errors.New("no sources file: set --config or INBOX_CONFIG")
 	}
+	if *storeTimeout <= 0 || *shedAfter >= *storeTimeout {
+		return errors.New("--store-timeout must be positive, and --shed-after below it (a queue that old is refused; negative: never refuse on it)")
+	}
 	if *storeBatch < 1 || *storeConcurrency < 1 || *maxConns < *storeConcurrency+2 {
 		return errors.New("--store-batch and --store-concurrency must be at least 1, and --db-max-conns at least --store-concurrency + 2")
 	}

@@ -211,3 +211,22 @@ func TestIdleConnectionsAtTheCapDoNotShutIngest(t *testing.T) {
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^inbox_ingest_connections_evicted_total [1-9]`, string(body))
 }
+
+// A --shed-after at or past the store deadline could never refuse: it is a
+// startup error, before anything is opened.
+func TestShedAfterMustBeBelowTheDeadline(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"INBOX_CONFIG": "/nonexistent.yaml"}
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"--store-timeout", "3s", "--shed-after", "3s"}, func(k string) string { return env[k] }, &out, &out)
+	require.ErrorContains(t, err, "--shed-after below it")
+	require.NoError(t, func() error {
+		// A negative one turns refusals off and is accepted (the run then
+		// fails on the missing sources file, later).
+		err := run(context.Background(), []string{"--shed-after", "-1s"}, func(k string) string { return env[k] }, &out, &out)
+		if err == nil || strings.Contains(err.Error(), "--shed-after") {
+			return fmt.Errorf("want the sources file's error, got %v", err)
+		}
+		return nil
+	}())
+}

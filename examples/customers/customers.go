@@ -24,8 +24,9 @@ import (
 
 // Schema is the team's own table, created by the team's own migration (a
 // goose file next to the project's, or their usual tool). updated_at is the
-// sender's time of the change: a delivery older than the row changes
-// nothing, so a retry, a replay or an out-of-order delivery is harmless.
+// sender's time of the change (seconds): a delivery older than the row, or
+// of the same second and stored earlier, changes nothing, so a retry, a
+// replay or an out-of-order delivery is harmless.
 const Schema = `
 CREATE TABLE IF NOT EXISTS crm_customer (
     id          text        PRIMARY KEY,
@@ -61,7 +62,12 @@ type Result struct {
 	Applied bool `json:"applied"`
 }
 
-// Handle upserts the customer, newest version wins, inside tx. It never
+// maxUpdatedAt is the last second of year 9999: later is not a time
+// PostgreSQL's timestamptz holds (nor a plausible one).
+const maxUpdatedAt = 253402300799
+
+// Handle upserts the customer, newest version wins, inside tx: the sender's
+// updated_at, then (two changes in one second) the later-stored delivery. It never
 // commits or rolls back tx: the worker does, with the envelope's status.
 func Handle(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
 	var ev event
@@ -73,11 +79,15 @@ func Handle(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMes
 	if d.ID == "" || d.Email == "" || d.UpdatedAt <= 0 {
 		return nil, handlers.Permanent(errors.New("customer event: data.id, data.email and data.updated_at are required"))
 	}
+	if d.UpdatedAt > maxUpdatedAt {
+		// Out of PostgreSQL's range: a retry would fail the same way.
+		return nil, handlers.Permanent(fmt.Errorf("customer event: data.updated_at %d is not a Unix time in seconds", d.UpdatedAt))
+	}
 	tag, err := tx.Exec(ctx, `
 		INSERT INTO crm_customer (id, email, name, updated_at, envelope_id) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (id) DO UPDATE SET email = EXCLUDED.email, name = EXCLUDED.name,
 		       updated_at = EXCLUDED.updated_at, envelope_id = EXCLUDED.envelope_id
-		 WHERE crm_customer.updated_at < EXCLUDED.updated_at`,
+		 WHERE (crm_customer.updated_at, crm_customer.envelope_id) < (EXCLUDED.updated_at, EXCLUDED.envelope_id)`,
 		d.ID, d.Email, d.Name, time.Unix(d.UpdatedAt, 0).UTC(), env.ID)
 	if err != nil {
 		// A database error is transient: the worker retries it.

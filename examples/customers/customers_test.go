@@ -66,6 +66,16 @@ func TestCustomersHandler(t *testing.T) {
 	email, _ = row()
 	require.Equal(t, "b@example.com", email)
 
+	// Two changes in one second: the later-stored delivery wins.
+	_, o = deliver("customer.updated", body("cus_1", "c@example.com", t0.Add(time.Minute)))
+	require.Equal(t, customers.Result{Customer: "cus_1", Applied: true}, result(o))
+	email, _ = row()
+	require.Equal(t, "c@example.com", email)
+
+	_, o = deliver("customer.updated", []byte(`{"data":{"id":"cus_2","email":"x@example.com","updated_at":99999999999999}}`))
+	require.Equal(t, envelope.StatusFailed, o.Status, "a time out of range fails for good")
+	require.Equal(t, 1, o.Attempts)
+
 	_, o = deliver("customer.created", []byte(`{"data":{"email":"x@example.com","updated_at":1}}`))
 	require.Equal(t, envelope.StatusFailed, o.Status)
 	require.Equal(t, 1, o.Attempts, "a permanent error is not retried")

@@ -34,6 +34,17 @@ func (e *PurgedError) Error() string {
 	return "envelope " + JoinIDs(e.IDs, ", ") + ": body dropped by retention, nothing to replay"
 }
 
+// ResolvedError is returned when envelopes asked for by id are resolved: an
+// operator closed them (dealt with elsewhere), and a replay must not undo
+// that silently. Un-resolving them first records who and why.
+type ResolvedError struct {
+	IDs []int64
+}
+
+func (e *ResolvedError) Error() string {
+	return "envelope " + JoinIDs(e.IDs, ", ") + ": resolved (closed by an operator), not replayed; un-resolve it first (worker envelopes unresolve ID --reason ...)"
+}
+
 // JoinIDs formats envelope ids in decimal, separated by sep: the one
 // spelling of an id list in errors and reports.
 func JoinIDs(ids []int64, sep string) string {

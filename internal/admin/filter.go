@@ -120,6 +120,15 @@ func (f Filter) IsEmpty() bool {
 		f.Since.IsZero() && f.Until.IsZero()
 }
 
+// NarrowsBeyondStatus reports whether f selects by something other than
+// the status: a resolve needs that (every failed envelope at once is not
+// one operator decision).
+func (f Filter) NarrowsBeyondStatus() bool {
+	g := f
+	g.Status = ""
+	return !g.IsEmpty()
+}
+
 func (f Filter) hasFields() bool {
 	g := f
 	g.IDs = nil
@@ -206,6 +215,12 @@ func (f Filter) selection(clock envelope.Clock) envelope.Selection {
 	s := envelope.Selection{IDs: f.IDs, Source: f.Source, Status: f.Status, EventType: f.EventType,
 		DeliveryID: f.DeliveryID, Cause: f.Cause, Contains: f.Contains, Headers: f.Headers, Replayable: f.replayable, MaxID: f.MaxID,
 		LegacyUntil: clock.LegacyUntil}
+	if f.replayable && f.Status == "" {
+		// A replay leaves resolved envelopes alone: an operator closed
+		// them, and re-running their handler could repeat what was done
+		// by hand. Asked for by status or id, it is an error instead.
+		s.NotStatus = envelope.StatusResolved
+	}
 	if !f.Since.IsZero() {
 		s.Since = f.Since.Time(now)
 	}

@@ -139,6 +139,9 @@ func (r ReplayRequest) ValidateSelection() error {
 	if r.Filter.IsEmpty() {
 		return errors.New("select envelopes by id or with at least one filter (replaying everything is not allowed)")
 	}
+	if r.Filter.Status == envelope.StatusResolved {
+		return errResolvedNotReplayed
+	}
 	if r.BatchSize < 0 || r.BatchSize > MaxBatchSize {
 		return fmt.Errorf("batch size %d: want 1 to %d", r.BatchSize, MaxBatchSize)
 	}
@@ -147,6 +150,9 @@ func (r ReplayRequest) ValidateSelection() error {
 	}
 	return nil
 }
+
+// errResolvedNotReplayed refuses a replay (or its dry run) of --status resolved.
+var errResolvedNotReplayed = &InputError{Field: "status", Err: errors.New("resolved envelopes are not replayed (an operator closed them); un-resolve them first (worker envelopes unresolve)")}
 
 // ErrInterrupted is wrapped by Replay's error when its context ended the run.
 var ErrInterrupted = errors.New("replay interrupted")
@@ -415,6 +421,9 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 	if err := f.Validate(); err != nil {
 		return DryRunResult{}, err
 	}
+	if f.Status == envelope.StatusResolved {
+		return DryRunResult{}, errResolvedNotReplayed
+	}
 	if limit < 0 {
 		return DryRunResult{}, fmt.Errorf("limit %d: must not be negative", limit)
 	}
@@ -479,7 +488,8 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 }
 
 // checkPurged returns a *PurgedError naming the ids whose body retention
-// dropped.
+// dropped, or a *ResolvedError naming the resolved ones: neither can be
+// replayed.
 func checkPurged(ctx context.Context, q envelope.Querier, ids []int64) error {
 	purged, err := envelope.Purged(ctx, q, ids)
 	if err != nil {
@@ -487,6 +497,13 @@ func checkPurged(ctx context.Context, q envelope.Querier, ids []int64) error {
 	}
 	if len(purged) > 0 {
 		return &PurgedError{IDs: purged}
+	}
+	resolved, err := envelope.InStatus(ctx, q, ids, envelope.StatusResolved)
+	if err != nil {
+		return err
+	}
+	if len(resolved) > 0 {
+		return &ResolvedError{IDs: resolved}
 	}
 	return nil
 }

@@ -46,6 +46,9 @@ type ResolveResult struct {
 	// take what the dry run saw, and nothing stored since.
 	Sample       []Summary     `json:"sample,omitempty"`
 	MaxID        int64         `json:"max_id,omitempty"`
+	// At is the database's clock when the run (or dry run) began: what its
+	// relative times (--since 24h) were resolved against.
+	At time.Time `json:"at"`
 	LimitReached bool          `json:"limit_reached"`
 	DryRun       bool          `json:"dry_run"`
 	Duration     time.Duration `json:"-"`
@@ -68,8 +71,8 @@ func (r ResolveRequest) Validate() error {
 	if err := r.Filter.Validate(); err != nil {
 		return err
 	}
-	if r.Filter.IsEmpty() {
-		return errors.New("select envelopes by id or with at least one filter (resolving every failed envelope at once is not allowed: say --status failed with a source, cause or time)")
+	if !r.Filter.NarrowsBeyondStatus() {
+		return errors.New("select envelopes by id or with a filter besides the status (a source, cause, event type or time): resolving every failed envelope at once is not allowed")
 	}
 	from, action := r.from()
 	if r.Filter.Status != "" && r.Filter.Status != from {
@@ -113,6 +116,7 @@ func Resolve(ctx context.Context, pool *pgxpool.Pool, req ResolveRequest) (Resol
 	if err != nil {
 		return res, fmt.Errorf("start %s: %w", action, err)
 	}
+	res.At = clock.Now
 	if len(f.IDs) > 0 {
 		missing, err := envelope.Missing(ctx, pool, f.IDs)
 		if err != nil {

@@ -66,6 +66,8 @@ func TestResolveAndUnresolve(t *testing.T) {
 
 	_, err = Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{Source: "res"}, Actor: "alice"})
 	require.ErrorContains(t, err, "a reason is required")
+	_, err = Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{Status: envelope.StatusFailed}, Actor: "alice", Reason: "all of them"})
+	require.ErrorContains(t, err, "besides the status", "every failed envelope at once is not one decision")
 	_, err = Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{Source: "res", Status: envelope.StatusDone}, Actor: "alice", Reason: "x"})
 	require.ErrorContains(t, err, "applies to failed envelopes only")
 	_, err = Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{IDs: []int64{failed[0], 999999999999}}, Actor: "alice", Reason: "x"})
@@ -117,7 +119,9 @@ func TestResolveAndUnresolve(t *testing.T) {
 }
 
 // A resolved envelope's body goes with the body purge, as a done one's
-// does; a failed one's is kept.
+// does, once both its processing and its last resolution are older than
+// the body window (one resolved today keeps it, so that an un-resolve can
+// still be followed by a replay); a failed one's is kept.
 func TestResolvedBodiesArePurged(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -128,16 +132,23 @@ func TestResolvedBodiesArePurged(t *testing.T) {
 	})
 	_, err := Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{IDs: ids[:1]}, Actor: "alice", Reason: "closed"})
 	require.NoError(t, err)
-	rep, err := retention.Purge(ctx, b.pool, retention.Config{BodyAfter: 30 * 24 * time.Hour, DeleteAfter: 90 * 24 * time.Hour, BatchSize: 100})
-	require.NoError(t, err)
-	require.Equal(t, int64(1), rep.BodiesDropped)
-	var purged []bool
-	for _, id := range ids {
-		var p bool
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT body IS NULL FROM envelope WHERE id = $1`, id).Scan(&p))
-		purged = append(purged, p)
+	purge := func() (int64, []bool) {
+		rep, err := retention.Purge(ctx, b.pool, retention.Config{BodyAfter: 30 * 24 * time.Hour, DeleteAfter: 90 * 24 * time.Hour, BatchSize: 100})
+		require.NoError(t, err)
+		var purged []bool
+		for _, id := range ids {
+			var p bool
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT body IS NULL FROM envelope WHERE id = $1`, id).Scan(&p))
+			purged = append(purged, p)
+		}
+		return rep.BodiesDropped, purged
 	}
-	require.Equal(t, []bool{true, false}, purged, "the resolved body went, the failed one stayed")
+	n, purged := purge()
+	require.Equal(t, []any{int64(0), []bool{false, false}}, []any{n, purged}, "resolved today: kept")
+	_, err = b.pool.Exec(ctx, `UPDATE envelope_resolution SET at = $2 WHERE envelope_id = $1`, ids[0], old)
+	require.NoError(t, err)
+	n, purged = purge()
+	require.Equal(t, []any{int64(1), []bool{true, false}}, []any{n, purged}, "the resolved body went, the failed one stayed")
 }
 
 // A resolved envelope never holds its partition: the day's partition goes
@@ -157,4 +168,40 @@ func TestResolvedEnvelopesGoWithTheirPartition(t *testing.T) {
 	var left int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM envelope WHERE id = $1) + (SELECT count(*) FROM envelope_resolution WHERE envelope_id = $1)`, id).Scan(&left))
 	require.Zero(t, left)
+}
+
+// A replay leaves resolved envelopes alone: a filter without a status
+// skips them, and asking for them by status or by id is refused, with what
+// to do; un-resolved, the same replay takes them.
+func TestReplayLeavesResolvedEnvelopesAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := seedFailed(t, b.pool, "rr", 2)
+	_, err := Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{IDs: ids[:1]}, Actor: "alice", Reason: "refunded by hand"})
+	require.NoError(t, err)
+
+	dry, err := DryRun(ctx, b.pool, Filter{Source: "rr"}, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, dry.Matched, "the resolved one is not selected")
+	res, err := Replay(ctx, b.pool, b.jobs, req(Filter{Source: "rr"}))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Replayed)
+	require.Equal(t, "resolved", b.status(t, ids[0]))
+
+	_, err = Replay(ctx, b.pool, b.jobs, req(Filter{IDs: ids[:1]}))
+	var resolved *ResolvedError
+	require.ErrorAs(t, err, &resolved)
+	require.Equal(t, ids[:1], resolved.IDs)
+	require.ErrorContains(t, err, "un-resolve it first")
+	_, err = DryRun(ctx, b.pool, Filter{Status: envelope.StatusResolved, Source: "rr"}, 0)
+	require.ErrorContains(t, err, "resolved envelopes are not replayed")
+	require.Equal(t, "resolved", b.status(t, ids[0]))
+
+	_, err = Resolve(ctx, b.pool, ResolveRequest{Filter: Filter{IDs: ids[:1]}, Actor: "alice", Reason: "FX added: replay it", Undo: true})
+	require.NoError(t, err)
+	res, err = Replay(ctx, b.pool, b.jobs, req(Filter{IDs: ids[:1]}))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Replayed)
+	require.Equal(t, "pending", b.status(t, ids[0]))
 }

@@ -76,9 +76,14 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		if l.overflow != nil && !l.anyWaiting() {
 			// Every connection is busy with a request: none will free a
 			// slot soon, so answer this one at once rather than hold it.
+			// A slot freed meanwhile (the eviction above, a connection
+			// closing) comes first: select would pick at random.
 			select {
 			case l.slots <- struct{}{}:
 				return l.track(c), nil
+			default:
+			}
+			select {
 			case l.overflow <- struct{}{}:
 				return &overflowConn{Conn: c, l: l, until: time.Now().Add(overflowHold)}, nil
 			default:
@@ -194,6 +199,22 @@ func (c *limitedConn) Read(b []byte) (int, error) {
 		c.l.mu.Unlock()
 	}
 	return n, err
+}
+
+// CloseWrite half-closes the connection when it can, as net/http does
+// before closing one whose request it did not read to the end, so that the
+// client reads the answer rather than a reset. Without it the wrapper would
+// hide the TCP connection's own CloseWrite.
+func (c *limitedConn) CloseWrite() error { return closeWrite(c.Conn) }
+
+// CloseWrite: as limitedConn's (the overflow answer must reach the client).
+func (c *overflowConn) CloseWrite() error { return closeWrite(c.Conn) }
+
+func closeWrite(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (c *limitedConn) Close() error {

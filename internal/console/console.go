@@ -242,15 +242,19 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, err e
 }
 
 // statusOf maps an admin error, after the input was validated, to its HTTP
-// status: unknown ids 404, purged bodies 409, an ended request 503, else
-// 500.
+// status: input the checks refused 400, unknown ids 404, purged or
+// resolved envelopes 409, an ended request 503, else 500.
 func statusOf(err error) int {
 	var notFound *admin.NotFoundError
 	var purged *admin.PurgedError
+	var resolved *admin.ResolvedError
+	var input *admin.InputError
 	switch {
+	case errors.As(err, &input):
+		return http.StatusBadRequest
 	case errors.As(err, &notFound), errors.Is(err, envelope.ErrNotFound):
 		return http.StatusNotFound
-	case errors.As(err, &purged):
+	case errors.As(err, &purged), errors.As(err, &resolved):
 		return http.StatusConflict
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable

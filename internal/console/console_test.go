@@ -872,6 +872,9 @@ func TestResolveByFilter(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, `<b id="matched">3</b>`)
 	form := hidden(t, body)
+	since, err := time.Parse(time.RFC3339Nano, form.Get("since"))
+	require.NoError(t, err, "the relative window is pinned to the instant the dry run meant: %q", form.Get("since"))
+	require.WithinDuration(t, time.Now().Add(-24*time.Hour), since, time.Minute)
 	later := seed(t, b.pool, 1)[0]
 
 	form.Set("reason", "")
@@ -897,6 +900,11 @@ func TestResolveByFilter(t *testing.T) {
 	require.Contains(t, body, "only failed envelopes are resolved")
 	_, body, _ = b.get(t, "/console/envelopes?status=failed&source=stripe")
 	require.Contains(t, body, `id="resolve-filter" href="/console/resolve?`)
+	_, body, _ = b.get(t, "/console/envelopes?status=failed")
+	require.NotContains(t, body, `id="resolve-filter"`, "every failed envelope at once is not offered")
+	code, body, _ = b.get(t, "/console/resolve?status=failed")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "besides the status")
 }
 
 // The list has a tab per status, each the filter with that status and the

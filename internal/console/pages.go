@@ -54,6 +54,9 @@ type listData struct {
 	Paged     bool         // this is not the first page
 	// Tabs are the status tabs, counted when an index serves the filter.
 	Tabs []statusTab
+	// Resolvable: the filter selects failed envelopes and narrows them
+	// (a source, cause, time...): "Resolve matching…" is offered.
+	Resolvable bool
 	// Matched counts every page's envelopes, up to maxCounted
 	// (MatchedMore: more than that).
 	Matched     int
@@ -116,6 +119,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Envelopes, d.Paged = res.Envelopes, before > 0
+	d.Resolvable = f.Status == envelope.StatusFailed && f.NarrowsBeyondStatus()
 	// The status tabs: the filter with each status, and with none.
 	all := maps.Clone(fq)
 	all.Del("status")
@@ -837,8 +841,16 @@ func (c *Console) showResolve(w http.ResponseWriter, r *http.Request, fq url.Val
 		return
 	}
 	d.DryRun = &res
+	// The form resolves what this dry run saw: its relative times as the
+	// instants they meant now, nothing stored after its newest match, at
+	// most its count.
 	pinned := maps.Clone(fq)
 	pinned.Set("status", string(envelope.StatusFailed))
+	for k, b := range map[string]admin.Bound{"since": f.Since, "until": f.Until} {
+		if b.Ago != 0 {
+			pinned.Set(k, b.Time(res.At).UTC().Format(time.RFC3339Nano))
+		}
+	}
 	if res.MaxID > 0 {
 		pinned.Set("max_id", strconv.FormatInt(res.MaxID, 10))
 	}
@@ -862,8 +874,8 @@ func resolveFilter(q url.Values) (admin.Filter, error) {
 	if err != nil {
 		return f, err
 	}
-	if f.IsEmpty() {
-		return f, errors.New("select envelopes with at least one filter (resolving every failed envelope at once is not allowed)")
+	if !f.NarrowsBeyondStatus() {
+		return f, errors.New("select envelopes with a filter besides the status (a source, cause, event type or time): resolving every failed envelope at once is not allowed")
 	}
 	if f.Status != "" && f.Status != envelope.StatusFailed {
 		return f, fmt.Errorf("status %q: only failed envelopes are resolved", f.Status)

@@ -26,9 +26,10 @@ type PurgeBatch struct {
 	// StoredFrom, when not zero, keeps only envelopes stored at or after it
 	// (those before are in partitions that go whole).
 	StoredFrom time.Time
-	// Resolved takes resolved envelopes instead of done and ignored ones:
-	// few, served by the status index rather than the partial one the
-	// done and ignored pass walks.
+	// Resolved takes resolved envelopes instead of done and ignored ones
+	// (few, served by the status index rather than the partial one the
+	// done and ignored pass walks), those whose last resolution is older
+	// than Cutoff too.
 	Resolved bool
 }
 
@@ -61,7 +62,11 @@ const purgeLock = `
 func DropBodies(ctx context.Context, db DB, b PurgeBatch) (int, PurgeCursor, error) {
 	statuses := "e.status IN ('done', 'ignored')"
 	if b.Resolved {
-		statuses = "e.status = 'resolved'"
+		// Resolved longer ago than the body window too: an envelope
+		// resolved today (or un-resolved and resolved again) keeps its body
+		// that long, so an un-resolve can still be followed by a replay.
+		statuses = `e.status = 'resolved'
+	   AND NOT EXISTS (SELECT 1 FROM envelope_resolution r WHERE r.envelope_id = e.id AND r.at >= $1)`
 	}
 	q := fmt.Sprintf(purgeCandidates, statuses, "\n\t   AND e.body_purged_at IS NULL")
 	if !b.DryRun {

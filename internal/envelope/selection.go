@@ -18,9 +18,11 @@ import (
 // against the database's clock first. Its SQL is parameterized: values
 // never enter the SQL text.
 type Selection struct {
-	IDs        []int64
-	Source     string
-	Status     Status
+	IDs    []int64
+	Source string
+	Status Status
+	// NotStatus, when set, leaves out the envelopes in that status.
+	NotStatus  Status
 	EventType  string
 	DeliveryID string
 	// Cause is envelope.last_cause.
@@ -69,6 +71,9 @@ func (s Selection) appendTo(q *sqlBuilder) {
 	}
 	if s.Status != "" {
 		q.cond("status = " + q.arg(string(s.Status)))
+	}
+	if s.NotStatus != "" {
+		q.cond("status <> " + q.arg(string(s.NotStatus)))
 	}
 	if s.EventType != "" {
 		q.cond("event_type = " + q.arg(s.EventType))
@@ -341,6 +346,19 @@ func Purged(ctx context.Context, q Querier, ids []int64) ([]int64, error) {
 		return nil, fmt.Errorf("check purged envelopes: %w", err)
 	}
 	return purged, nil
+}
+
+// InStatus returns, in id order, those of ids whose envelope is in status.
+func InStatus(ctx context.Context, q Querier, ids []int64, status Status) ([]int64, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM envelope WHERE id = ANY($1::bigint[]) AND status = $2 ORDER BY id`, ids, string(status))
+	if err != nil {
+		return nil, fmt.Errorf("check envelopes' status: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("check envelopes' status: %w", err)
+	}
+	return out, nil
 }
 
 // Missing returns, in id order, those of ids that are not envelopes
