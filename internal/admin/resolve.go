@@ -44,11 +44,11 @@ type ResolveResult struct {
 	// Sample is the first SampleSize matches of a dry run, and MaxID the
 	// highest: Filter.MaxID set to it (and Limit to Changed) makes a run
 	// take what the dry run saw, and nothing stored since.
-	Sample       []Summary     `json:"sample,omitempty"`
-	MaxID        int64         `json:"max_id,omitempty"`
+	Sample []Summary `json:"sample,omitempty"`
+	MaxID  int64     `json:"max_id,omitempty"`
 	// At is the database's clock when the run (or dry run) began: what its
 	// relative times (--since 24h) were resolved against.
-	At time.Time `json:"at"`
+	At           time.Time     `json:"at"`
 	LimitReached bool          `json:"limit_reached"`
 	DryRun       bool          `json:"dry_run"`
 	Duration     time.Duration `json:"-"`
