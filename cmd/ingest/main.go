@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return cli.UsageError{Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
 	logger, err := cli.NewLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
@@ -62,10 +62,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return errors.New("no sources file: set --config or INBOX_CONFIG")
 	}
 	if *storeTimeout <= 0 || *shedAfter >= *storeTimeout {
-		return errors.New("--store-timeout must be positive, and --shed-after below it (a queue that old is refused; negative: never refuse on it)")
+		return cli.UsageError{Err: errors.New("--store-timeout must be positive, and --shed-after below it (a queue that old is refused; negative: never refuse on it)")}
 	}
 	if *storeBatch < 1 || *storeConcurrency < 1 || *maxConns < *storeConcurrency+2 {
-		return errors.New("--store-batch and --store-concurrency must be at least 1, and --db-max-conns at least --store-concurrency + 2")
+		return cli.UsageError{Err: errors.New("--store-batch and --store-concurrency must be at least 1, and --db-max-conns at least --store-concurrency + 2")}
 	}
 	cfg, err := config.Load(*cfgPath, getenv)
 	if err != nil {
@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	m := metrics.NewIngest(reg)
 	m.Init(cfg.Names())
 	if *maxConnsOpen < 1 || *maxBodies < ingest.FreeBodyBytes {
-		return errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")
+		return cli.UsageError{Err: errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")}
 	}
 	store := envelope.NewStoreWith(pool, riverClient, envelope.StoreOptions{MaxBatch: *storeBatch, MaxConcurrent: *storeConcurrency})
 	srv, err := ingest.New(cfg, store, logger, ingest.Options{StoreTimeout: *storeTimeout, ShedAfter: *shedAfter, Observe: m.Observe, MaxInflightBodyBytes: int64(*maxBodies)})

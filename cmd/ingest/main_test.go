@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
@@ -220,6 +221,7 @@ func TestShedAfterMustBeBelowTheDeadline(t *testing.T) {
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"--store-timeout", "3s", "--shed-after", "3s"}, func(k string) string { return env[k] }, &out, &out)
 	require.ErrorContains(t, err, "--shed-after below it")
+	require.ErrorAs(t, err, new(cli.UsageError), "a bad command line: exit status 2")
 	require.NoError(t, func() error {
 		// A negative one turns refusals off and is accepted (the run then
 		// fails on the missing sources file, later).

@@ -46,7 +46,7 @@ type adminCommand[Req, Res any] struct {
 	// checked with the library's validation: its error is a usage error.
 	flags func(fs *cli.Flags) func(args []string) (Req, error)
 	// exec calls the library. Its error is returned as it is (exit status
-	// 1 unless it is a usageError), after res is printed if partial says so.
+	// 1 unless it is a cli.UsageError), after res is printed if partial says so.
 	exec func(ctx context.Context, pool *pgxpool.Pool, req Req) (Res, error)
 	// partial reports whether res, returned with an error, is still printed
 	// (a run cut short reports what it committed). nil: never.
@@ -71,10 +71,10 @@ func (c adminCommand[Req, Res]) run(ctx context.Context, args []string, getenv f
 		pos = fs.Args()
 	}
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if !c.positional && len(pos) > 0 {
-		return usageError{fmt.Errorf("%s: unexpected argument %q", c.name, pos[0])}
+		return cli.UsageError{Err: fmt.Errorf("%s: unexpected argument %q", c.name, pos[0])}
 	}
 	req, err := request(pos)
 	var input inputError
@@ -82,7 +82,7 @@ func (c adminCommand[Req, Res]) run(ctx context.Context, args []string, getenv f
 	case errors.As(err, &input):
 		return input.err
 	case err != nil:
-		return usageError{fmt.Errorf("%s: %w", c.name, err)}
+		return cli.UsageError{Err: fmt.Errorf("%s: %w", c.name, err)}
 	}
 	opts := c.pool
 	opts.MaxConns = cmp.Or(opts.MaxConns, 4)

@@ -30,7 +30,7 @@ list and show change nothing. Run 'worker envelopes SUBCOMMAND -h' for flags.
 func runEnvelopes(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, envelopesUsage)
-		return usageError{errors.New("envelopes: want a subcommand: list, show, resolve or unresolve")}
+		return cli.UsageError{Err: errors.New("envelopes: want a subcommand: list, show, resolve or unresolve")}
 	}
 	switch args[0] {
 	case "list":
@@ -43,10 +43,10 @@ func runEnvelopes(ctx context.Context, args []string, getenv func(string) string
 		return runResolve(true)(ctx, args[1:], getenv, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stderr, envelopesUsage)
-		return usageError{flag.ErrHelp}
+		return cli.UsageError{Err: flag.ErrHelp}
 	default:
 		fmt.Fprint(stderr, envelopesUsage)
-		return usageError{fmt.Errorf("envelopes: unknown subcommand %q (want list, show, resolve or unresolve)", args[0])}
+		return cli.UsageError{Err: fmt.Errorf("envelopes: unknown subcommand %q (want list, show, resolve or unresolve)", args[0])}
 	}
 }
 

@@ -28,14 +28,10 @@ import (
 
 func main() { cli.Main("worker", run, exitCode) }
 
-// usageError marks a bad command line (exit status 2).
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
+// exitCode is 2 for a bad command line (cli.UsageError, the one usage
+// error type of every binary), else 1.
 func exitCode(err error) int {
-	if errors.As(err, new(usageError)) || errors.As(err, new(cli.UsageError)) {
+	if errors.As(err, new(cli.UsageError)) {
 		return 2
 	}
 	return 1
@@ -67,7 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// Not "run": a bare worker typed to see what it does must not
 		// start processing someone's envelopes.
 		fmt.Fprint(stderr, usage)
-		return usageError{errors.New("no command given (worker run processes envelopes)")}
+		return cli.UsageError{Err: errors.New("no command given (worker run processes envelopes)")}
 	}
 	cmd := "run" // flags with no command are run's (as before commands existed)
 	switch args[0] {
@@ -103,6 +99,6 @@ func runCommand(ctx context.Context, cmd string, args []string, getenv func(stri
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return usageError{fmt.Errorf("unknown command %q", cmd)}
+		return cli.UsageError{Err: fmt.Errorf("unknown command %q", cmd)}
 	}
 }

@@ -62,7 +62,7 @@ func runPurge(ctx context.Context, args []string, getenv func(string) string, st
 			case err == nil:
 				return rep, nil
 			case errors.Is(err, retention.ErrInvalidConfig):
-				return rep, usageError{fmt.Errorf("purge: %w", err)}
+				return rep, cli.UsageError{Err: fmt.Errorf("purge: %w", err)}
 			case rep.Now.IsZero():
 				return rep, fmt.Errorf("purge: %w", err) // nothing happened: no report
 			default:

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
@@ -182,6 +183,6 @@ func TestPurgePrintsAnAlignedTable(t *testing.T) {
 func TestPurgeReportsUsageErrorsAsUsageErrors(t *testing.T) {
 	t.Parallel()
 	_, _, err := runPurgeCmd(t, nil, "--batch-size", "-3")
-	var u usageError
+	var u cli.UsageError
 	require.True(t, errors.As(err, &u))
 }

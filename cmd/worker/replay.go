@@ -89,7 +89,7 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 			res := replayResult{dryRun: req.dryRun}
 			stopTracing, err := tracing.Setup(ctx, "inbox-admin", getenv, adminLogger(stderr))
 			if err != nil {
-				return res, usageError{err}
+				return res, cli.UsageError{Err: err}
 			}
 			defer tracing.Flush(stopTracing, adminLogger(stderr))
 			if req.dryRun {

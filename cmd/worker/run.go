@@ -64,43 +64,43 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	consoleSupervisors := fs.String("console-supervisors", "CONSOLE_SUPERVISORS", "", "comma-separated operators who may stop any operator's console replay (others stop only their own)")
 	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (user and password: RIVER_BASIC_AUTH_USER/RIVER_BASIC_AUTH_PASS, or RIVERUI_USER/RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
 	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if *consoleMax < 1 {
-		return usageError{fmt.Errorf("--console-max-replay %d: must be at least 1", *consoleMax)}
+		return cli.UsageError{Err: fmt.Errorf("--console-max-replay %d: must be at least 1", *consoleMax)}
 	}
 	if *partitionWidth != envelope.PartitionDay && *partitionWidth != envelope.PartitionHour {
-		return usageError{fmt.Errorf("--partition-width %s: must be 24h or 1h", *partitionWidth)}
+		return cli.UsageError{Err: fmt.Errorf("--partition-width %s: must be 24h or 1h", *partitionWidth)}
 	}
 	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("run: unexpected argument %q", fs.Arg(0))}
+		return cli.UsageError{Err: fmt.Errorf("run: unexpected argument %q", fs.Arg(0))}
 	}
 	logger, err := cli.NewLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	worker.TuneGC(getenv)
 	stopTracing, err := tracing.Setup(ctx, "inbox-worker", getenv, logger)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	defer tracing.Flush(stopTracing, logger)
 	if *maxWorkers < 1 {
-		return usageError{errors.New("--max-workers must be at least 1")}
+		return cli.UsageError{Err: errors.New("--max-workers must be at least 1")}
 	}
 	if *batchSize < 1 || *batchSize > worker.MaxBatchLimit || *batchConcurrency < 1 || *unbatched < 1 {
-		return usageError{fmt.Errorf("--batch-size must be 1 to %d, --batch-concurrency and --forward-concurrency at least 1", worker.MaxBatchLimit)}
+		return cli.UsageError{Err: fmt.Errorf("--batch-size must be 1 to %d, --batch-concurrency and --forward-concurrency at least 1", worker.MaxBatchLimit)}
 	}
 	batching := worker.Batching{MaxBatch: *batchSize, MaxConcurrent: *batchConcurrency, MaxUnbatched: *unbatched}
 	if *purgeEvery < 0 || (*purgeEvery > 0 && *purgeEvery < time.Minute) {
-		return usageError{errors.New("--purge-interval must be 0 (off) or at least 1m")}
+		return cli.UsageError{Err: errors.New("--purge-interval must be 0 (off) or at least 1m")}
 	}
 	if *purgeBodyAfter <= 0 || *purgeDeleteAfter <= 0 || *purgeBatch <= 0 {
-		return usageError{errors.New("--purge-body-after, --purge-delete-after and --purge-batch-size must be positive")}
+		return cli.UsageError{Err: errors.New("--purge-body-after, --purge-delete-after and --purge-batch-size must be positive")}
 	}
 	purgeArgs := retention.PurgeArgs{BodyAfter: *purgeBodyAfter, DeleteAfter: *purgeDeleteAfter, BatchSize: *purgeBatch}
 	if _, err := purgeArgs.Config().WithDefaults(); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	var periodic []*river.PeriodicJob
 	if *purgeEvery > 0 {
@@ -114,28 +114,28 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	uiUser, err := uiCredential(getenv, "RIVER_BASIC_AUTH_USER", "RIVERUI_USER")
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	uiPassword, err := uiCredential(getenv, "RIVER_BASIC_AUTH_PASS", "RIVERUI_PASSWORD")
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if uiUser == "" {
 		uiUser = "admin"
 	}
 	guarded := *riverUI || *consoleOn
 	if guarded && ((uiPassword == "" && *adminUsers == "") || *adminAddr == "") {
-		return usageError{errors.New("--riverui and --console need RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set, or an --admin-users file (River UI can cancel and delete jobs, the console replays), and an --admin-addr")}
+		return cli.UsageError{Err: errors.New("--riverui and --console need RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set, or an --admin-users file (River UI can cancel and delete jobs, the console replays), and an --admin-addr")}
 	}
 	var creds *credentials
 	if guarded {
 		if uiPassword != "" {
 			if err := checkUIPassword(uiPassword); err != nil {
-				return usageError{err}
+				return cli.UsageError{Err: err}
 			}
 		}
 		if creds, err = newCredentials(uiUser, uiPassword, *adminUsers); err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
 	}
 	sources := map[string]worker.SourcePolicy{}
@@ -161,10 +161,10 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		registry = handlers.WithAccounts(forwarding, cfg)
 		if err := reconcileWithinRetention(cfg, *purgeDeleteAfter); err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
 		if err := tombstonesOutliveRedeliveries(cfg, *purgeDeleteAfter); err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
 		if longest := backfill.MaxTimeout(cfg); longest > 0 {
 			switch {
@@ -174,11 +174,11 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 				// one still going.
 				*rescueAfter = max(*jobTimeout, longest) + time.Minute
 			case *rescueAfter <= longest:
-				return usageError{fmt.Errorf("--rescue-after %s must exceed the longest backfill timeout %s (a reconcile still running would be rescued and run twice)", durations.Format(*rescueAfter), durations.Format(longest))}
+				return cli.UsageError{Err: fmt.Errorf("--rescue-after %s must exceed the longest backfill timeout %s (a reconcile still running would be rescued and run twice)", durations.Format(*rescueAfter), durations.Format(longest))}
 			}
 		}
 		if longest := forwardBudget(cfg); longest >= *jobTimeout {
-			return usageError{fmt.Errorf("forward timeouts of one source add up to %s, not less than --job-timeout %s: raise the job timeout or lower the forward timeouts", longest, *jobTimeout)}
+			return cli.UsageError{Err: fmt.Errorf("forward timeouts of one source add up to %s, not less than --job-timeout %s: raise the job timeout or lower the forward timeouts", longest, *jobTimeout)}
 		}
 	}
 	pool, err := pg.Open(ctx, getenv("DATABASE_URL"), pg.Options{
