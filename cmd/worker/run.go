@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
@@ -33,7 +34,33 @@ import (
 	"github.com/inboxhq/inbox/internal/worker"
 )
 
-func runWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// runOptions is what worker run's flags and environment say.
+type runOptions struct {
+	maxWorkers               int
+	batching                 worker.Batching
+	jobTimeout, rescueAfter  time.Duration
+	fetchCooldown, fetchPoll time.Duration
+	policy                   worker.Policy
+	drain                    time.Duration
+	logLevel, logFormat      string
+	cfgPath, adminAddr       string
+	purgeEvery               time.Duration
+	purge                    retention.PurgeArgs
+	partitionWidth           time.Duration
+	consoleOn, riverUI       bool
+	adminUsers               string
+	console                  consoleConfig
+	uiUser, uiPassword       string
+}
+
+// guarded says whether the admin listener serves River UI or the console,
+// both behind the operators' login.
+func (o runOptions) guarded() bool { return o.riverUI || o.consoleOn }
+
+// parseRun reads worker run's flags (and the environment they fall back
+// to). A bad flag is a cli.UsageError.
+func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runOptions, error) {
+	var o runOptions
 	fs := cli.NewFlags("worker run", getenv, stderr)
 	maxWorkers := fs.Int("max-workers", "WORKER_MAX_WORKERS", worker.DefaultMaxWorkers, "jobs River runs at once; they wait to share batch transactions, so this is not a connection count (default from measurement: docs/benchmarks.md)")
 	batchSize := fs.Int("batch-size", "WORKER_BATCH_SIZE", worker.DefaultBatching.MaxBatch, fmt.Sprintf("most envelopes one transaction processes (1 to %d; 1 turns batching off)", worker.MaxBatchLimit))
@@ -64,18 +91,117 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	consoleSupervisors := fs.String("console-supervisors", "CONSOLE_SUPERVISORS", "", "comma-separated operators who may stop any operator's console replay (others stop only their own)")
 	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (user and password: RIVER_BASIC_AUTH_USER/RIVER_BASIC_AUTH_PASS, or RIVERUI_USER/RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
 	if err := fs.Parse(args); err != nil {
-		return cli.UsageError{Err: err}
-	}
-	if *consoleMax < 1 {
-		return cli.UsageError{Err: fmt.Errorf("--console-max-replay %d: must be at least 1", *consoleMax)}
-	}
-	if *partitionWidth != envelope.PartitionDay && *partitionWidth != envelope.PartitionHour {
-		return cli.UsageError{Err: fmt.Errorf("--partition-width %s: must be 24h or 1h", *partitionWidth)}
+		return o, cli.UsageError{Err: err}
 	}
 	if fs.NArg() > 0 {
-		return cli.UsageError{Err: fmt.Errorf("run: unexpected argument %q", fs.Arg(0))}
+		return o, cli.UsageError{Err: fmt.Errorf("run: unexpected argument %q", fs.Arg(0))}
 	}
-	logger, err := cli.NewLogger(stderr, *logLevel, *logFormat)
+	o = runOptions{
+		maxWorkers: *maxWorkers,
+		batching:   worker.Batching{MaxBatch: *batchSize, MaxConcurrent: *batchConcurrency, MaxUnbatched: *unbatched},
+		jobTimeout: *jobTimeout, rescueAfter: *rescueAfter, fetchCooldown: *fetchCooldown, fetchPoll: *fetchPoll,
+		policy:   worker.Policy{SnoozeDefault: *snoozeDefault, MaxSnooze: *maxSnooze, MaxAge: *maxAge, JobTimeout: *jobTimeout},
+		drain:    *drain,
+		logLevel: *logLevel, logFormat: *logFormat, cfgPath: *cfgPath, adminAddr: *adminAddr,
+		purgeEvery:     *purgeEvery,
+		purge:          retention.PurgeArgs{BodyAfter: *purgeBodyAfter, DeleteAfter: *purgeDeleteAfter, BatchSize: *purgeBatch},
+		partitionWidth: *partitionWidth,
+		consoleOn:      *consoleOn || getenv("WORKER_CONSOLE") == "true",
+		riverUI:        *riverUI || getenv("WORKER_RIVERUI") == "true",
+		adminUsers:     *adminUsers,
+		console:        consoleConfig{dbURL: *consoleDB, readURL: *consoleReadDB, maxReplay: *consoleMax, supervisors: *consoleSupervisors},
+	}
+	var err error
+	if o.uiUser, err = uiCredential(getenv, "RIVER_BASIC_AUTH_USER", "RIVERUI_USER"); err != nil {
+		return o, cli.UsageError{Err: err}
+	}
+	if o.uiPassword, err = uiCredential(getenv, "RIVER_BASIC_AUTH_PASS", "RIVERUI_PASSWORD"); err != nil {
+		return o, cli.UsageError{Err: err}
+	}
+	if o.uiUser == "" {
+		o.uiUser = "admin"
+	}
+	return o, nil
+}
+
+// check applies the rules between flags that need no sources file; each
+// refusal is a cli.UsageError.
+func (o runOptions) check() error {
+	usage := func(err error) error { return cli.UsageError{Err: err} }
+	switch {
+	case o.console.maxReplay < 1:
+		return usage(fmt.Errorf("--console-max-replay %d: must be at least 1", o.console.maxReplay))
+	case o.partitionWidth != envelope.PartitionDay && o.partitionWidth != envelope.PartitionHour:
+		return usage(fmt.Errorf("--partition-width %s: must be 24h or 1h", o.partitionWidth))
+	case o.maxWorkers < 1:
+		return usage(errors.New("--max-workers must be at least 1"))
+	case o.batching.MaxBatch < 1 || o.batching.MaxBatch > worker.MaxBatchLimit || o.batching.MaxConcurrent < 1 || o.batching.MaxUnbatched < 1:
+		return usage(fmt.Errorf("--batch-size must be 1 to %d, --batch-concurrency and --forward-concurrency at least 1", worker.MaxBatchLimit))
+	case o.purgeEvery < 0 || (o.purgeEvery > 0 && o.purgeEvery < time.Minute):
+		return usage(errors.New("--purge-interval must be 0 (off) or at least 1m"))
+	case o.purge.BodyAfter <= 0 || o.purge.DeleteAfter <= 0 || o.purge.BatchSize <= 0:
+		return usage(errors.New("--purge-body-after, --purge-delete-after and --purge-batch-size must be positive"))
+	case o.guarded() && ((o.uiPassword == "" && o.adminUsers == "") || o.adminAddr == ""):
+		return usage(errors.New("--riverui and --console need RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set, or an --admin-users file (River UI can cancel and delete jobs, the console replays), and an --admin-addr"))
+	}
+	if _, err := o.purge.Config().WithDefaults(); err != nil {
+		return usage(err)
+	}
+	return nil
+}
+
+// checkSources applies the rules between the flags and the sources file,
+// and returns the options with what the file decides (the rescue delay
+// past the longest backfill); each refusal is a cli.UsageError.
+func (o runOptions) checkSources(cfg *config.Config) (runOptions, error) {
+	usage := func(err error) (runOptions, error) { return o, cli.UsageError{Err: err} }
+	if err := reconcileWithinRetention(cfg, o.purge.DeleteAfter); err != nil {
+		return usage(err)
+	}
+	if err := tombstonesOutliveRedeliveries(cfg, o.purge.DeleteAfter); err != nil {
+		return usage(err)
+	}
+	if longest := backfill.MaxTimeout(cfg); longest > 0 {
+		switch {
+		case o.rescueAfter == 0:
+			// River rescues any job kind after one delay: past the longest
+			// reconcile, or it would start a second run of one still going.
+			o.rescueAfter = max(o.jobTimeout, longest) + time.Minute
+		case o.rescueAfter <= longest:
+			return usage(fmt.Errorf("--rescue-after %s must exceed the longest backfill timeout %s (a reconcile still running would be rescued and run twice)", durations.Format(o.rescueAfter), durations.Format(longest)))
+		}
+	}
+	if longest := forwardBudget(cfg); longest >= o.jobTimeout {
+		return usage(fmt.Errorf("forward timeouts of one source add up to %s, not less than --job-timeout %s: raise the job timeout or lower the forward timeouts", longest, o.jobTimeout))
+	}
+	return o, nil
+}
+
+// sourcePolicies is what the worker applies per source from the file.
+func sourcePolicies(cfg *config.Config) map[string]worker.SourcePolicy {
+	sources := map[string]worker.SourcePolicy{}
+	for name, src := range cfg.Sources {
+		sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max, MaxAttempts: src.MaxAttempts, MaxAge: src.MaxAge}
+		if src.Throttle != nil {
+			sp.ThrottlePerSecond, sp.ThrottleKey = src.Throttle.PerSecond, src.Throttle.Key
+		}
+		sources[name] = sp
+	}
+	return sources
+}
+
+// runWorker is worker run: parse and check the command line, load and
+// check the sources file, assemble the River client and its jobs, serve
+// the admin listener, and process envelopes until ctx ends; then drain.
+func runWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	o, err := parseRun(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	logger, err := cli.NewLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		return cli.UsageError{Err: err}
 	}
@@ -85,105 +211,44 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		return cli.UsageError{Err: err}
 	}
 	defer tracing.Flush(stopTracing, logger)
-	if *maxWorkers < 1 {
-		return cli.UsageError{Err: errors.New("--max-workers must be at least 1")}
-	}
-	if *batchSize < 1 || *batchSize > worker.MaxBatchLimit || *batchConcurrency < 1 || *unbatched < 1 {
-		return cli.UsageError{Err: fmt.Errorf("--batch-size must be 1 to %d, --batch-concurrency and --forward-concurrency at least 1", worker.MaxBatchLimit)}
-	}
-	batching := worker.Batching{MaxBatch: *batchSize, MaxConcurrent: *batchConcurrency, MaxUnbatched: *unbatched}
-	if *purgeEvery < 0 || (*purgeEvery > 0 && *purgeEvery < time.Minute) {
-		return cli.UsageError{Err: errors.New("--purge-interval must be 0 (off) or at least 1m")}
-	}
-	if *purgeBodyAfter <= 0 || *purgeDeleteAfter <= 0 || *purgeBatch <= 0 {
-		return cli.UsageError{Err: errors.New("--purge-body-after, --purge-delete-after and --purge-batch-size must be positive")}
-	}
-	purgeArgs := retention.PurgeArgs{BodyAfter: *purgeBodyAfter, DeleteAfter: *purgeDeleteAfter, BatchSize: *purgeBatch}
-	if _, err := purgeArgs.Config().WithDefaults(); err != nil {
-		return cli.UsageError{Err: err}
-	}
-	var periodic []*river.PeriodicJob
-	if *purgeEvery > 0 {
-		periodic = append(periodic, retention.PeriodicJob(*purgeEvery, purgeArgs))
-	}
-	if getenv("WORKER_RIVERUI") == "true" {
-		*riverUI = true
-	}
-	if getenv("WORKER_CONSOLE") == "true" {
-		*consoleOn = true
-	}
-	uiUser, err := uiCredential(getenv, "RIVER_BASIC_AUTH_USER", "RIVERUI_USER")
-	if err != nil {
-		return cli.UsageError{Err: err}
-	}
-	uiPassword, err := uiCredential(getenv, "RIVER_BASIC_AUTH_PASS", "RIVERUI_PASSWORD")
-	if err != nil {
-		return cli.UsageError{Err: err}
-	}
-	if uiUser == "" {
-		uiUser = "admin"
-	}
-	guarded := *riverUI || *consoleOn
-	if guarded && ((uiPassword == "" && *adminUsers == "") || *adminAddr == "") {
-		return cli.UsageError{Err: errors.New("--riverui and --console need RIVER_BASIC_AUTH_PASS (or RIVERUI_PASSWORD) set, or an --admin-users file (River UI can cancel and delete jobs, the console replays), and an --admin-addr")}
-	}
 	var creds *credentials
-	if guarded {
-		if uiPassword != "" {
-			if err := checkUIPassword(uiPassword); err != nil {
+	if o.guarded() {
+		if o.uiPassword != "" {
+			if err := checkUIPassword(o.uiPassword); err != nil {
 				return cli.UsageError{Err: err}
 			}
 		}
-		if creds, err = newCredentials(uiUser, uiPassword, *adminUsers); err != nil {
+		if creds, err = newCredentials(o.uiUser, o.uiPassword, o.adminUsers); err != nil {
 			return cli.UsageError{Err: err}
 		}
+	}
+	var periodic []*river.PeriodicJob
+	if o.purgeEvery > 0 {
+		periodic = append(periodic, retention.PeriodicJob(o.purgeEvery, o.purge))
 	}
 	sources := map[string]worker.SourcePolicy{}
 	var registry handlers.Router = handlers.Builtin()
 	backfillCfg := &config.Config{}
-	if *cfgPath != "" {
-		cfg, err := config.Load(*cfgPath, getenv)
+	if o.cfgPath != "" {
+		cfg, err := config.Load(o.cfgPath, getenv)
 		if err != nil {
+			return err
+		}
+		if o, err = o.checkSources(cfg); err != nil {
 			return err
 		}
 		backfillCfg = cfg
 		periodic = append(periodic, backfill.PeriodicJobs(cfg)...)
-		for name, src := range cfg.Sources {
-			sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max, MaxAttempts: src.MaxAttempts, MaxAge: src.MaxAge}
-			if src.Throttle != nil {
-				sp.ThrottlePerSecond, sp.ThrottleKey = src.Throttle.PerSecond, src.Throttle.Key
-			}
-			sources[name] = sp
-		}
+		sources = sourcePolicies(cfg)
 		forwarding, err := forward.FromConfig(registry, cfg, nil)
 		if err != nil {
 			return err
 		}
 		registry = handlers.WithAccounts(forwarding, cfg)
-		if err := reconcileWithinRetention(cfg, *purgeDeleteAfter); err != nil {
-			return cli.UsageError{Err: err}
-		}
-		if err := tombstonesOutliveRedeliveries(cfg, *purgeDeleteAfter); err != nil {
-			return cli.UsageError{Err: err}
-		}
-		if longest := backfill.MaxTimeout(cfg); longest > 0 {
-			switch {
-			case *rescueAfter == 0:
-				// River rescues any job kind after one delay: past the
-				// longest reconcile, or it would start a second run of
-				// one still going.
-				*rescueAfter = max(*jobTimeout, longest) + time.Minute
-			case *rescueAfter <= longest:
-				return cli.UsageError{Err: fmt.Errorf("--rescue-after %s must exceed the longest backfill timeout %s (a reconcile still running would be rescued and run twice)", durations.Format(*rescueAfter), durations.Format(longest))}
-			}
-		}
-		if longest := forwardBudget(cfg); longest >= *jobTimeout {
-			return cli.UsageError{Err: fmt.Errorf("forward timeouts of one source add up to %s, not less than --job-timeout %s: raise the job timeout or lower the forward timeouts", longest, *jobTimeout)}
-		}
 	}
 	pool, err := pg.Open(ctx, getenv("DATABASE_URL"), pg.Options{
-		MaxConns:        int32(worker.PoolSize(batching)),
-		IdleInTxTimeout: *jobTimeout + 10*time.Second,
+		MaxConns:        int32(worker.PoolSize(o.batching)),
+		IdleInTxTimeout: o.jobTimeout + 10*time.Second,
 		ApplicationName: "inbox-worker",
 	})
 	if err != nil {
@@ -208,11 +273,11 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			Logger: logger,
 		},
 		Config:      backfillCfg,
-		JobTimeout:  *jobTimeout,
+		JobTimeout:  o.jobTimeout,
 		ObserveFunc: bm.ObserveRun,
 	}
 	client, err := worker.NewClient(pool, registry, worker.Config{
-		PartitionWidth: *partitionWidth,
+		PartitionWidth: o.partitionWidth,
 		Sources:        sources,
 		Metrics:        wm,
 		PeriodicJobs:   periodic,
@@ -220,22 +285,17 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			// Always registered, so a purge job inserted by hand or by an
 			// earlier configuration still runs (a reconcile of a source no
 			// longer configured is cancelled).
-			if err := river.AddWorkerSafely(w, &retention.PurgeWorker{Pool: pool, Logger: logger, JobTimeout: *jobTimeout}); err != nil {
+			if err := river.AddWorkerSafely(w, &retention.PurgeWorker{Pool: pool, Logger: logger, JobTimeout: o.jobTimeout}); err != nil {
 				return err
 			}
 			return river.AddWorkerSafely(w, reconcile)
 		},
-		Policy: worker.Policy{
-			SnoozeDefault: *snoozeDefault,
-			MaxSnooze:     *maxSnooze,
-			MaxAge:        *maxAge,
-			JobTimeout:    *jobTimeout,
-		},
-		MaxWorkers:           *maxWorkers,
-		Batching:             batching,
-		FetchCooldown:        *fetchCooldown,
-		FetchPollInterval:    *fetchPoll,
-		RescueStuckJobsAfter: *rescueAfter,
+		Policy:               o.policy,
+		MaxWorkers:           o.maxWorkers,
+		Batching:             o.batching,
+		FetchCooldown:        o.fetchCooldown,
+		FetchPollInterval:    o.fetchPoll,
+		RescueStuckJobsAfter: o.rescueAfter,
 	}, logger)
 	if err != nil {
 		return err
@@ -248,61 +308,18 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	// inbox_worker_heartbeat_timestamp_seconds: advances while this worker
 	// runs and reaches its database; stops at SIGTERM.
 	go wm.RunHeartbeat(ctx, 15*time.Second, pool.Ping)
-	if *cfgPath == "" {
+	if o.cfgPath == "" {
 		logger.Warn("no sources file (--config / INBOX_CONFIG): forwarding, per-source backoff and throttle are off, and a source's max_attempts holds only for the jobs ingest inserted (not for replayed or reconciled ones); give the worker the same file as ingest")
 	}
-	logger.Info("worker started", "max_workers", *maxWorkers, "batch_size", batching.MaxBatch, "batch_concurrency", batching.MaxConcurrent, "job_timeout", jobTimeout.String(), "database", pg.Redact(getenv("DATABASE_URL")))
+	logger.Info("worker started", "max_workers", o.maxWorkers, "batch_size", o.batching.MaxBatch, "batch_concurrency", o.batching.MaxConcurrent, "job_timeout", o.jobTimeout.String(), "database", pg.Redact(getenv("DATABASE_URL")))
 	var adminErr <-chan error
-	if *adminAddr != "" {
-		mux := metrics.AdminMux(reg, pool.Ping)
-		// River UI and the console sit behind one guard, so a login
-		// throttled on one is throttled on the other.
-		ui := http.NewServeMux()
-		if *riverUI {
-			h, err := riverui.NewHandler(&riverui.HandlerOpts{
-				Endpoints: riverui.NewEndpoints(client, nil),
-				Logger:    logger,
-				Prefix:    "/riverui",
-			})
-			if err != nil {
-				return fmt.Errorf("river ui: %w", err)
-			}
-			if err := h.Start(ctx); err != nil {
-				return fmt.Errorf("river ui: %w", err)
-			}
-			ui.Handle("/riverui/", h)
-		}
-		if *consoleOn {
-			riverPath := ""
-			if *riverUI {
-				riverPath = "/riverui"
-			}
-			con, closeConsole, err := newConsole(ctx, consoleConfig{dbURL: *consoleDB, readURL: *consoleReadDB, maxReplay: *consoleMax, supervisors: *consoleSupervisors}, getenv, client, riverPath, reg, logger)
-			if err != nil {
-				return err
-			}
-			defer closeConsole()
-			ui.Handle(console.Prefix+"/", con)
-		}
-		if guarded {
-			g := guardUI(creds, ui, logger)
-			if *riverUI {
-				mux.Handle("/riverui/", g)
-			}
-			if *consoleOn {
-				mux.Handle(console.Prefix+"/", g)
-			}
-		}
-		adminSrv, bound, aerr, err := cli.Listen(*adminAddr, mux, 60*time.Second)
+	if o.adminAddr != "" {
+		errc, closeAdmin, err := serveAdmin(ctx, o, creds, client, pool.Ping, reg, getenv, logger)
 		if err != nil {
 			return err
 		}
-		defer adminSrv.Close()
-		adminErr = aerr
-		logger.Info("admin listening", "addr", bound, "riverui", *riverUI, "console", *consoleOn)
-		if guarded && !loopback(bound) {
-			logger.Warn("River UI and the console are served over plain HTTP beyond loopback: their password crosses the network in clear; reach it through TLS or an SSH tunnel (docs/operations.md)", "addr", bound)
-		}
+		defer closeAdmin()
+		adminErr = errc
 	}
 	select {
 	case <-ctx.Done():
@@ -310,8 +327,8 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		logger.Error("admin listener stopped", "error", err)
 	}
 
-	logger.Info("worker stopping: no new jobs, waiting for running ones", "timeout", drain.String())
-	sctx, cancel := context.WithTimeout(context.Background(), *drain)
+	logger.Info("worker stopping: no new jobs, waiting for running ones", "timeout", o.drain.String())
+	sctx, cancel := context.WithTimeout(context.Background(), o.drain)
 	defer cancel()
 	if err := client.Stop(sctx); err != nil {
 		logger.Warn("running jobs did not finish in time: cancelling them (they roll back and are retried)", "error", err)
@@ -323,6 +340,69 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	logger.Info("worker stopped")
 	return nil
+}
+
+// serveAdmin serves /metrics, /healthz and /readyz on o.adminAddr, with
+// River UI and the console behind one login guard when asked (a login
+// throttled on one is throttled on the other). It returns the listener's
+// error channel and what closes it (and the console's pool); on an error,
+// nothing is left open.
+func serveAdmin(ctx context.Context, o runOptions, creds *credentials, client *river.Client[pgx.Tx], ping func(context.Context) error,
+	reg *prometheus.Registry, getenv func(string) string, logger *slog.Logger) (<-chan error, func(), error) {
+	mux := metrics.AdminMux(reg, ping)
+	ui := http.NewServeMux()
+	var closers []func()
+	closeAll := func() {
+		for _, c := range slices.Backward(closers) {
+			c()
+		}
+	}
+	if o.riverUI {
+		h, err := riverui.NewHandler(&riverui.HandlerOpts{
+			Endpoints: riverui.NewEndpoints(client, nil),
+			Logger:    logger,
+			Prefix:    "/riverui",
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("river ui: %w", err)
+		}
+		if err := h.Start(ctx); err != nil {
+			return nil, nil, fmt.Errorf("river ui: %w", err)
+		}
+		ui.Handle("/riverui/", h)
+	}
+	if o.consoleOn {
+		riverPath := ""
+		if o.riverUI {
+			riverPath = "/riverui"
+		}
+		con, closeConsole, err := newConsole(ctx, o.console, getenv, client, riverPath, reg, logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		closers = append(closers, closeConsole)
+		ui.Handle(console.Prefix+"/", con)
+	}
+	if o.guarded() {
+		g := guardUI(creds, ui, logger)
+		if o.riverUI {
+			mux.Handle("/riverui/", g)
+		}
+		if o.consoleOn {
+			mux.Handle(console.Prefix+"/", g)
+		}
+	}
+	adminSrv, bound, errc, err := cli.Listen(o.adminAddr, mux, 60*time.Second)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	closers = append(closers, func() { adminSrv.Close() })
+	logger.Info("admin listening", "addr", bound, "riverui", o.riverUI, "console", o.consoleOn)
+	if o.guarded() && !loopback(bound) {
+		logger.Warn("River UI and the console are served over plain HTTP beyond loopback: their password crosses the network in clear; reach it through TLS or an SSH tunnel (docs/operations.md)", "addr", bound)
+	}
+	return errc, closeAll, nil
 }
 
 // forwardBudget is the largest sum of forward timeouts of any one source: a
