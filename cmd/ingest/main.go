@@ -64,6 +64,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *storeTimeout <= 0 || *shedAfter >= *storeTimeout {
 		return cli.UsageError{Err: errors.New("--store-timeout must be positive, and --shed-after below it (a queue that old is refused; negative: never refuse on it)")}
 	}
+	if *maxConnsOpen < 1 || *maxBodies < ingest.FreeBodyBytes {
+		return cli.UsageError{Err: errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")}
+	}
 	if *storeBatch < 1 || *storeConcurrency < 1 || *maxConns < *storeConcurrency+2 {
 		return cli.UsageError{Err: errors.New("--store-batch and --store-concurrency must be at least 1, and --db-max-conns at least --store-concurrency + 2")}
 	}
@@ -90,9 +93,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg := metrics.NewRegistry()
 	m := metrics.NewIngest(reg)
 	m.Init(cfg.Names())
-	if *maxConnsOpen < 1 || *maxBodies < ingest.FreeBodyBytes {
-		return cli.UsageError{Err: errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")}
-	}
 	store := envelope.NewStoreWith(pool, riverClient, envelope.StoreOptions{MaxBatch: *storeBatch, MaxConcurrent: *storeConcurrency})
 	srv, err := ingest.New(cfg, store, logger, ingest.Options{StoreTimeout: *storeTimeout, ShedAfter: *shedAfter, Observe: m.Observe, MaxInflightBodyBytes: int64(*maxBodies)})
 	if err != nil {

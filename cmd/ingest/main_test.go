@@ -213,22 +213,32 @@ func TestIdleConnectionsAtTheCapDoNotShutIngest(t *testing.T) {
 	require.Regexp(t, `(?m)^inbox_ingest_connections_evicted_total [1-9]`, string(body))
 }
 
-// A --shed-after at or past the store deadline could never refuse: it is a
-// startup error, before anything is opened.
-func TestShedAfterMustBeBelowTheDeadline(t *testing.T) {
+// Every rule between ingest's flags is a usage error (exit status 2)
+// before anything is opened (the sources file here does not exist, so a
+// rule checked after loading it would say so instead): a --shed-after at or
+// past the deadline could never refuse; the connection and body caps; the
+// store's batching and pool.
+func TestIngestFlagRules(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"INBOX_CONFIG": "/nonexistent.yaml"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--store-timeout", "3s", "--shed-after", "3s"}, "--shed-after below it"},
+		{[]string{"--store-timeout", "0s"}, "--store-timeout must be positive"},
+		{[]string{"--max-conns", "0"}, "--max-conns must be at least 1"},
+		{[]string{"--max-inflight-body-bytes", "1024"}, "--max-inflight-body-bytes at least 16384"},
+		{[]string{"--store-concurrency", "4", "--db-max-conns", "5"}, "--db-max-conns at least --store-concurrency + 2"},
+	} {
+		var out bytes.Buffer
+		err := run(context.Background(), tc.args, func(k string) string { return env[k] }, &out, &out)
+		require.ErrorContains(t, err, tc.want, tc.args)
+		require.ErrorAs(t, err, new(cli.UsageError), "%v: exit status 2", tc.args)
+	}
+	// A negative --shed-after turns refusals off and passes the rules: the
+	// run then fails on the missing sources file.
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"--store-timeout", "3s", "--shed-after", "3s"}, func(k string) string { return env[k] }, &out, &out)
-	require.ErrorContains(t, err, "--shed-after below it")
-	require.ErrorAs(t, err, new(cli.UsageError), "a bad command line: exit status 2")
-	require.NoError(t, func() error {
-		// A negative one turns refusals off and is accepted (the run then
-		// fails on the missing sources file, later).
-		err := run(context.Background(), []string{"--shed-after", "-1s"}, func(k string) string { return env[k] }, &out, &out)
-		if err == nil || strings.Contains(err.Error(), "--shed-after") {
-			return fmt.Errorf("want the sources file's error, got %v", err)
-		}
-		return nil
-	}())
+	err := run(context.Background(), []string{"--shed-after", "-1s"}, func(k string) string { return env[k] }, &out, &out)
+	require.ErrorContains(t, err, "nonexistent.yaml")
 }
