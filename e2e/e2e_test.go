@@ -100,7 +100,12 @@ func startStackEnv(t testing.TB, dbURL string, workerExtra []string, workerArgs 
 	ingestEnv := append(slices.Clip(env), "DATABASE_URL="+pgtest.RoleURL(t, dbURL, pgtest.RoleIngest))
 	workerEnv := append(slices.Clip(env), "DATABASE_URL="+pgtest.RoleURL(t, dbURL, pgtest.RoleWorker))
 	workerEnv = append(workerEnv, workerExtra...)
-	s.ingest, lines = start(t, "ingest", ingestEnv, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
+	// No refusals while the store is behind (--shed-after): these tests
+	// send bursts on a machine the whole suite loads and count every
+	// answer, to test dedup and processing; refusals have their own tests
+	// (TestDrillStoreStall, whose stack, like every drill's, runs ingest's
+	// defaults, and internal/ingest's).
+	s.ingest, lines = start(t, "ingest", ingestEnv, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--shed-after", "-1s")
 	s.ingestURL = waitListen(t, lines, "ingest listening", 30*time.Second)
 	s.ingestAdmin = waitListen(t, lines, "admin listening", 30*time.Second)
 	s.worker, lines = start(t, "worker", workerEnv, append([]string{"run", "--fetch-cooldown", "5ms", "--fetch-poll-interval", "50ms", "--admin-addr", "127.0.0.1:0"}, workerArgs...)...)

@@ -108,7 +108,11 @@ func TestReconcileCompactsTheEnvelopeCounts(t *testing.T) {
 	}
 	_, err := b.pool.Exec(ctx, `UPDATE envelope SET status = 'done', processed_at = now() WHERE delivery_id IN ('gh-0', 'gh-1')`)
 	require.NoError(t, err)
-	require.Equal(t, 8, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_count`), "six inserts and one update (two deltas)")
+	// Deltas are per stored second: the update writes one pending and one
+	// done delta for each second its two envelopes were stored in (one, or
+	// two when the inserts straddled a second).
+	seconds := pgtest.Count(t, b.pool, `SELECT count(DISTINCT envelope_count_bucket(id)) FROM envelope WHERE delivery_id IN ('gh-0', 'gh-1')`)
+	require.Equal(t, 6+2*seconds, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_count`), "six inserts and one update (two deltas a second)")
 
 	w := &worker.ReconcileWorker{Pool: b.worker, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Grace: time.Minute}
 	require.NoError(t, w.Work(ctx, &river.Job[worker.ReconcileArgs]{}))
