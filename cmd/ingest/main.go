@@ -75,7 +75,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	pool, err := pg.Open(ctx, getenv("DATABASE_URL"), pg.Options{
-		MaxConns:         int32(*maxConns),
+		MaxConns: int32(*maxConns),
+		// The store's transactions find their connections open: a burst
+		// right after a start (or a database restart) does not wait for
+		// connects, which the store queue age would count.
+		MinConns:         int32(*storeConcurrency + 1),
 		StatementTimeout: *storeTimeout,
 		// A frozen ingest must not keep a delivery id locked: the server
 		// ends its open transaction, and the provider's resend goes through.

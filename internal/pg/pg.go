@@ -16,6 +16,11 @@ import (
 // Options tune a pool; zero values keep the defaults.
 type Options struct {
 	MaxConns int32
+	// MinConns connections are opened in the background at start and kept
+	// (restored within the 5 s health check after one is lost), so that the
+	// first requests after a start or a database restart do not wait for a
+	// connection. Default 0: the pool connects on first use.
+	MinConns int32
 	// ConnectTimeout bounds one connection attempt. Default 2 s.
 	ConnectTimeout time.Duration
 	// StatementTimeout is the server-side statement_timeout. Default none.
@@ -32,7 +37,8 @@ type Options struct {
 var ErrNoURL = errors.New("DATABASE_URL is not set")
 
 // Open parses databaseURL and returns a pool. It does not wait for the
-// database to be reachable: the pool connects on first use.
+// database to be reachable: the pool connects on first use (and opens
+// Options.MinConns in the background).
 func Open(ctx context.Context, databaseURL string, o Options) (*pgxpool.Pool, error) {
 	if databaseURL == "" {
 		return nil, ErrNoURL
@@ -44,6 +50,9 @@ func Open(ctx context.Context, databaseURL string, o Options) (*pgxpool.Pool, er
 	}
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
+	}
+	if o.MinConns > 0 {
+		cfg.MinConns = min(o.MinConns, cfg.MaxConns)
 	}
 	cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
 	if cfg.ConnConfig.ConnectTimeout <= 0 {

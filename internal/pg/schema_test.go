@@ -1,14 +1,17 @@
 package pg_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/pg"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 func TestExplainSchema(t *testing.T) {
@@ -28,4 +31,21 @@ func TestExplainSchema(t *testing.T) {
 	require.NoError(t, pg.ExplainSchema(nil, url))
 	plain := errors.New("boom")
 	require.Equal(t, plain, pg.ExplainSchema(plain, url))
+}
+
+// MinConns connections are opened in the background at start, without a
+// query asking for them; it never exceeds MaxConns.
+func TestOpenKeepsMinConns(t *testing.T) {
+	t.Parallel()
+	pool, err := pg.Open(context.Background(), pgtest.NewURL(t), pg.Options{MaxConns: 4, MinConns: 3})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	pgtest.Eventually(t, 10*time.Second, "three connections open", func() (bool, string) {
+		n := pool.Stat().TotalConns()
+		return n == 3, fmt.Sprintf("%d open", n)
+	})
+	capped, err := pg.Open(context.Background(), pgtest.NewURL(t), pg.Options{MaxConns: 2, MinConns: 5})
+	require.NoError(t, err)
+	t.Cleanup(capped.Close)
+	require.Equal(t, int32(2), capped.Config().MinConns)
 }
