@@ -77,62 +77,55 @@ func TestDrillStoreStall(t *testing.T) {
 		return stallAnswer{code: resp.StatusCode, status: body.Status, retryAfter: resp.Header.Get("Retry-After")}
 	}
 
-	// The two stalls, each starting at a fifth and at three fifths of the
-	// load, in the background.
+	// Open loop, in the background: each request sent when due, on its own
+	// goroutine, its lateness counted from when it was due.
 	ctx := context.Background()
 	start := time.Now()
-	stalls := make(chan error, 1)
-	go func() {
-		stalls <- func() error {
-			time.Sleep(time.Until(start.Add(length / 5)))
-			conn, err := pgx.Connect(ctx, d.pg.URL())
-			if err != nil {
-				return err
-			}
-			defer conn.Close(ctx)
-			tx, err := conn.Begin(ctx)
-			if err != nil {
-				return err
-			}
-			// Every insert writes envelope_key (ROW EXCLUSIVE): it waits.
-			if _, err := tx.Exec(ctx, `LOCK TABLE envelope_key IN EXCLUSIVE MODE`); err != nil {
-				return err
-			}
-			time.Sleep(stall)
-			if err := tx.Rollback(ctx); err != nil {
-				return err
-			}
-			time.Sleep(time.Until(start.Add(3 * length / 5)))
-			pids := serverPIDs(t, d.pg.DataDir())
-			for _, pid := range pids {
-				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-					return err
-				}
-			}
-			time.Sleep(stall)
-			for _, pid := range pids {
-				_ = syscall.Kill(pid, syscall.SIGCONT)
-			}
-			return nil
-		}()
-	}()
-
-	// Open loop: each request sent when due, on its own goroutine, its
-	// lateness counted from when it was due.
 	answers := make([]stallAnswer, n)
 	interval := time.Duration(float64(time.Second) / rate)
 	var wg sync.WaitGroup
-	for i := range n {
-		due := start.Add(time.Duration(i) * interval)
-		time.Sleep(time.Until(due))
-		wg.Go(func() {
-			a := post(ctx, i)
-			a.late = time.Since(due)
-			answers[i] = a
-		})
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := range n {
+			due := start.Add(time.Duration(i) * interval)
+			time.Sleep(time.Until(due))
+			wg.Go(func() {
+				a := post(ctx, i)
+				a.late = time.Since(due)
+				answers[i] = a
+			})
+		}
+	}()
+
+	// The two stalls, at a fifth and at three fifths of the load. The
+	// stall's length is the fault itself.
+	time.Sleep(time.Until(start.Add(length / 5)))
+	conn, err := pgx.Connect(ctx, d.pg.URL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	// Every insert writes envelope_key (ROW EXCLUSIVE): it waits.
+	_, err = tx.Exec(ctx, `LOCK TABLE envelope_key IN EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	time.Sleep(stall)
+	require.NoError(t, tx.Rollback(ctx))
+	time.Sleep(time.Until(start.Add(3 * length / 5)))
+	pids := serverPIDs(t, d.pg.DataDir())
+	thaw := func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
 	}
+	t.Cleanup(thaw)
+	for _, pid := range pids {
+		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	}
+	time.Sleep(stall)
+	thaw()
+	<-sent
 	wg.Wait()
-	require.NoError(t, <-stalls)
 
 	codes := map[int]int{}
 	statuses := map[string]int{}

@@ -227,18 +227,17 @@ func listPage(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRe
 		res.Matched, res.MatchedMore = min(n, req.CountUpTo), n > req.CountUpTo
 		// Each status's count is one bounded count on the status index
 		// (status, received_at) within the window.
-		limit := min(req.CountUpTo, MaxStatusCount)
-		for _, st := range envelope.Statuses() {
-			if !req.ByStatus {
-				break
+		if req.ByStatus {
+			limit := min(req.CountUpTo, MaxStatusCount)
+			for _, st := range envelope.Statuses() {
+				s := sel
+				s.Status = st
+				n, err := envelope.CountUpTo(ctx, tx, s, limit+1)
+				if err != nil {
+					return err
+				}
+				res.ByStatus = append(res.ByStatus, StatusCount{Status: st, N: min(n, limit), More: n > limit})
 			}
-			s := sel
-			s.Status = st
-			n, err := envelope.CountUpTo(ctx, tx, s, limit+1)
-			if err != nil {
-				return err
-			}
-			res.ByStatus = append(res.ByStatus, StatusCount{Status: st, N: min(n, limit), More: n > limit})
 		}
 	}
 	sel.BeforeID = req.BeforeID

@@ -124,16 +124,22 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 	all := maps.Clone(fq)
 	all.Del("status")
 	d.Tabs = append(d.Tabs, statusTab{Label: "all", Query: template.URL(all.Encode()), Current: fq.Get("status") == ""})
-	if len(res.ByStatus) == 0 { // a search no index serves: tabs without counts
-		for _, st := range envelope.Statuses() {
-			res.ByStatus = append(res.ByStatus, admin.StatusCount{Status: st, N: -1})
-		}
-	}
+	// A search no index serves has no counts: its tabs show none.
+	counts := map[envelope.Status]admin.StatusCount{}
 	for _, sc := range res.ByStatus {
+		counts[sc.Status] = sc
+	}
+	for _, st := range envelope.Statuses() {
 		tq := maps.Clone(all)
-		tq.Set("status", string(sc.Status))
-		d.Tabs = append(d.Tabs, statusTab{Label: string(sc.Status), Query: template.URL(tq.Encode()), Current: fq.Get("status") == string(sc.Status),
-			Count: strconv.Itoa(sc.N) + map[bool]string{true: "+", false: ""}[sc.More], Counted: sc.N >= 0})
+		tq.Set("status", string(st))
+		tab := statusTab{Label: string(st), Query: template.URL(tq.Encode()), Current: fq.Get("status") == string(st)}
+		if sc, ok := counts[st]; ok {
+			tab.Count, tab.Counted = strconv.Itoa(sc.N), true
+			if sc.More {
+				tab.Count += "+"
+			}
+		}
+		d.Tabs = append(d.Tabs, tab)
 	}
 	d.Matched, d.MatchedMore, d.Scan = res.Matched, res.MatchedMore, &res.Scan
 	if res.NextBeforeID != nil {
@@ -590,13 +596,9 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	// Never more than the dry run counted (expect): the form pins its
 	// selection, and this caps what could still enter it (an envelope
 	// pending then, failed now).
-	expect, err := strconv.Atoi(q.Get("expect"))
-	if err != nil || expect < 0 {
-		c.showPreview(w, r, q, reason, "the form lacks its dry run's count: review the dry run below and confirm again", http.StatusBadRequest)
-		return
-	}
-	if expect == 0 {
-		c.showPreview(w, r, q, reason, "the dry run found nothing to replay", http.StatusBadRequest)
+	expect, problem := dryRunCount(q, "replay")
+	if problem != "" {
+		c.showPreview(w, r, q, reason, problem, http.StatusBadRequest)
 		return
 	}
 	if req.Limit == 0 || expect < req.Limit {
@@ -898,13 +900,9 @@ func (c *Console) resolveMany(w http.ResponseWriter, r *http.Request) {
 		c.showResolve(w, r, fq, reason, err.Error(), http.StatusBadRequest)
 		return
 	}
-	expect, err := strconv.Atoi(r.PostFormValue("expect"))
-	if err != nil || expect < 0 {
-		c.showResolve(w, r, fq, reason, "the form lacks its dry run's count: review the dry run below and confirm again", http.StatusBadRequest)
-		return
-	}
-	if expect == 0 {
-		c.showResolve(w, r, fq, reason, "the dry run found nothing to resolve", http.StatusBadRequest)
+	expect, problem := dryRunCount(r.PostForm, "resolve")
+	if problem != "" {
+		c.showResolve(w, r, fq, reason, problem, http.StatusBadRequest)
 		return
 	}
 	req := admin.ResolveRequest{Filter: f, Actor: "console:" + c.opts.Actor(r), Reason: reason, Limit: min(expect, c.opts.MaxReplay)}
@@ -941,4 +939,18 @@ func (c *Console) acceptWrite(w http.ResponseWriter, r *http.Request, action str
 		return false
 	}
 	return true
+}
+
+// dryRunCount reads the count a confirmed form carries from its dry run
+// ("expect"): the most the run may take. problem says why the form cannot
+// be run (no count, or nothing to action), "" when it can.
+func dryRunCount(q url.Values, action string) (n int, problem string) {
+	n, err := strconv.Atoi(q.Get("expect"))
+	switch {
+	case err != nil || n < 0:
+		return 0, "the form lacks its dry run's count: review the dry run below and confirm again"
+	case n == 0:
+		return 0, "the dry run found nothing to " + action
+	}
+	return n, ""
 }

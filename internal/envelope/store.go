@@ -323,7 +323,12 @@ func (s *Store) insertTx(ctx context.Context, items []prepared) ([]groupcommit.R
 	slices.SortStableFunc(order, func(a, b int) int {
 		return cmp.Or(cmp.Compare(items[a].d.Source, items[b].d.Source), cmp.Compare(items[a].d.DeliveryID, items[b].d.DeliveryID))
 	})
-	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+	// All within ctx's deadline, the COMMIT included: past it the callers
+	// are answered 503 whether or not the COMMIT then succeeds (the brief's
+	// store deadline; a retry of a delivery that did commit is answered 200
+	// duplicate). A transaction cut at its deadline is rolled back by the
+	// server when pgx closes the connection, so no caller waits for that.
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var fresh, dups []int
 		var conflicts []int
 		todo, replayOf, err := claimDigests(ctx, tx, items, order)
@@ -482,24 +487,6 @@ func (s *Store) insertTx(ctx context.Context, items []prepared) ([]groupcommit.R
 		}
 	}
 	return out, nil
-}
-
-// inTx runs fn in a transaction on pool and commits it, all within ctx's
-// deadline, the COMMIT included: past it the callers are answered 503
-// whether or not the COMMIT then succeeds (the brief's store deadline; a
-// retry of a delivery that did commit is answered 200 duplicate). A
-// transaction cut at its deadline is rolled back by the server when pgx
-// closes the connection, so the rollback never makes a caller wait either.
-func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback(ctx)
-		return err
-	}
-	return tx.Commit(ctx)
 }
 
 // insertEnvelopes inserts the items at idx (in that order) and returns the

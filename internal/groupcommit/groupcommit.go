@@ -55,9 +55,8 @@ type Committer[I, O any] struct {
 	mu      sync.Mutex
 	queue   []*call[I, O]
 	running int
-	// inflight holds, for each batch being committed, when its oldest item
-	// was submitted.
-	inflight map[*call[I, O]]time.Time
+	// inflight holds the first (oldest) call of each batch being committed.
+	inflight map[*call[I, O]]struct{}
 
 	batches atomic.Int64
 	items   atomic.Int64
@@ -89,7 +88,7 @@ func New[I, O any](fn Func[I, O], opts Options) *Committer[I, O] {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 10 * time.Second
 	}
-	return &Committer[I, O]{fn: fn, opts: opts, inflight: map[*call[I, O]]time.Time{}}
+	return &Committer[I, O]{fn: fn, opts: opts, inflight: map[*call[I, O]]struct{}{}}
 }
 
 // Do commits item, together with whatever other items are waiting, and
@@ -150,9 +149,9 @@ func (c *Committer[I, O]) Age() time.Duration {
 	if len(c.queue) > 0 {
 		oldest = c.queue[0].at // FIFO: the first queued is the oldest queued
 	}
-	for _, at := range c.inflight {
-		if oldest.IsZero() || at.Before(oldest) {
-			oldest = at
+	for cl := range c.inflight {
+		if oldest.IsZero() || cl.at.Before(oldest) {
+			oldest = cl.at
 		}
 	}
 	c.mu.Unlock()
@@ -194,7 +193,7 @@ func (c *Committer[I, O]) take() []*call[I, O] {
 		c.running--
 		return nil
 	}
-	c.inflight[batch[0]] = batch[0].at
+	c.inflight[batch[0]] = struct{}{}
 	return batch
 }
 
