@@ -193,7 +193,14 @@ func TestDrillStoreStall(t *testing.T) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			resent[k] = post(ctx, i)
+			// As a provider does, a resend refused in turn (the resends
+			// are a burst of their own on a loaded machine) is sent again.
+			for range 50 {
+				if resent[k] = post(ctx, i); resent[k].code != http.StatusServiceUnavailable {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 		})
 	}
 	wg.Wait()
