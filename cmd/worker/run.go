@@ -181,7 +181,8 @@ func (o runOptions) checkSources(cfg *config.Config) (runOptions, error) {
 func sourcePolicies(cfg *config.Config) map[string]worker.SourcePolicy {
 	sources := map[string]worker.SourcePolicy{}
 	for name, src := range cfg.Sources {
-		sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max, MaxAttempts: src.MaxAttempts, MaxAge: src.MaxAge}
+		sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max, MaxAttempts: src.MaxAttempts, MaxAge: src.MaxAge,
+			AccountID: src.AccountID}
 		if src.Throttle != nil {
 			sp.ThrottlePerSecond, sp.ThrottleKey = src.Throttle.PerSecond, src.Throttle.Key
 		}
@@ -240,11 +241,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		backfillCfg = cfg
 		periodic = append(periodic, backfill.PeriodicJobs(cfg)...)
 		sources = sourcePolicies(cfg)
-		forwarding, err := forward.FromConfig(registry, cfg, nil)
-		if err != nil {
+		if registry, err = forward.FromConfig(registry, cfg, nil); err != nil {
 			return err
 		}
-		registry = handlers.WithAccounts(forwarding, cfg)
 	}
 	pool, err := pg.Open(ctx, getenv("DATABASE_URL"), pg.Options{
 		MaxConns:        int32(worker.PoolSize(o.batching)),

@@ -15,9 +15,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/provider"
 )
@@ -66,10 +63,12 @@ type Result struct {
 // PostgreSQL's timestamptz holds (nor a plausible one).
 const maxUpdatedAt = 253402300799
 
-// Handle upserts the customer, newest version wins, inside tx: the sender's
-// updated_at, then (two changes in one second) the later-stored delivery. It never
-// commits or rolls back tx: the worker does, with the envelope's status.
-func Handle(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+// Handle upserts the customer, newest version wins, inside run.Tx: the
+// sender's updated_at, then (two changes in one second) the later-stored
+// delivery. It never commits or rolls back run.Tx: the worker does, with the
+// envelope's status.
+func Handle(ctx context.Context, run handlers.Run) (json.RawMessage, error) {
+	env := run.Envelope
 	var ev event
 	if err := json.Unmarshal(env.BodyOrPayload(), &ev); err != nil {
 		// Retrying cannot fix a body that does not parse: fail for good.
@@ -83,7 +82,7 @@ func Handle(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMes
 		// Out of PostgreSQL's range: a retry would fail the same way.
 		return nil, handlers.Permanent(fmt.Errorf("customer event: data.updated_at %d is not a Unix time in seconds", d.UpdatedAt))
 	}
-	tag, err := tx.Exec(ctx, `
+	tag, err := run.Tx.Exec(ctx, `
 		INSERT INTO crm_customer (id, email, name, updated_at, envelope_id) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (id) DO UPDATE SET email = EXCLUDED.email, name = EXCLUDED.name,
 		       updated_at = EXCLUDED.updated_at, envelope_id = EXCLUDED.envelope_id

@@ -110,7 +110,7 @@ func TestForwardDelivers(t *testing.T) {
 
 	// Twice, as a retry would: the receiver must see the same keys.
 	for range 2 {
-		res, err := f.Handle(context.Background(), nil, env)
+		res, err := f.Handle(context.Background(), handlers.Run{Envelope: env})
 		require.NoError(t, err, "Handle")
 		var got forward.Result
 		require.NoError(t, json.Unmarshal(res, &got), "result %s", res)
@@ -145,7 +145,7 @@ func TestForwardPayloadWhenBodyDropped(t *testing.T) {
 	env.Body = nil // retention dropped it
 	env.Payload = json.RawMessage(`{"data": {"a": "é", "z": 1}, "type": "payment.succeeded"}`)
 	env.Headers = map[string]string{}
-	_, err := f.Handle(context.Background(), nil, env)
+	_, err := f.Handle(context.Background(), handlers.Run{Envelope: env})
 	require.NoError(t, err, "Handle")
 	r := rc.requests()[0]
 	require.NoError(t, r.err, "verify")
@@ -153,7 +153,7 @@ func TestForwardPayloadWhenBodyDropped(t *testing.T) {
 	require.Equal(t, "application/json", r.header.Get("Content-Type"))
 
 	env.Payload = nil
-	_, err = f.Handle(context.Background(), nil, env)
+	_, err = f.Handle(context.Background(), handlers.Run{Envelope: env})
 	var pe *handlers.PermanentError
 	require.ErrorAs(t, err, &pe, "no body and no payload")
 }
@@ -237,7 +237,7 @@ func TestForwardOutcomes(t *testing.T) {
 				w.WriteHeader(tt.status)
 				io.WriteString(w, tt.body)
 			})
-			_, err := newForwarder(t, rc.URL, 0).Handle(context.Background(), nil, forwardEnvelope())
+			_, err := newForwarder(t, rc.URL, 0).Handle(context.Background(), handlers.Run{Envelope: forwardEnvelope()})
 			got, after := classOf(err)
 			require.Equal(t, tt.want, got, "class of %v", err)
 			assert.True(t, after >= tt.after[0] && after <= tt.after[1], "After = %s, want within %s", after, tt.after)
@@ -265,7 +265,7 @@ func TestForwardTimeout(t *testing.T) {
 	t.Cleanup(func() { close(release) }) // runs before rc.Close
 
 	start := time.Now()
-	_, err := newForwarder(t, rc.URL, 100*time.Millisecond).Handle(context.Background(), nil, forwardEnvelope())
+	_, err := newForwarder(t, rc.URL, 100*time.Millisecond).Handle(context.Background(), handlers.Run{Envelope: forwardEnvelope()})
 	c, _ := classOf(err)
 	require.Equal(t, classRetry, c, "class of %v", err)
 	assert.Equal(t, labels.CauseTimeout, handlers.CauseOf(err), "cause of %v", err)
@@ -279,7 +279,7 @@ func TestForwardConnectionRefused(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL + "/hook?token=s3cr3t-token"
 	srv.Close()
-	_, err := newForwarder(t, url, 0).Handle(context.Background(), nil, forwardEnvelope())
+	_, err := newForwarder(t, url, 0).Handle(context.Background(), handlers.Run{Envelope: forwardEnvelope()})
 	c, _ := classOf(err)
 	require.Equal(t, classRetry, c, "class of %v", err)
 	assert.NotContains(t, err.Error(), "s3cr3t-token", "the error shows the URL's query")
@@ -297,13 +297,13 @@ func TestForwardRedacts(t *testing.T) {
 	f := newForwarder(t, dest, 0)
 	assert.Equal(t, rc.URL+"/in", f.URL())
 
-	res, err := f.Handle(context.Background(), nil, forwardEnvelope())
+	res, err := f.Handle(context.Background(), handlers.Run{Envelope: forwardEnvelope()})
 	require.NoError(t, err)
 	r := rc.requests()[0]
 	assert.Equal(t, [2]string{"hookuser", "hook-pass-9"}, [2]string{r.user, r.password}, "basic auth")
 	assert.NoError(t, r.err, "verify")
 	status.Store(http.StatusForbidden)
-	_, err = f.Handle(context.Background(), nil, forwardEnvelope())
+	_, err = f.Handle(context.Background(), handlers.Run{Envelope: forwardEnvelope()})
 	require.Error(t, err, "403 succeeded")
 	for _, text := range []string{string(res), err.Error()} {
 		for _, secret := range []string{"hook-pass-9", "tok-7781", "frag", forwardSecret, strings.TrimPrefix(forwardSecret, "whsec_")} {
@@ -360,7 +360,7 @@ func (rec *recorder) got() string {
 }
 
 func (rec *recorder) handler(name string, err error) handlers.Handler {
-	return handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+	return handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 		rec.add(name)
 		if err != nil {
 			return nil, err
@@ -404,7 +404,7 @@ func TestRouterRoutes(t *testing.T) {
 			assert.Empty(t, tt.want, "%s %s: no handler", tt.source, tt.event)
 			continue
 		}
-		_, err := h.Handle(context.Background(), nil, env)
+		_, err := h.Handle(context.Background(), handlers.Run{Envelope: env})
 		require.NoError(t, err)
 		assert.Equal(t, tt.want, rec.got(), "%s %s: calls", tt.source, tt.event)
 	}
@@ -426,7 +426,7 @@ func TestRouterRoutes(t *testing.T) {
 func TestRouterResults(t *testing.T) {
 	t.Parallel()
 	env := &envelope.Envelope{Source: "s", Provider: "standard", EventType: "e"}
-	fwd := handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+	fwd := handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 		return json.RawMessage(`{"url":"u","status":200}`), nil
 	})
 	for _, tt := range []struct {
@@ -441,14 +441,14 @@ func TestRouterResults(t *testing.T) {
 	} {
 		reg := handlers.NewRegistry()
 		if tt.builtin != nil {
-			reg.Register("standard", "e", handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+			reg.Register("standard", "e", handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 				return tt.builtin, nil
 			}))
 		}
 		r := forward.New(reg)
 		r.Add("s", nil, config.ForwardBesides, fwd)
 		h, _ := r.Route(env)
-		res, err := h.Handle(context.Background(), nil, env)
+		res, err := h.Handle(context.Background(), handlers.Run{Envelope: env})
 		if assert.NoError(t, err, tt.name) {
 			assert.Equal(t, tt.want, string(res), tt.name)
 		}
@@ -506,7 +506,7 @@ func TestFromConfig(t *testing.T) {
 		// The registry given is left as it was.
 		h, ok := b.builtin.Route(forwardEnvelope())
 		require.True(t, ok, "builtin lost its handler")
-		_, err = h.Handle(context.Background(), nil, forwardEnvelope())
+		_, err = h.Handle(context.Background(), handlers.Run{Envelope: forwardEnvelope()})
 		require.NoError(t, err)
 		require.Equal(t, "builtin", b.rec.got(), "the builtin registry routes to the built-in handler only")
 		b.rec.mu.Lock()
@@ -518,7 +518,7 @@ func TestFromConfig(t *testing.T) {
 		t.Helper()
 		h, ok := b.reg.Route(env)
 		require.True(t, ok, "no handler for %s %s", env.Source, env.EventType)
-		return h.Handle(context.Background(), nil, env)
+		return h.Handle(context.Background(), handlers.Run{Envelope: env})
 	}
 
 	t.Run("besides", func(t *testing.T) {
@@ -646,7 +646,7 @@ func TestForwardBesidesAfterBuiltinHandler(t *testing.T) {
 		h, ok := handlers.Resolve(reg, env)
 		require.True(t, ok, "no handler for %s %s", env.Source, env.EventType)
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := h.Handle(ctx, tx, env)
+			_, err := h.Handle(ctx, handlers.Run{Tx: tx, Envelope: env})
 			return err
 		})
 	}

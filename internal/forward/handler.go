@@ -14,14 +14,12 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxhq/inbox/internal/config"
-	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -111,8 +109,10 @@ func NewHandler(dest *config.Forward, client *http.Client) (*Handler, error) {
 // URL returns the destination without user info, query or fragment.
 func (f *Handler) URL() string { return f.url }
 
-// Handle implements handlers.Handler: it POSTs env to the destination.
-func (f *Handler) Handle(ctx context.Context, _ pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+// Handle implements handlers.Handler: it POSTs the run's envelope to the
+// destination.
+func (f *Handler) Handle(ctx context.Context, run handlers.Run) (json.RawMessage, error) {
+	env := run.Envelope
 	body := env.BodyOrPayload()
 	if body == nil {
 		return nil, handlers.Permanent(handlers.WithCause(fmt.Errorf("forward to %s: envelope %d has neither body nor payload", f.url, env.ID), labels.CauseInvalidPayload))

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
@@ -162,17 +160,17 @@ type combined struct {
 	routes  []handlers.Handler
 }
 
-func (c *combined) Handle(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+func (c *combined) Handle(ctx context.Context, run handlers.Run) (json.RawMessage, error) {
 	var res json.RawMessage
 	if c.builtin != nil {
 		var err error
-		if res, err = c.builtin.Handle(ctx, tx, env); err != nil {
+		if res, err = c.builtin.Handle(ctx, run); err != nil {
 			return nil, err
 		}
 	}
 	forwarded := make([]json.RawMessage, 0, len(c.routes))
 	for _, h := range c.routes {
-		fres, err := h.Handle(ctx, tx, env)
+		fres, err := h.Handle(ctx, run)
 		if err != nil {
 			return nil, err
 		}

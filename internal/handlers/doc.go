@@ -6,18 +6,22 @@
 //
 // A handler runs inside the worker's transaction: its ledger postings, the
 // envelope's result and status and the job's completion commit together or
-// not at all. Handlers never begin, commit or roll back.
+// not at all. Handlers never begin, commit or roll back. Everything a
+// handler works with is a value of its Run: the transaction, the envelope,
+// the ledger.Writer bound to the transaction (the worker's account cache
+// and, for a batch, its deferred ledger statement) and the source's
+// configured account.
 //
 // The worker finds an envelope's handler through a Router, with Resolve. The
-// Registry is the plain Router, keyed by (provider, event type) alone; what
-// depends on the envelope's source decorates it: WithAccounts (the source's
-// configured account id) here, per-source forwarding in package forward.
-// cmd/worker assembles the chain from the sources file. Resolve adds what
-// every envelope gets whichever route it took (a Shopify event is processed
-// once).
+// Registry is the plain Router, keyed by (provider, event type) alone;
+// per-source forwarding decorates it in package forward, and cmd/worker
+// assembles the chain from the sources file. Resolve wraps the handler in
+// the Middleware every envelope gets whichever route it took: Recover, then
+// ShopifyEventOnce.
 //
-// The package may import config, envelope, labels, ledger, provider, pgx and
-// the standard library; it must not import forward, worker, ingest or cmd.
+// The package may import envelope, labels, ledger, provider, pgx and the
+// standard library; it must not import config, forward, worker, ingest or
+// cmd.
 //
 // # Built-in handlers
 //
@@ -35,7 +39,7 @@
 //
 // The merchant is the payload's (Stripe Connect "account", Standard
 // data.merchant_id, Shopify X-Shopify-Shop-Domain header), else the source's
-// configured account_id (see WithAccounts), else the envelope's source name.
+// configured account_id (Run.Account), else the envelope's source name.
 // A Stripe refund or reversal is posted for its payment's merchant. Business
 // keys, unique across the ledger, are:
 //

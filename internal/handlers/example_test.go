@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -23,7 +21,8 @@ func ExampleRegistry() {
 	// GitHub's event type is X-GitHub-Event and the body's action:
 	// "release.published", never "release" alone. A route names one event
 	// type exactly (or "*" for every event of the provider).
-	r.Register(provider.GitHub, "release.published", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	r.Register(provider.GitHub, "release.published", handlers.HandlerFunc(func(_ context.Context, run handlers.Run) (json.RawMessage, error) {
+		env := run.Envelope
 		var body struct {
 			Release struct {
 				TagName string `json:"tag_name"`
@@ -49,12 +48,12 @@ func ExampleRegistry() {
 	}
 
 	h, _ := r.Lookup(provider.GitHub, "release.published")
-	res, err := h.Handle(context.Background(), nil, &envelope.Envelope{Body: []byte(`{"release":{"tag_name":"v1.2.0"}}`)})
+	res, err := h.Handle(context.Background(), handlers.Run{Envelope: &envelope.Envelope{Body: []byte(`{"release":{"tag_name":"v1.2.0"}}`)}})
 	fmt.Println(string(res), err)
 	// Purged by retention: the body is gone, its parsed copy remains.
-	res, err = h.Handle(context.Background(), nil, &envelope.Envelope{Payload: []byte(`{"release":{"tag_name":"v1.1.0"}}`)})
+	res, err = h.Handle(context.Background(), handlers.Run{Envelope: &envelope.Envelope{Payload: []byte(`{"release":{"tag_name":"v1.1.0"}}`)}})
 	fmt.Println(string(res), err)
-	_, err = h.Handle(context.Background(), nil, &envelope.Envelope{Body: []byte(`not json`)})
+	_, err = h.Handle(context.Background(), handlers.Run{Envelope: &envelope.Envelope{Body: []byte(`not json`)}})
 	fmt.Println(err)
 	// Output:
 	// github release.published: handled=true

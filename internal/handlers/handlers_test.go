@@ -28,11 +28,16 @@ type bundle struct {
 	ctx  context.Context
 	pool *pgxpool.Pool
 	reg  *handlers.Registry
+	// ledgerAccounts is the worker's account cache; accounts the sources'
+	// account_id, as the worker gives them to each run (Run.Account).
+	ledgerAccounts *ledger.Accounts
+	accounts       map[string]string
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	return &bundle{ctx: context.Background(), pool: pgtest.NewPool(t), reg: handlers.Builtin()}
+	pool := pgtest.NewPool(t)
+	return &bundle{ctx: context.Background(), pool: pool, reg: handlers.Builtin(), ledgerAccounts: ledger.NewAccounts(pool)}
 }
 
 var deliveries atomic.Int64 // for ids a test makes up (Shopify webhook ids)
@@ -50,16 +55,24 @@ func (b *bundle) envelope(t *testing.T, source, provider, eventType string, body
 	return env
 }
 
-// handle runs the registered handler in a transaction that commits only when
-// the handler succeeds, as the worker does.
+// handle runs env through the registry as the worker does (handlers.Resolve)
+// in a transaction that commits only when the handler succeeds, with the
+// Run the worker gives an envelope run on its own: its ledger writer posts
+// at once through the account cache, and the source's account. The
+// deferred batch is the worker's (handlerstest runs handlers with it).
 func (b *bundle) handle(t *testing.T, env *envelope.Envelope) (json.RawMessage, error) {
 	t.Helper()
-	h, ok := b.reg.Lookup(env.Provider, env.EventType)
+	return b.handleWith(t, b.reg, env)
+}
+
+func (b *bundle) handleWith(t *testing.T, r handlers.Router, env *envelope.Envelope) (json.RawMessage, error) {
+	t.Helper()
+	h, ok := handlers.Resolve(r, env)
 	require.True(t, ok, "no handler for %s %s", env.Provider, env.EventType)
 	var res json.RawMessage
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = h.Handle(b.ctx, tx, env)
+		res, err = h.Handle(b.ctx, handlers.Run{Tx: tx, Envelope: env, Ledger: ledger.NewWriter(tx, b.ledgerAccounts, nil), Account: b.accounts[env.Source]})
 		return err
 	})
 	return res, err
@@ -254,6 +267,13 @@ func TestStandardMerchantDefaultsToSource(t *testing.T) {
 	require.Equal(t, "payments", res.Merchant, "merchant")
 	require.Equal(t, "standard:payments:payment:pay_01J5C7Y8Z9QK3M4N5P6R7S8T9V", res.IdempotencyKey, "key")
 	b.transaction(t, res.IdempotencyKey)
+
+	// A source with an account_id: the account, by the one merchant rule
+	// (the payload's merchant, else the source's account, else its name).
+	b.accounts = map[string]string{"payments-eu": "acct_eu"}
+	res = b.mustHandle(t, b.envelope(t, "payments-eu", "standard", "payment.succeeded", body, nil))
+	require.Equal(t, "acct_eu", res.Merchant, "merchant of a source with an account")
+	require.Equal(t, "standard:acct_eu:payment:pay_01J5C7Y8Z9QK3M4N5P6R7S8T9V", res.IdempotencyKey, "key")
 }
 
 func TestSamePaymentUnderTwoEnvelopesPostsOnce(t *testing.T) {

@@ -7,19 +7,36 @@ import (
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
-// Merchant returns the merchant an envelope belongs to, by the same rule the
-// payment handlers post under: Stripe's Connect account, Standard Webhooks'
-// data.merchant_id, Shopify's shop domain; else the source name. It never
-// fails: an unreadable payload belongs to its source. Used to key per-merchant
-// throttling before any handler runs.
-func Merchant(env *envelope.Envelope) string {
+// merchant is the one rule for whom an envelope's money belongs to: named,
+// the merchant its payload names (Stripe's Connect "account", Standard
+// Webhooks' data.merchant_id, Shopify's X-Shopify-Shop-Domain header), else
+// account, the account configured for its source (account_id), else the
+// source's name. The payment handlers post under it; Merchant applies it
+// for the throttle.
+func merchant(named, account, source string) string {
+	switch {
+	case named != "":
+		return named
+	case account != "":
+		return account
+	default:
+		return source
+	}
+}
+
+// Merchant returns the merchant an envelope belongs to, by the rule the
+// payment handlers post under (see merchant), given its source's account
+// (account_id, "" when none). It never fails: an unreadable payload names
+// no merchant. Used to key per-merchant throttling before any handler runs.
+func Merchant(env *envelope.Envelope, account string) string {
+	var named string
 	switch env.Provider {
 	case provider.Stripe:
 		var ev struct {
 			Account string `json:"account"`
 		}
-		if json.Unmarshal(env.BodyOrPayload(), &ev) == nil && ev.Account != "" {
-			return ev.Account
+		if json.Unmarshal(env.BodyOrPayload(), &ev) == nil {
+			named = ev.Account
 		}
 	case provider.Standard:
 		var ev struct {
@@ -27,11 +44,11 @@ func Merchant(env *envelope.Envelope) string {
 				MerchantID string `json:"merchant_id"`
 			} `json:"data"`
 		}
-		if json.Unmarshal(env.BodyOrPayload(), &ev) == nil && ev.Data.MerchantID != "" {
-			return ev.Data.MerchantID
+		if json.Unmarshal(env.BodyOrPayload(), &ev) == nil {
+			named = ev.Data.MerchantID
 		}
 	case provider.Shopify:
-		return shopifyShop(env)
+		named = header(env, shopifyShopHeader)
 	}
-	return env.Source
+	return merchant(named, account, env.Source)
 }

@@ -8,27 +8,59 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
-// Handler applies one envelope's effects inside tx, the worker's transaction,
-// and returns the JSON the worker stores as envelope.result. It must not
-// begin, commit or roll back tx, and must be safe to run again for the same
-// envelope (after a crash, or an operator's replay): effects go through
-// idempotent writes such as ledger.Post.
+// Handler applies one envelope's effects inside run.Tx, the worker's
+// transaction, and returns the JSON the worker stores as envelope.result.
+// It must not begin, commit or roll back run.Tx, and must be safe to run
+// again for the same envelope (after a crash, or an operator's replay):
+// effects go through idempotent writes such as run.Ledger.Post.
 //
 // Errors: *PermanentError (never retried), *NotReadyError and
 // *RetryAfterError (snoozed); any other error is retried with backoff.
 type Handler interface {
-	Handle(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error)
+	Handle(ctx context.Context, run Run) (json.RawMessage, error)
 }
 
 // HandlerFunc adapts a function to Handler.
-type HandlerFunc func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error)
+type HandlerFunc func(ctx context.Context, run Run) (json.RawMessage, error)
 
 // Handle calls f.
-func (f HandlerFunc) Handle(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	return f(ctx, tx, env)
+func (f HandlerFunc) Handle(ctx context.Context, run Run) (json.RawMessage, error) {
+	return f(ctx, run)
+}
+
+// Run is one run of a handler: everything that changes what the handler
+// does arrives here, as values the worker sets where it calls the handler
+// (and handlerstest sets the same way), never as context values. The
+// context carries only the deadline, the trace and the Effects the caller
+// reads back.
+type Run struct {
+	// Tx is the worker's transaction (a savepoint of it when the batch
+	// runs its envelopes one by one): the handler's writes commit with the
+	// envelope's status and the job's completion, or not at all.
+	Tx pgx.Tx
+	// Envelope is the envelope to process, locked by Tx and pending.
+	Envelope *envelope.Envelope
+	// Ledger posts to the ledger inside Tx, with the worker's account
+	// cache, and for the first attempt of a batched envelope, deferred to
+	// the batch's one ledger statement (see ledger.Writer). Nil posts at
+	// once, creating accounts inside Tx.
+	Ledger *ledger.Writer
+	// Account is the provider account configured for the envelope's
+	// source (the sources file's account_id), "" when none: the merchant
+	// when the payload names none (see Merchant).
+	Account string
+}
+
+// ledger is r.Ledger, or a Writer that posts at once inside r.Tx.
+func (r Run) ledger() *ledger.Writer {
+	if r.Ledger != nil {
+		return r.Ledger
+	}
+	return ledger.NewWriter(r.Tx, nil, nil)
 }
 
 // Wildcard is the event type that matches every event of a provider.

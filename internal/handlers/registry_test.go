@@ -8,16 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/labels"
 )
 
 func named(name string) handlers.Handler {
-	return handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+	return handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 		return json.RawMessage(fmt.Sprintf("%q", name)), nil
 	})
 }
@@ -48,7 +48,7 @@ func TestRegistryLookup(t *testing.T) {
 		if !assert.True(t, ok, "Lookup(%s, %s) found none, want %s", tt.provider, tt.event, tt.want) {
 			continue
 		}
-		got, err := h.Handle(context.Background(), nil, &envelope.Envelope{})
+		got, err := h.Handle(context.Background(), handlers.Run{Envelope: &envelope.Envelope{}})
 		if assert.NoError(t, err) {
 			assert.Equal(t, fmt.Sprintf("%q", tt.want), string(got), "Lookup(%s, %s)", tt.provider, tt.event)
 		}
@@ -57,7 +57,7 @@ func TestRegistryLookup(t *testing.T) {
 	// A later registration replaces an earlier one.
 	r.Register("acme", "order.paid", named("replaced"))
 	h, _ := r.Lookup("acme", "order.paid")
-	got, _ := h.Handle(context.Background(), nil, nil)
+	got, _ := h.Handle(context.Background(), handlers.Run{})
 	assert.Equal(t, `"replaced"`, string(got), "after re-Register")
 
 	assert.Panics(t, func() { r.Register("acme", "x", nil) }, "Register with a nil handler")
@@ -116,4 +116,49 @@ func TestErrorClassification(t *testing.T) {
 	got := handlers.NotReady(fmt.Errorf("more context: %w", p))
 	require.ErrorAs(t, got, &pe, "NotReady(wrapped Permanent) is still permanent")
 	require.NotErrorAs(t, got, &ne, "NotReady(wrapped Permanent) is permanent only")
+}
+
+func TestChainRunsTheFirstMiddlewareOutermost(t *testing.T) {
+	t.Parallel()
+	var order []string
+	mw := func(name string) handlers.Middleware {
+		return func(next handlers.Handler) handlers.Handler {
+			return handlers.HandlerFunc(func(ctx context.Context, run handlers.Run) (json.RawMessage, error) {
+				order = append(order, name+" in")
+				res, err := next.Handle(ctx, run)
+				order = append(order, name+" out")
+				return res, err
+			})
+		}
+	}
+	h := handlers.Chain(handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
+		order = append(order, "handler")
+		return json.RawMessage(`{}`), nil
+	}), mw("a"), mw("b"))
+	_, err := h.Handle(context.Background(), handlers.Run{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"a in", "b in", "handler", "b out", "a out"}, order)
+	order = nil
+	_, err = handlers.Chain(h).Handle(context.Background(), handlers.Run{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"a in", "b in", "handler", "b out", "a out"}, order, "no more middleware: the same chain")
+}
+
+func panicsInHandler(context.Context, handlers.Run) (json.RawMessage, error) {
+	var m map[string]int
+	m["boom"]++ // a nil map: a runtime panic, as a handler bug would
+	return nil, nil
+}
+
+func TestRecoverTurnsAPanicIntoAFailureKeepingTheStack(t *testing.T) {
+	t.Parallel()
+	res, err := handlers.Recover(handlers.HandlerFunc(panicsInHandler)).Handle(context.Background(), handlers.Run{})
+	require.Nil(t, res)
+	var p *handlers.PanicError
+	require.ErrorAs(t, err, &p)
+	require.Contains(t, err.Error(), "handler panic: assignment to entry in nil map")
+	require.Contains(t, string(p.Stack), "handlers_test.panicsInHandler", "the stack names where it panicked")
+	require.Equal(t, labels.CausePanic, handlers.CauseOf(err))
+	var permanent *handlers.PermanentError
+	require.False(t, errors.As(err, &permanent), "a panic is retried, as a transient error")
 }

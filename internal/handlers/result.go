@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ledger"
 )
 
@@ -58,10 +55,10 @@ func postingResult(ctx context.Context, r PostingResult) (json.RawMessage, error
 	return EncodeResult(r)
 }
 
-// post posts p for env and returns the result JSON, with ledger errors
+// post posts p for run's envelope with its Ledger and returns the result JSON, with ledger errors
 // classified.
-func post(ctx context.Context, tx pgx.Tx, env *envelope.Envelope, p ledger.Posting) (json.RawMessage, error) {
-	res, err := ledger.Post(ctx, tx, env.ID, p)
+func post(ctx context.Context, run Run, p ledger.Posting) (json.RawMessage, error) {
+	res, err := run.ledger().Post(ctx, run.Envelope.ID, p)
 	if err != nil {
 		return nil, classify(fmt.Errorf("post %s %q: %w", p.Kind, p.IdempotencyKey, err))
 	}

@@ -2,14 +2,12 @@ package handlers
 
 import (
 	"github.com/inboxhq/inbox/internal/envelope"
-	"github.com/inboxhq/inbox/internal/provider"
 )
 
 // Router picks the handler of an envelope; the worker asks it through
-// Resolve. *Registry is the plain one, by (provider, event type); decorators
-// wrap a Router to add what depends on the envelope's source: WithAccounts
-// (a source's configured account id) and package forward (per-source
-// forwarding routes). cmd/worker assembles them from the sources file.
+// Resolve. *Registry is the plain one, by (provider, event type); package
+// forward decorates one with per-source forwarding routes. cmd/worker
+// assembles them from the sources file.
 type Router interface {
 	// Route returns the handler for env; false means none, and the
 	// envelope is to be ignored.
@@ -23,18 +21,13 @@ type Router interface {
 
 // Resolve returns the handler the worker runs for env: r's, wrapped in what
 // every envelope gets whichever route it took, so it applies to built-in and
-// forwarding routes alike: a Shopify delivery repeating an earlier one's
-// X-Shopify-Event-Id is a done no-op naming the first, neither posted nor
-// forwarded again. false means no handler: the envelope is to be ignored.
+// forwarding routes alike, outermost first: Recover (a panic is a failed
+// attempt, its stack kept), then ShopifyEventOnce (a Shopify event is
+// processed once). false means no handler: the envelope is to be ignored.
 func Resolve(r Router, env *envelope.Envelope) (Handler, bool) {
 	h, ok := r.Route(env)
 	if !ok {
 		return nil, false
 	}
-	if env.Provider == provider.Shopify {
-		if id := header(env, shopifyEventIDHeader); id != "" {
-			h = shopifyEventOnce{h: h, eventID: id}
-		}
-	}
-	return h, true
+	return Chain(h, Recover, ShopifyEventOnce), true
 }

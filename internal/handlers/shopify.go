@@ -7,21 +7,20 @@ import (
 	"math"
 	"math/bits"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ledger"
+	"github.com/inboxhq/inbox/internal/provider"
 )
 
-// shopifyShop is the shop's domain from the X-Shopify-Shop-Domain header,
-// else the source. It names the merchant (the ledger accounts' owner), never
-// a business key: Shopify's HMAC covers the body only, so the header of a
-// replayed signed body can say anything.
-func shopifyShop(env *envelope.Envelope) string {
-	if shop := header(env, "X-Shopify-Shop-Domain"); shop != "" {
-		return shop
-	}
-	return env.Source
+// shopifyShopHeader names the shop a delivery is for. It names the merchant
+// (the ledger accounts' owner; see merchant), never a business key:
+// Shopify's HMAC covers the body only, so the header of a replayed signed
+// body can say anything.
+const shopifyShopHeader = "X-Shopify-Shop-Domain"
+
+// shopifyMerchant is the merchant of a Shopify run: its shop (see merchant).
+func shopifyMerchant(run Run) string {
+	return merchant(header(run.Envelope, shopifyShopHeader), run.Account, run.Envelope.Source)
 }
 
 // shopifyOrderKey is the business key of an order's payment. Shopify order
@@ -36,20 +35,22 @@ func shopifyRefundKey(refundID string) string { return "shopify:refund:" + refun
 
 // shopifyOrderPaid posts the order's total_price, a decimal string in the
 // order's currency (else its presentment_currency), as a payment keyed by the
-// order id, for the shop (see shopifyShop). An order with a zero total (a
+// order id, for the shop (see shopifyMerchant). An order with a zero total (a
 // free order, one paid by gift card) moves no money: a no-op.
-func shopifyOrderPaid(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	p, err := shopifyPayment(env)
+func shopifyOrderPaid(ctx context.Context, run Run) (json.RawMessage, error) {
+	env := run.Envelope
+	p, err := shopifyPayment(run)
 	if err != nil {
 		return nil, invalidPayload(fmt.Errorf("shopify %s: %w", env.EventType, err))
 	}
 	if p.AmountMinor == 0 {
 		return noop(ctx, ledger.KindPayment, p.Merchant, p.Currency, "zero amount")
 	}
-	return post(ctx, tx, env, p)
+	return post(ctx, run, p)
 }
 
-func shopifyPayment(env *envelope.Envelope) (ledger.Posting, error) {
+func shopifyPayment(run Run) (ledger.Posting, error) {
+	env := run.Envelope
 	var o struct {
 		ID                  json.RawMessage `json:"id"`
 		Name                string          `json:"name"`
@@ -88,7 +89,7 @@ func shopifyPayment(env *envelope.Envelope) (ledger.Posting, error) {
 	p := ledger.Posting{
 		Kind:           ledger.KindPayment,
 		IdempotencyKey: shopifyOrderKey(id),
-		Merchant:       shopifyShop(env),
+		Merchant:       shopifyMerchant(run),
 		Currency:       currency,
 		AmountMinor:    amount,
 		Description:    fmt.Sprintf("shopify orders/paid %s %s", id, o.Name),
@@ -111,31 +112,32 @@ func shopifyPayment(env *envelope.Envelope) (ledger.Posting, error) {
 
 // shopifyRefundCreated posts the sum of the refund's successful or pending
 // "refund" transactions as a refund of its order, keyed by the refund id, for the shop
-// (see shopifyShop). A refund with no money moved (a restock-only refund) is a
+// (see shopifyMerchant). A refund with no money moved (a restock-only refund) is a
 // no-op. Refund transactions are in the order's presentment currency; when
 // that is not the currency the payment was posted in (the shop's), the refund
 // is posted in the payment's currency at the order's own rate (its shop total
 // over its presentment total), cumulatively, so refunds that add up to the
 // whole order add up to the whole payment exactly; the presentment amount is
 // recorded next to it.
-func shopifyRefundCreated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	p, err := shopifyRefund(env)
+func shopifyRefundCreated(ctx context.Context, run Run) (json.RawMessage, error) {
+	env := run.Envelope
+	p, err := shopifyRefund(run)
 	if err != nil {
 		return nil, invalidPayload(fmt.Errorf("shopify %s: %w", env.EventType, err))
 	}
 	if p.AmountMinor == 0 {
 		return noop(ctx, ledger.KindRefund, p.Merchant, p.Currency, "nothing refunded")
 	}
-	if res, ok, err := replayed(ctx, tx, env); err != nil || ok {
+	if res, ok, err := replayed(ctx, run); err != nil || ok {
 		return res, err
 	}
-	if t, ok, err := ledger.ByKey(ctx, tx, p.IdempotencyKey); err != nil {
+	if t, ok, err := ledger.ByKey(ctx, run.Tx, p.IdempotencyKey); err != nil {
 		return nil, err
 	} else if ok {
 		return postingResult(ctx, PostingResult{LedgerTransactionID: t.ID, Kind: string(t.Kind), IdempotencyKey: t.IdempotencyKey, Merchant: t.Merchant,
 			AmountMinor: t.AmountMinor, Currency: t.Currency, Reason: fmt.Sprintf("business key already posted by envelope %d", t.EnvelopeID)})
 	}
-	pay, err := ledger.Payment(ctx, tx, p.PaymentKey)
+	pay, err := ledger.Payment(ctx, run.Tx, p.PaymentKey)
 	if err != nil {
 		return nil, classify(fmt.Errorf("shopify %s: %w", env.EventType, err))
 	}
@@ -147,7 +149,7 @@ func shopifyRefundCreated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope
 			return noop(ctx, ledger.KindRefund, p.Merchant, p.Currency, "refund rounds to zero in the payment's currency")
 		}
 	}
-	return post(ctx, tx, env, p)
+	return post(ctx, run, p)
 }
 
 // inPaymentCurrency converts a refund stated in the payment's presentment
@@ -177,7 +179,8 @@ func inPaymentCurrency(p *ledger.Posting, pay ledger.PaymentState) error {
 	return nil
 }
 
-func shopifyRefund(env *envelope.Envelope) (ledger.Posting, error) {
+func shopifyRefund(run Run) (ledger.Posting, error) {
+	env := run.Envelope
 	var r struct {
 		ID           json.RawMessage `json:"id"`
 		OrderID      json.RawMessage `json:"order_id"`
@@ -230,7 +233,7 @@ func shopifyRefund(env *envelope.Envelope) (ledger.Posting, error) {
 		Kind:           ledger.KindRefund,
 		IdempotencyKey: shopifyRefundKey(id),
 		PaymentKey:     shopifyOrderKey(orderID),
-		Merchant:       shopifyShop(env),
+		Merchant:       shopifyMerchant(run),
 		Currency:       currency,
 		AmountMinor:    total,
 		Description:    fmt.Sprintf("shopify refunds/create %s of order %s", id, orderID),
@@ -250,22 +253,30 @@ type DuplicateResult struct {
 	Reason      string `json:"reason"`
 }
 
-// shopifyEventOnce runs h only for the first envelope of its source that
-// carries eventID; a later one is a done no-op naming the first, whatever
-// the first's status (replay the first to process the event again).
-type shopifyEventOnce struct {
-	h       Handler
-	eventID string
-}
-
-func (s shopifyEventOnce) Handle(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	first, ok, err := envelope.FirstOfShopifyEvent(ctx, tx, env.Source, s.eventID, env.ID)
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		return EncodeResult(DuplicateResult{DuplicateOf: first, Reason: fmt.Sprintf(
-			"same %s as envelope %d: the event is processed once", shopifyEventIDHeader, first)})
-	}
-	return s.h.Handle(ctx, tx, env)
+// ShopifyEventOnce runs next only for the first envelope of its source
+// that carries its X-Shopify-Event-Id: a Shopify delivery repeating an
+// earlier one's event (under another X-Shopify-Webhook-Id) is a done no-op
+// naming the first, whatever the first's status (replay the first to
+// process the event again), neither posted nor forwarded again. Other
+// envelopes run next as they are.
+func ShopifyEventOnce(next Handler) Handler {
+	return HandlerFunc(func(ctx context.Context, run Run) (json.RawMessage, error) {
+		env := run.Envelope
+		if env.Provider != provider.Shopify {
+			return next.Handle(ctx, run)
+		}
+		eventID := header(env, shopifyEventIDHeader)
+		if eventID == "" {
+			return next.Handle(ctx, run)
+		}
+		first, ok, err := envelope.FirstOfShopifyEvent(ctx, run.Tx, env.Source, eventID, env.ID)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return EncodeResult(DuplicateResult{DuplicateOf: first, Reason: fmt.Sprintf(
+				"same %s as envelope %d: the event is processed once", shopifyEventIDHeader, first)})
+		}
+		return next.Handle(ctx, run)
+	})
 }

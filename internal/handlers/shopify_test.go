@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/config"
@@ -19,18 +18,11 @@ import (
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
-// run handles env through r as the worker does (handlers.Resolve) and
-// returns the raw result.
+// run handles env through r as the worker does and returns the raw result.
 func (b *bundle) run(t *testing.T, r handlers.Router, env *envelope.Envelope) json.RawMessage {
 	t.Helper()
-	h, ok := handlers.Resolve(r, env)
-	require.True(t, ok, "no handler for %s %s", env.Provider, env.EventType)
-	var raw json.RawMessage
-	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		var err error
-		raw, err = h.Handle(b.ctx, tx, env)
-		return err
-	}), "handle")
+	raw, err := b.handleWith(t, r, env)
+	require.NoError(t, err, "handle")
 	return raw
 }
 
@@ -43,7 +35,7 @@ func TestShopifyEventUnderTwoWebhookIDsIsProcessedOnce(t *testing.T) {
 	reg := forward.New(handlers.Builtin())
 	var forwarded atomic.Int64
 	reg.Add("shopify", nil, config.ForwardBesides, handlers.HandlerFunc(
-		func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+		func(context.Context, handlers.Run) (json.RawMessage, error) {
 			forwarded.Add(1)
 			return json.RawMessage(`{"forwarded":true}`), nil
 		}))

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ledger"
 )
 
@@ -23,25 +20,28 @@ type standardPayment struct {
 
 // standardPaymentSucceeded posts data.amount_minor as a payment keyed by the
 // merchant and data.payment_id.
-func standardPaymentSucceeded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	p, err := standardPosting(env, ledger.KindPayment)
+func standardPaymentSucceeded(ctx context.Context, run Run) (json.RawMessage, error) {
+	env := run.Envelope
+	p, err := standardPosting(run, ledger.KindPayment)
 	if err != nil {
 		return nil, invalidPayload(fmt.Errorf("standard %s: %w", env.EventType, err))
 	}
-	return post(ctx, tx, env, p)
+	return post(ctx, run, p)
 }
 
 // standardPaymentRefunded posts data.amount_minor as a refund of
 // data.payment_id, keyed by the merchant and data.refund_id.
-func standardPaymentRefunded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	p, err := standardPosting(env, ledger.KindRefund)
+func standardPaymentRefunded(ctx context.Context, run Run) (json.RawMessage, error) {
+	env := run.Envelope
+	p, err := standardPosting(run, ledger.KindRefund)
 	if err != nil {
 		return nil, invalidPayload(fmt.Errorf("standard %s: %w", env.EventType, err))
 	}
-	return post(ctx, tx, env, p)
+	return post(ctx, run, p)
 }
 
-func standardPosting(env *envelope.Envelope, kind ledger.Kind) (ledger.Posting, error) {
+func standardPosting(run Run, kind ledger.Kind) (ledger.Posting, error) {
+	env := run.Envelope
 	var ev struct {
 		Type string           `json:"type"`
 		Data *standardPayment `json:"data"`
@@ -64,10 +64,7 @@ func standardPosting(env *envelope.Envelope, kind ledger.Kind) (ledger.Posting, 
 	if err != nil {
 		return ledger.Posting{}, err
 	}
-	merchant := d.MerchantID
-	if merchant == "" {
-		merchant = env.Source
-	}
+	merchant := merchant(d.MerchantID, run.Account, env.Source)
 	p := ledger.Posting{
 		Kind:        kind,
 		PaymentKey:  fmt.Sprintf("standard:%s:payment:%s", merchant, d.PaymentID),

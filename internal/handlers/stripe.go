@@ -7,8 +7,6 @@ import (
 	"math"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ledger"
 )
@@ -41,15 +39,9 @@ func decodeStripe(env *envelope.Envelope, obj any) (stripeEvent, error) {
 
 // merchant is the Stripe account the event belongs to: the Connect account
 // the event names, else the account configured for the source (account_id),
-// else the source name.
-func (ev stripeEvent) merchant(ctx context.Context, env *envelope.Envelope) string {
-	if ev.Account != "" {
-		return ev.Account
-	}
-	if a := sourceAccount(ctx); a != "" {
-		return a
-	}
-	return env.Source
+// else the source name (see merchant).
+func (ev stripeEvent) merchant(run Run) string {
+	return merchant(ev.Account, run.Account, run.Envelope.Source)
 }
 
 // stripeBasil is the first API version (2025-03-31.basil) in which a partial
@@ -70,15 +62,17 @@ func stripePaymentKey(paymentIntentID string) string { return "stripe:payment:" 
 
 // stripePaymentIntentSucceeded posts data.object.amount_received as a payment
 // keyed by the PaymentIntent id.
-func stripePaymentIntentSucceeded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	p, err := stripePayment(ctx, env)
+func stripePaymentIntentSucceeded(ctx context.Context, run Run) (json.RawMessage, error) {
+	env := run.Envelope
+	p, err := stripePayment(run)
 	if err != nil {
 		return nil, invalidPayload(fmt.Errorf("stripe %s: %w", env.EventType, err))
 	}
-	return post(ctx, tx, env, p)
+	return post(ctx, run, p)
 }
 
-func stripePayment(ctx context.Context, env *envelope.Envelope) (ledger.Posting, error) {
+func stripePayment(run Run) (ledger.Posting, error) {
+	env := run.Envelope
 	var pi struct {
 		ID             string          `json:"id"`
 		Object         string          `json:"object"`
@@ -110,7 +104,7 @@ func stripePayment(ctx context.Context, env *envelope.Envelope) (ledger.Posting,
 	return ledger.Posting{
 		Kind:           ledger.KindPayment,
 		IdempotencyKey: stripePaymentKey(pi.ID),
-		Merchant:       ev.merchant(ctx, env),
+		Merchant:       ev.merchant(run),
 		Currency:       currency,
 		AmountMinor:    minor,
 		Description:    fmt.Sprintf("stripe payment_intent.succeeded %s (event %s)", pi.ID, ev.ID),
@@ -131,8 +125,9 @@ func stripePayment(ctx context.Context, env *envelope.Envelope) (ledger.Posting,
 // charge then reports is lower; the refund's key carries the event id, so a
 // refund after a failed one posts too. The refund is posted for the
 // payment's merchant: a PaymentIntent id names one payment across Stripe.
-func stripeChargeRefunded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-	r, err := stripeRefund(ctx, env)
+func stripeChargeRefunded(ctx context.Context, run Run) (json.RawMessage, error) {
+	env := run.Envelope
+	r, err := stripeRefund(run)
 	if err != nil {
 		return nil, invalidPayload(fmt.Errorf("stripe %s: %w", env.EventType, err))
 	}
@@ -142,13 +137,13 @@ func stripeChargeRefunded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope
 
 	// A replayed envelope reports what it posted the first time, rather than
 	// "nothing new refunded".
-	if res, ok, err := replayed(ctx, tx, env); err != nil || ok {
+	if res, ok, err := replayed(ctx, run); err != nil || ok {
 		return res, err
 	}
 
 	// Locks the payment until the transaction ends: concurrent refund events
 	// of one payment compute their deltas one after the other.
-	pay, err := ledger.Payment(ctx, tx, r.PaymentKey)
+	pay, err := ledger.Payment(ctx, run.Tx, r.PaymentKey)
 	if err != nil {
 		return nil, classify(fmt.Errorf("stripe %s %s: %w", env.EventType, r.chargeID, err))
 	}
@@ -162,13 +157,13 @@ func stripeChargeRefunded(ctx context.Context, tx pgx.Tx, env *envelope.Envelope
 	if r.AmountMinor <= 0 {
 		return noop(ctx, ledger.KindRefund, r.Merchant, r.Currency, "nothing new refunded")
 	}
-	return post(ctx, tx, env, r.Posting)
+	return post(ctx, run, r.Posting)
 }
 
 // replayed returns the result of an envelope that already has its ledger
 // transaction (a replay, or a retry after a crash).
-func replayed(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, bool, error) {
-	t, ok, err := ledger.ByEnvelope(ctx, tx, env.ID)
+func replayed(ctx context.Context, run Run) (json.RawMessage, bool, error) {
+	t, ok, err := ledger.ByEnvelope(ctx, run.Tx, run.Envelope.ID)
 	if err != nil || !ok {
 		return nil, false, err
 	}
@@ -188,7 +183,8 @@ type stripeRefundEvent struct {
 	uncaptured    bool  // the charge was never captured: nothing to refund
 }
 
-func stripeRefund(ctx context.Context, env *envelope.Envelope) (stripeRefundEvent, error) {
+func stripeRefund(run Run) (stripeRefundEvent, error) {
+	env := run.Envelope
 	var ch struct {
 		ID             string          `json:"id"`
 		Object         string          `json:"object"`
@@ -212,7 +208,7 @@ func stripeRefund(ctx context.Context, env *envelope.Envelope) (stripeRefundEven
 		return stripeRefundEvent{}, missing("data.object.currency")
 	}
 	currency := currencyCode(ch.Currency)
-	out := stripeRefundEvent{Posting: ledger.Posting{Kind: ledger.KindRefund, Merchant: ev.merchant(ctx, env), Currency: currency}, chargeID: ch.ID}
+	out := stripeRefundEvent{Posting: ledger.Posting{Kind: ledger.KindRefund, Merchant: ev.merchant(run), Currency: currency}, chargeID: ch.ID}
 	if ch.Captured != nil && !*ch.Captured {
 		out.uncaptured = true
 		return out, nil
@@ -254,7 +250,8 @@ func stripeRefund(ctx context.Context, env *envelope.Envelope) (stripeRefundEven
 // takes the refund back, keyed by the refund id, for the payment's
 // merchant. Any other status is a no-op. A failure that arrives before its
 // refund is in the ledger waits (snoozes) for it.
-func stripeRefundUpdated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+func stripeRefundUpdated(ctx context.Context, run Run) (json.RawMessage, error) {
+	env := run.Envelope
 	var re struct {
 		ID            string          `json:"id"`
 		Object        string          `json:"object"`
@@ -279,7 +276,7 @@ func stripeRefundUpdated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope)
 	}
 	currency := currencyCode(re.Currency)
 	if re.Status != "failed" {
-		return noop(ctx, ledger.KindRefundReversal, ev.merchant(ctx, env), currency, fmt.Sprintf("refund %s is %s: nothing to reverse", re.ID, re.Status))
+		return noop(ctx, ledger.KindRefundReversal, ev.merchant(run), currency, fmt.Sprintf("refund %s is %s: nothing to reverse", re.ID, re.Status))
 	}
 	if re.PaymentIntent == nil || *re.PaymentIntent == "" {
 		return nil, invalidPayload(fmt.Errorf("stripe %s: %w", env.EventType, missing("data.object.payment_intent")))
@@ -291,7 +288,7 @@ func stripeRefundUpdated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope)
 	if err != nil {
 		return nil, invalidPayload(fmt.Errorf("stripe %s: %w", env.EventType, err))
 	}
-	if res, ok, err := replayed(ctx, tx, env); err != nil || ok {
+	if res, ok, err := replayed(ctx, run); err != nil || ok {
 		return res, err
 	}
 	p := ledger.Posting{
@@ -302,12 +299,12 @@ func stripeRefundUpdated(ctx context.Context, tx pgx.Tx, env *envelope.Envelope)
 		AmountMinor:    amount,
 		Description:    fmt.Sprintf("stripe %s: refund %s of %s failed (event %s)", env.EventType, re.ID, *re.PaymentIntent, ev.ID),
 	}
-	pay, err := ledger.Payment(ctx, tx, p.PaymentKey)
+	pay, err := ledger.Payment(ctx, run.Tx, p.PaymentKey)
 	if err != nil {
 		return nil, classify(fmt.Errorf("stripe %s %s: %w", env.EventType, re.ID, err))
 	}
 	p.Merchant = pay.Merchant
-	return post(ctx, tx, env, p)
+	return post(ctx, run, p)
 }
 
 // Stripe's own exponents: amounts are in "the smallest currency unit", which

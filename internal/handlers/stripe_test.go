@@ -4,11 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inboxhq/inbox/internal/config"
-	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/pgtest"
@@ -161,41 +158,21 @@ func TestStripeFailedRefundIsReversed(t *testing.T) {
 	require.Equal(t, "[psp_clearing USD 700 refunds USD 300 sales USD -1000]", fmt.Sprint(b.balances(t, "stripe")), "balances")
 }
 
-// handleVia runs env through r (source account ids included), as the
-// worker does (handlers.Resolve).
-func (b *bundle) handleVia(t *testing.T, r handlers.Router, env *envelope.Envelope) handlers.PostingResult {
-	t.Helper()
-	h, ok := handlers.Resolve(r, env)
-	require.True(t, ok, "no handler for %s %s", env.Provider, env.EventType)
-	var raw []byte
-	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		var err error
-		raw, err = h.Handle(b.ctx, tx, env)
-		return err
-	})
-	require.NoError(t, err, "handle %s on %s", env.EventType, env.Source)
-	return decodeResult(t, raw)
-}
-
 // One Stripe account split over two sources (payment intents to one,
 // charges to the other) is one merchant: its refunds post, and the same
 // event reaching both sources posts once.
 func TestStripeSourcesOfOneAccountShareALedger(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	cfg := &config.Config{Sources: map[string]*config.Source{
-		"stripe-pi": {Name: "stripe-pi", Provider: "stripe", AccountID: "acct_shared"},
-		"stripe-ch": {Name: "stripe-ch", Provider: "stripe", AccountID: "acct_shared"},
-	}}
-	reg := handlers.WithAccounts(handlers.Builtin(), cfg)
+	b.accounts = map[string]string{"stripe-pi": "acct_shared", "stripe-ch": "acct_shared"}
 	pay := stripePI("evt_pi", "pi_shared", preBasil, 1000, 1000)
-	res := b.handleVia(t, reg, b.envelope(t, "stripe-pi", "stripe", "payment_intent.succeeded", pay, nil))
+	res := b.mustHandle(t, b.envelope(t, "stripe-pi", "stripe", "payment_intent.succeeded", pay, nil))
 	require.Equal(t, "acct_shared", res.Merchant, "payment merchant")
 	// The same event at the other source: the business key's no-op.
-	res = b.handleVia(t, reg, b.envelope(t, "stripe-ch", "stripe", "payment_intent.succeeded", pay, nil))
+	res = b.mustHandle(t, b.envelope(t, "stripe-ch", "stripe", "payment_intent.succeeded", pay, nil))
 	require.Equal(t, false, res.Posted, "second source posted")
 
-	res = b.handleVia(t, reg, b.envelope(t, "stripe-ch", "stripe", "charge.refunded",
+	res = b.mustHandle(t, b.envelope(t, "stripe-ch", "stripe", "charge.refunded",
 		stripeCharge("evt_r", "charge.refunded", preBasil, "ch_shared", "pi_shared", 1000, 1000, 250, true), nil))
 	require.Equal(t, handlers.PostingResult{Posted: true, LedgerTransactionID: res.LedgerTransactionID, Kind: "refund",
 		IdempotencyKey: "stripe:refund:ch_shared:250:evt_r", Merchant: "acct_shared", AmountMinor: 250, Currency: "USD"}, res, "refund")

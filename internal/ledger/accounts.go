@@ -20,8 +20,8 @@ import (
 // of its own: one created for a posting that then rolls back stays, with no
 // entries, which changes no balance.
 //
-// Attach it with WithAccounts; Post uses it when the context carries one,
-// and otherwise creates accounts inside its transaction. Safe for
+// Give it to NewWriter; a Writer without one creates accounts inside its
+// transaction. Safe for
 // concurrent use. Accounts are never deleted, so an id once seen is good
 // for the life of the database.
 type Accounts struct {
@@ -36,21 +36,6 @@ type accountKey struct{ merchant, name string }
 // to spare for the creations).
 func NewAccounts(pool *pgxpool.Pool) *Accounts {
 	return &Accounts{pool: pool, ids: make(map[accountKey]int64)}
-}
-
-type accountsKey struct{}
-
-// WithAccounts returns ctx carrying a, for Post.
-func WithAccounts(ctx context.Context, a *Accounts) context.Context {
-	if a == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, accountsKey{}, a)
-}
-
-func accountsFrom(ctx context.Context) *Accounts {
-	a, _ := ctx.Value(accountsKey{}).(*Accounts)
-	return a
 }
 
 // IDs returns the ids of the merchant's named accounts, creating the
@@ -88,13 +73,13 @@ func (a *Accounts) IDs(ctx context.Context, merchant string, names ...string) (m
 	return out, nil
 }
 
-// accountIDs resolves accounts through ctx's Accounts when it has one, else
-// inside tx.
-func accountIDs(ctx context.Context, tx pgx.Tx, merchant string, names ...string) (map[string]int64, error) {
-	if a := accountsFrom(ctx); a != nil {
-		return a.IDs(ctx, merchant, names...)
+// accountIDs resolves accounts through w's Accounts when it has one, else
+// inside its transaction.
+func (w *Writer) accountIDs(ctx context.Context, merchant string, names ...string) (map[string]int64, error) {
+	if w.accounts != nil {
+		return w.accounts.IDs(ctx, merchant, names...)
 	}
-	return ensureAccounts(ctx, tx, merchant, names...)
+	return ensureAccounts(ctx, w.tx, merchant, names...)
 }
 
 // ensureAccounts returns the ids of the merchant's named accounts, creating

@@ -50,26 +50,8 @@ type deferredPosting struct {
 // with one already in the ledger: roll back, and run again without deferring.
 var ErrDeferredConflict = errors.New("a deferred posting conflicts with the ledger")
 
-// NewDeferred returns a Deferred for tx; attach it with WithDeferred.
+// NewDeferred returns a Deferred for tx; give it to NewWriter(tx, ...).
 func NewDeferred(tx pgx.Tx) *Deferred { return &Deferred{tx: tx} }
-
-type deferredKey struct{}
-
-// WithDeferred returns ctx carrying d, for Post.
-func WithDeferred(ctx context.Context, d *Deferred) context.Context {
-	if d == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, deferredKey{}, d)
-}
-
-func deferredFrom(ctx context.Context, tx pgx.Tx) *Deferred {
-	d, _ := ctx.Value(deferredKey{}).(*Deferred)
-	if d == nil || d.tx != tx {
-		return nil // another transaction (a savepoint, a nested call) posts at once
-	}
-	return d
-}
 
 // reserveBlock is how many transaction ids one reservation takes.
 const reserveBlock = 64

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Kind is what a ledger transaction records.
@@ -140,14 +139,17 @@ func (s PaymentState) RefundableMinor() int64 { return s.AmountMinor - s.Refunde
 // Errors: ErrUnknownCurrency (wrapped), *AmountError, *PostingError, and
 // ErrPaymentNotPosted (wrapped) are about the posting; any other error comes
 // from the database.
+//
+// Post writes at once and creates missing accounts inside tx: it is
+// NewWriter(tx, nil, nil).Post. The worker's handlers post through the
+// Writer they are given (handlers.Run.Ledger), which may defer payments to
+// one statement for the batch and create accounts outside it.
 func Post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, error) {
-	if !trace.SpanFromContext(ctx).IsRecording() {
-		return post(ctx, tx, envelopeID, p)
-	}
-	return tracedPost(ctx, tx, envelopeID, p)
+	return NewWriter(tx, nil, nil).Post(ctx, envelopeID, p)
 }
 
-func post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, error) {
+func (w *Writer) post(ctx context.Context, envelopeID int64, p Posting) (Result, error) {
+	tx := w.tx
 	if err := p.normalize(); err != nil {
 		return Result{}, err
 	}
@@ -190,12 +192,12 @@ func post(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, 
 	case KindRefundReversal:
 		debit, credit = AccountPSPClearing, AccountRefunds
 	}
-	accounts, err := accountIDs(ctx, tx, p.Merchant, debit, credit)
+	accounts, err := w.accountIDs(ctx, p.Merchant, debit, credit)
 	if err != nil {
 		return Result{}, err
 	}
-	if d := deferredFrom(ctx, tx); d != nil && p.Kind == KindPayment && p.Presentment == nil {
-		id, err := d.add(ctx, envelopeID, p, accounts[debit], accounts[credit])
+	if w.defers(p) {
+		id, err := w.deferred.add(ctx, envelopeID, p, accounts[debit], accounts[credit])
 		if err != nil {
 			return Result{}, err
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -19,13 +18,13 @@ const scope = "github.com/inboxhq/inbox"
 // (the handler's). A payment deferred to the batch's Flush is marked
 // deferred: the "ledger.flush" span that writes it links back to this one.
 // Attributes name the posting's kind, merchant and currency, never amounts.
-func tracedPost(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Result, error) {
+func (w *Writer) tracedPost(ctx context.Context, envelopeID int64, p Posting) (Result, error) {
 	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer(scope).Start(ctx, "ledger.post", trace.WithAttributes(
 		attribute.Int64("inbox.envelope_id", envelopeID),
 		attribute.String("ledger.kind", string(p.Kind)),
 	))
 	defer span.End()
-	res, err := post(ctx, tx, envelopeID, p)
+	res, err := w.post(ctx, envelopeID, p)
 	if err != nil {
 		// Not the error's text: it may quote the payload's values.
 		span.SetAttributes(attribute.Bool("ledger.payment_not_posted", errors.Is(err, ErrPaymentNotPosted)))
@@ -35,7 +34,7 @@ func tracedPost(ctx context.Context, tx pgx.Tx, envelopeID int64, p Posting) (Re
 	span.SetAttributes(
 		attribute.Int64("ledger.transaction_id", res.TransactionID),
 		attribute.Bool("ledger.created", res.Created),
-		attribute.Bool("ledger.deferred", deferredFrom(ctx, tx) != nil && p.Kind == KindPayment && p.Presentment == nil),
+		attribute.Bool("ledger.deferred", w.defers(p)),
 	)
 	return res, nil
 }

@@ -27,8 +27,7 @@ func TestPostAndFlushSpans(t *testing.T) {
 		for i, env := range envs {
 			// One trace per envelope, as the worker's attempts are.
 			ctx, attempt := tp.Tracer("test").Start(context.Background(), "envelope.process")
-			ctx = ledger.WithAccounts(ledger.WithDeferred(ctx, d), ledger.NewAccounts(b.pool))
-			_, err := ledger.Post(ctx, tx, env, payment("pay_tr"+string(rune('a'+i)), "m_tr", "EUR", 100))
+			_, err := ledger.NewWriter(tx, ledger.NewAccounts(b.pool), d).Post(ctx, env, payment("pay_tr"+string(rune('a'+i)), "m_tr", "EUR", 100))
 			require.NoError(t, err)
 			attempt.End()
 		}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/admin"
@@ -29,7 +28,7 @@ import (
 func (b *bundle) gate(t *testing.T, cfg worker.Config, want int, fill func()) {
 	t.Helper()
 	filled := make(chan struct{})
-	b.registry.Register("standard", "gate", handlers.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ *envelope.Envelope) (json.RawMessage, error) {
+	b.registry.Register("standard", "gate", handlers.HandlerFunc(func(ctx context.Context, _ handlers.Run) (json.RawMessage, error) {
 		select {
 		case <-filled:
 		case <-ctx.Done():

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/config"
@@ -47,9 +46,10 @@ func TestBatchedProcessingIsolatesEachEnvelopesOutcome(t *testing.T) {
 	b := setup(t)
 	// A handler that fails with a plain error once, after posting: its
 	// posting must be rolled back and its neighbours must not notice.
-	b.registry.Register("standard", "flaky.payment", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	b.registry.Register("standard", "flaky.payment", handlers.HandlerFunc(func(ctx context.Context, run handlers.Run) (json.RawMessage, error) {
+		tx, env := run.Tx, run.Envelope
 		inner, _ := handlers.Builtin().Lookup("standard", "payment.succeeded")
-		if _, err := inner.Handle(ctx, tx, env); err != nil {
+		if _, err := inner.Handle(ctx, run); err != nil {
 			return nil, err
 		}
 		var attempts int
@@ -61,12 +61,13 @@ func TestBatchedProcessingIsolatesEachEnvelopesOutcome(t *testing.T) {
 		}
 		return json.RawMessage(`{"recovered":true}`), nil
 	}))
-	b.registry.Register("standard", "panic", handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+	b.registry.Register("standard", "panic", handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 		panic("handler bug")
 	}))
 	// A handler whose statement fails leaves the transaction aborted; the
 	// savepoint must restore it for the envelopes after it.
-	b.registry.Register("standard", "bad.sql", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, _ *envelope.Envelope) (json.RawMessage, error) {
+	b.registry.Register("standard", "bad.sql", handlers.HandlerFunc(func(ctx context.Context, run handlers.Run) (json.RawMessage, error) {
+		tx := run.Tx
 		_, err := tx.Exec(ctx, `SELECT 1/0`)
 		return nil, err
 	}))
@@ -147,7 +148,8 @@ func TestABatchWhoseCommitFailsIsRetriedOneByOneSoOnlyTheCulpritFails(t *testing
 	// A handler that writes an unbalanced ledger transaction: the deferred
 	// balance trigger refuses it only at COMMIT, after every savepoint was
 	// released, so the whole batch's commit fails.
-	b.registry.Register("standard", "unbalanced", handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+	b.registry.Register("standard", "unbalanced", handlers.HandlerFunc(func(ctx context.Context, run handlers.Run) (json.RawMessage, error) {
+		tx, env := run.Tx, run.Envelope
 		var acct, txID int64
 		if _, err := tx.Exec(ctx, `INSERT INTO ledger_account (merchant, name) VALUES ('m_bad', 'sales') ON CONFLICT DO NOTHING`); err != nil {
 			return nil, err
@@ -233,7 +235,7 @@ func TestForwardingSourcesGetATransactionPerEnvelopeWhileOthersBatch(t *testing.
 	b := setup(t)
 	routes := forward.New(b.registry)
 	b.router = routes
-	routes.Add("fwd", nil, config.ForwardInstead, handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+	routes.Add("fwd", nil, config.ForwardInstead, handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 		return json.RawMessage(`{"forwarded":true}`), nil
 	}))
 	var fwd, other []int64

@@ -47,7 +47,7 @@ func newBatchRig(t *testing.T) *batchRig {
 	require.NoError(t, err)
 	r := &batchRig{pool: pool, store: envelope.NewStore(pool, rc), river: rc, registry: handlers.Builtin(),
 		entered: make(chan struct{}), open: make(chan struct{})}
-	r.registry.Register("standard", "gate", handlers.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ *envelope.Envelope) (json.RawMessage, error) {
+	r.registry.Register("standard", "gate", handlers.HandlerFunc(func(ctx context.Context, _ handlers.Run) (json.RawMessage, error) {
 		close(r.entered)
 		select {
 		case <-r.open:
@@ -220,7 +220,7 @@ func TestABatchedShopifyPaymentKeepsItsPresentment(t *testing.T) {
 func TestAHandlerErrorInABatchReRunsTheBatchNotEachEnvelope(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t)
-	r.registry.Register("standard", "refused", handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+	r.registry.Register("standard", "refused", handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 		return nil, handlers.Permanent(errors.New("refused by the test"))
 	}))
 	ids := payments(t, r, 5, "iso")

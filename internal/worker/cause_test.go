@@ -10,7 +10,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/config"
@@ -39,21 +38,22 @@ func TestCauseRecordedForEachErrorKind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	kinds := map[string]handlers.HandlerFunc{
-		"database": func(ctx context.Context, tx pgx.Tx, _ *envelope.Envelope) (json.RawMessage, error) {
+		"database": func(ctx context.Context, run handlers.Run) (json.RawMessage, error) {
+			tx := run.Tx
 			_, err := tx.Exec(ctx, `SELECT 1 / 0`)
 			return nil, fmt.Errorf("query: %w", err)
 		},
-		"timeout": func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+		"timeout": func(context.Context, handlers.Run) (json.RawMessage, error) {
 			return nil, fmt.Errorf("call downstream: %w", context.DeadlineExceeded)
 		},
-		"custom": func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+		"custom": func(context.Context, handlers.Run) (json.RawMessage, error) {
 			// An explicit cause wins over the derived one (permanent).
 			return nil, handlers.Permanent(handlers.WithCause(errors.New("merchant m_42 is closed"), labels.CausePostingRejected))
 		},
-		"permanent": func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+		"permanent": func(context.Context, handlers.Run) (json.RawMessage, error) {
 			return nil, handlers.Permanent(errors.New("no"))
 		},
-		"unknown-code": func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+		"unknown-code": func(context.Context, handlers.Run) (json.RawMessage, error) {
 			return nil, handlers.Permanent(handlers.WithCause(errors.New("mine"), "Not A Code!"))
 		},
 	}

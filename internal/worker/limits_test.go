@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -44,7 +43,7 @@ func TestRetryAfterIsCappedAtMaxSnooze(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int32
-	b.registry.Register("github", "*", handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+	b.registry.Register("github", "*", handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 		if calls.Add(1) == 1 {
 			return nil, &handlers.RetryAfterError{Err: errors.New("downstream says wait"), After: time.Hour}
 		}

@@ -35,6 +35,10 @@ type SourcePolicy struct {
 	// MaxAge, when set, bounds snoozing for the source's envelopes instead
 	// of the policy's MaxAge and the provider's retry window (see maxAge).
 	MaxAge time.Duration
+	// AccountID is the provider account the source's deliveries belong to
+	// (the sources file's account_id): handlers.Run.Account, and the
+	// merchant of the throttle key, when the payload names none.
+	AccountID string
 }
 
 // retryWindowSlack is added to a provider's retry window when it bounds a

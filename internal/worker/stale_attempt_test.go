@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -83,7 +82,7 @@ func TestStaleAttemptsFailureDoesNotOverwriteDone(t *testing.T) {
 			require.NoError(t, b.staleWork(t, id, 2))
 			// Attempt 1 comes back, with a handler that fails.
 			var calls atomic.Int32
-			b.registry.Register("standard", "payment.succeeded", handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+			b.registry.Register("standard", "payment.succeeded", handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 				calls.Add(1)
 				return nil, tc.fail
 			}))
@@ -120,7 +119,7 @@ func TestStaleAttemptsFailureReportIsFencedOff(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			ctx := context.Background()
-			b.registry.Register("github", "*", handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+			b.registry.Register("github", "*", handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 				return nil, tc.fail
 			}))
 			id := b.insert(t, "github", "gh-fenced-"+tc.name, "push", webhooktest.GitHubPush("refs/heads/main"), 0)

@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/tracing"
 )
@@ -63,16 +61,16 @@ func endAttemptSpans(atts []*attempt, err error) {
 	}
 }
 
-// runTracedHandler is runHandler under a "handler" span (when tracing is
-// on). The span records whether the handler failed, not its error's text:
-// a handler's error may quote the payload.
-func runTracedHandler(ctx context.Context, h handlers.Handler, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
+// runTracedHandler runs h under a "handler" span (when tracing is on). The
+// span records whether the handler failed, not its error's text: a
+// handler's error may quote the payload.
+func runTracedHandler(ctx context.Context, h handlers.Handler, run handlers.Run) (json.RawMessage, error) {
 	if !trace.SpanFromContext(ctx).IsRecording() {
-		return runHandler(ctx, h, tx, env)
+		return h.Handle(ctx, run)
 	}
-	ctx, span := tracing.Start(ctx, "handler", trace.WithAttributes(attribute.String("inbox.event_type", env.EventType)))
+	ctx, span := tracing.Start(ctx, "handler", trace.WithAttributes(attribute.String("inbox.event_type", run.Envelope.EventType)))
 	defer span.End()
-	res, err := runHandler(ctx, h, tx, env)
+	res, err := h.Handle(ctx, run)
 	if err != nil {
 		span.SetStatus(codes.Error, "handler error")
 	}

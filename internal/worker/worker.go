@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -463,9 +462,9 @@ func (w *ProcessWorker) record(a *attempt) envelope.Record {
 // its error. Without savepoints a handler error is errIsolate: the caller
 // rolls the whole transaction back.
 func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h handlers.Handler, savepoints bool, postings *ledger.Deferred) (result, error) {
-	ctx = ledger.WithAccounts(ctx, w.accounts)
 	effects := &handlers.Effects{}
 	ctx = handlers.WithEffects(ctx, effects)
+	run := handlers.Run{Tx: tx, Envelope: a.env, Account: w.Sources[a.env.Source].AccountID}
 	ran := func(value json.RawMessage, err error) result {
 		if err != nil {
 			w.logPanic(a.env, err)
@@ -474,14 +473,16 @@ func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h han
 		return result{kind: foundDone, value: value, posting: effects.Posting}
 	}
 	if !savepoints {
+		var deferred *ledger.Deferred
 		if a.env.Attempts == 0 && a.env.LastReplayedAt == nil {
 			// A first attempt of a never-replayed envelope: its payment is
 			// almost surely new to the ledger, so it can be written with
 			// the batch's others (a replay would conflict and cost the
 			// batch a second run).
-			ctx = ledger.WithDeferred(ctx, postings)
+			deferred = postings
 		}
-		r := ran(runTracedHandler(ctx, h, tx, a.env))
+		run.Ledger = ledger.NewWriter(tx, w.accounts, deferred)
+		r := ran(runTracedHandler(ctx, h, run))
 		if r.err != nil {
 			return r, fmt.Errorf("envelope %d: %w (%v)", a.env.ID, errIsolate, r.err)
 		}
@@ -491,7 +492,10 @@ func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h han
 	if err != nil {
 		return result{}, fmt.Errorf("savepoint for envelope %d: %w", a.env.ID, err)
 	}
-	r := ran(runTracedHandler(ctx, h, sp, a.env))
+	// Under its savepoint an envelope posts at once: the savepoint's
+	// rollback must undo its postings.
+	run.Tx, run.Ledger = sp, ledger.NewWriter(sp, w.accounts, nil)
+	r := ran(runTracedHandler(ctx, h, run))
 	if r.err == nil {
 		if err := sp.Commit(ctx); err != nil {
 			return result{}, fmt.Errorf("release savepoint of envelope %d: %w", a.env.ID, err)
@@ -579,32 +583,12 @@ func fence(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 	return nil
 }
 
-// runHandler calls h, turning a panic into an error so the attempt is
-// recorded like any other failure.
-func runHandler(ctx context.Context, h handlers.Handler, tx pgx.Tx, env *envelope.Envelope) (res json.RawMessage, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = handlers.WithCause(&panicError{value: r, stack: debug.Stack()}, labels.CausePanic)
-		}
-	}()
-	return h.Handle(ctx, tx, env)
-}
-
-// panicError is a handler's panic: its message is what the attempt row
-// records, its stack what the worker logs (handle).
-type panicError struct {
-	value any
-	stack []byte
-}
-
-func (p *panicError) Error() string { return fmt.Sprintf("handler panic: %v", p.value) }
-
 // logPanic logs where a handler panicked, when err is its panic.
 func (w *ProcessWorker) logPanic(env *envelope.Envelope, err error) {
-	var p *panicError
+	var p *handlers.PanicError
 	if errors.As(err, &p) {
 		w.Logger.Error("handler panicked", "envelope", env.ID, "source", env.Source, "event_type", env.EventType,
-			"panic", fmt.Sprint(p.value), "stack", string(p.stack))
+			"panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
 	}
 }
 
@@ -628,7 +612,7 @@ func (w *ProcessWorker) throttle(ctx context.Context, a *attempt) error {
 	}
 	key := a.env.Source
 	if sp.ThrottleKey != "source" {
-		key += "/" + handlers.Merchant(a.env)
+		key += "/" + handlers.Merchant(a.env, sp.AccountID)
 	}
 	wait, at, err := takeThrottleSlot(ctx, w.Pool, key, sp.ThrottlePerSecond)
 	if err != nil {

@@ -239,8 +239,8 @@ func TestPermanentErrorFailsAndCancels(t *testing.T) {
 // ledger posting that must be rolled back each time.
 func flaky(n int32, calls *atomic.Int32) handlers.Handler {
 	inner, _ := handlers.Builtin().Lookup("standard", "payment.succeeded")
-	return handlers.HandlerFunc(func(ctx context.Context, tx pgx.Tx, env *envelope.Envelope) (json.RawMessage, error) {
-		res, err := inner.Handle(ctx, tx, env)
+	return handlers.HandlerFunc(func(ctx context.Context, run handlers.Run) (json.RawMessage, error) {
+		res, err := inner.Handle(ctx, run)
 		if err != nil {
 			return nil, err
 		}
@@ -347,7 +347,7 @@ func TestHandlerPanicIsRetried(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int32
-	b.registry.Register("github", "*", handlers.HandlerFunc(func(context.Context, pgx.Tx, *envelope.Envelope) (json.RawMessage, error) {
+	b.registry.Register("github", "*", handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 		if calls.Add(1) == 1 {
 			panic("boom")
 		}
