@@ -14,6 +14,7 @@ import (
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
 	"github.com/inboxhq/inbox/internal/webhooktest"
+	"github.com/inboxhq/inbox/internal/worker"
 )
 
 // The built-in payment handlers as the worker runs them (the test kit):
@@ -49,4 +50,18 @@ func TestPaymentsAsTheWorkerRunsThem(t *testing.T) {
 		       (SELECT count(*) FROM (SELECT transaction_id FROM ledger_entry GROUP BY transaction_id, currency HAVING sum(amount_minor) <> 0) x)`,
 	).Scan(&payments, &refunds, &unbalanced))
 	require.Equal(t, []int{8, 1, 0}, []int{payments, refunds, unbalanced})
+}
+
+// A source's account_id reaches the handler as the worker gives it
+// (Run.Account): a Stripe platform event posts for the account.
+func TestTheKitGivesHandlersTheSourcesAccount(t *testing.T) {
+	t.Parallel()
+	kit := handlerstest.New(t, handlers.Builtin(), handlerstest.WithSource("stripe-eu", worker.SourcePolicy{AccountID: "acct_kit"}))
+	id := kit.Deliver(t, handlerstest.Delivery{Source: "stripe-eu", Provider: provider.Stripe, EventType: "payment_intent.succeeded",
+		Body: webhooktest.StripePayment("evt_kit", "pi_kit", 1000, "usd")})
+	o := kit.Wait(t, id)
+	require.Equal(t, envelope.StatusDone, o.Status, o.LastError)
+	var merchant string
+	require.NoError(t, kit.Pool.QueryRow(context.Background(), `SELECT merchant FROM ledger_transaction WHERE envelope_id = $1`, id).Scan(&merchant))
+	require.Equal(t, "acct_kit", merchant)
 }

@@ -70,10 +70,25 @@ type fastRetry struct{}
 
 func (fastRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(20 * time.Millisecond) }
 
+// Option configures the kit's worker.
+type Option func(*worker.Config)
+
+// WithSource gives the worker source's policy, as the sources file gives
+// it to the real one: its account_id (the handler's Run.Account), max
+// attempts, backoff and throttle.
+func WithSource(source string, p worker.SourcePolicy) Option {
+	return func(c *worker.Config) {
+		if c.Sources == nil {
+			c.Sources = map[string]worker.SourcePolicy{}
+		}
+		c.Sources[source] = p
+	}
+}
+
 // New starts a worker on a fresh migrated database that routes envelopes
 // with router (a *handlers.Registry, or handlers.Builtin() with routes of
 // your own registered on it).
-func New(t testing.TB, router handlers.Router) *Kit {
+func New(t testing.TB, router handlers.Router, opts ...Option) *Kit {
 	t.Helper()
 	pool := pgtest.NewPool(t)
 	logger := slog.New(slog.DiscardHandler)
@@ -81,7 +96,7 @@ func New(t testing.TB, router handlers.Router) *Kit {
 	if err != nil {
 		t.Fatalf("handlerstest: %v", err)
 	}
-	client, err := worker.NewClient(pool, router, worker.Config{
+	cfg := worker.Config{
 		Policy:            worker.Policy{SnoozeDefault: 50 * time.Millisecond, MaxSnooze: time.Second, MaxAge: time.Hour, JobTimeout: 30 * time.Second},
 		MaxWorkers:        10,
 		FetchCooldown:     5 * time.Millisecond,
@@ -89,7 +104,11 @@ func New(t testing.TB, router handlers.Router) *Kit {
 		RetryPolicy:       fastRetry{},
 		ReconcileEvery:    -1,
 		Name:              "handlerstest",
-	}, logger)
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	client, err := worker.NewClient(pool, router, cfg, logger)
 	if err != nil {
 		t.Fatalf("handlerstest: %v", err)
 	}
