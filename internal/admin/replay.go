@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/tracing"
 )
 
@@ -490,7 +491,7 @@ func DryRun(ctx context.Context, pool *pgxpool.Pool, f Filter, limit int) (DryRu
 // checkPurged returns a *PurgedError naming the ids whose body retention
 // dropped, or a *ResolvedError naming the resolved ones: neither can be
 // replayed.
-func checkPurged(ctx context.Context, q envelope.Querier, ids []int64) error {
+func checkPurged(ctx context.Context, q pg.Querier, ids []int64) error {
 	purged, err := envelope.Purged(ctx, q, ids)
 	if err != nil {
 		return err

@@ -15,12 +15,13 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
+	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // scanned counts what CountBySource(repeats) must say, the slow way: a
 // scan of the tables themselves.
-func scanned(t *testing.T, q envelope.Querier) []envelope.SourceCounts {
+func scanned(t *testing.T, q pg.Querier) []envelope.SourceCounts {
 	t.Helper()
 	rows, err := q.Query(context.Background(), `
 		WITH e AS (
@@ -53,7 +54,7 @@ func scanned(t *testing.T, q envelope.Querier) []envelope.SourceCounts {
 	return out
 }
 
-func counted(t *testing.T, q envelope.Querier) []envelope.SourceCounts {
+func counted(t *testing.T, q pg.Querier) []envelope.SourceCounts {
 	t.Helper()
 	got, err := envelope.CountBySource(context.Background(), q, true)
 	require.NoError(t, err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // Detail is one envelope row as an operator reads it: its Summary and the
@@ -29,7 +31,7 @@ type Detail struct {
 
 // LoadDetail reads envelope id, with its body unless noBody (then it is not
 // even read). An unknown id returns an error wrapping ErrNotFound.
-func LoadDetail(ctx context.Context, q Querier, id int64, noBody bool) (*Detail, error) {
+func LoadDetail(ctx context.Context, q pg.Querier, id int64, noBody bool) (*Detail, error) {
 	var d Detail
 	var result []byte
 	dest := append(summaryDest(&d.Summary), &d.Headers, &d.BodySHA256, &d.Body, &d.BodyPurgedAt, &d.SignedAt, &result,
@@ -68,7 +70,7 @@ type AttemptRow struct {
 
 // Attempts returns envelope id's attempts, oldest first (empty, not nil,
 // when none).
-func Attempts(ctx context.Context, q Querier, id int64) ([]AttemptRow, error) {
+func Attempts(ctx context.Context, q pg.Querier, id int64) ([]AttemptRow, error) {
 	return collectOf(ctx, q, `
 		SELECT id, job_id, attempt, outcome, error, cause, started_at, finished_at, coalesce(duration_ms, 0), worker
 		  FROM envelope_attempt WHERE envelope_id = $1 ORDER BY id`, id,
@@ -91,7 +93,7 @@ type ReplayRow struct {
 
 // Replays returns envelope id's replays, oldest first (empty, not nil,
 // when none).
-func Replays(ctx context.Context, q Querier, id int64) ([]ReplayRow, error) {
+func Replays(ctx context.Context, q pg.Querier, id int64) ([]ReplayRow, error) {
 	return collectOf(ctx, q, `
 		SELECT id, actor, reason, filter, batch_id::text, prior_status, job_id, replayed_at
 		  FROM envelope_replay WHERE envelope_id = $1 ORDER BY id`, id,
@@ -112,7 +114,7 @@ type ConflictRow struct {
 
 // Conflicts returns the deliveries that reused envelope id's delivery id
 // with another body, oldest first (empty, not nil, when none).
-func Conflicts(ctx context.Context, q Querier, id int64) ([]ConflictRow, error) {
+func Conflicts(ctx context.Context, q pg.Querier, id int64) ([]ConflictRow, error) {
 	return collectOf(ctx, q, `
 		SELECT id, delivery_id, body_sha256, body_size, headers, received_at
 		  FROM envelope_conflict WHERE envelope_id = $1 ORDER BY id`, id,
@@ -124,7 +126,7 @@ func Conflicts(ctx context.Context, q Querier, id int64) ([]ConflictRow, error) 
 // collectOf runs a query whose one argument is id and scans each row with
 // scan; it returns an empty, non-nil slice when there are no rows, and
 // errors prefixed with what.
-func collectOf[T any](ctx context.Context, q Querier, sql string, id int64, scan func(pgx.Rows, *T) error, what string) ([]T, error) {
+func collectOf[T any](ctx context.Context, q pg.Querier, sql string, id int64, scan func(pgx.Rows, *T) error, what string) ([]T, error) {
 	rows, err := q.Query(ctx, sql, id)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)

@@ -9,7 +9,7 @@
 // batches (purge.go); the counts admin stats and metrics read (stats.go).
 // The packages with policy (admin, retention, metrics, the worker's
 // reconcile) decide what to do and call these functions, which take a
-// Querier or DB: a pool, a connection or a transaction.
+// pg.Querier or DB: a pool, a connection or a transaction.
 //
 // Every processing job is inserted by ProcessJob, whichever path enqueues it
 // (Store.Insert for ingest and backfill, the admin replay, the worker's

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // The read-only questions an operator asks about envelopes beyond one
@@ -24,7 +26,7 @@ import (
 // every source whose delivery id (the provider's event or message id:
 // Stripe's evt_..., a Standard Webhooks msg_..., GitHub's delivery uuid) is
 // term, found through envelope_key. At most limit.
-func Find(ctx context.Context, q Querier, term string, limit int) ([]int64, error) {
+func Find(ctx context.Context, q pg.Querier, term string, limit int) ([]int64, error) {
 	var byID *int64
 	if n, err := strconv.ParseInt(term, 10, 64); err == nil && n > 0 {
 		byID = &n
@@ -46,7 +48,7 @@ func Find(ctx context.Context, q Querier, term string, limit int) ([]int64, erro
 
 // StoredBody returns envelope id's raw body: nil when retention dropped it,
 // ErrNotFound when there is no such envelope.
-func StoredBody(ctx context.Context, q Querier, id int64) ([]byte, error) {
+func StoredBody(ctx context.Context, q pg.Querier, id int64) ([]byte, error) {
 	var body []byte
 	err := q.QueryRow(ctx, `SELECT body FROM envelope WHERE id = $1`, id).Scan(&body)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -61,7 +63,7 @@ func StoredBody(ctx context.Context, q Querier, id int64) ([]byte, error) {
 // ConflictBody returns the body of envelope_conflict row id, which belongs
 // to envelope envelopeID: nil when retention dropped it. A row of another
 // envelope, or none, is ErrNotFound.
-func ConflictBody(ctx context.Context, q Querier, envelopeID, id int64) ([]byte, error) {
+func ConflictBody(ctx context.Context, q pg.Querier, envelopeID, id int64) ([]byte, error) {
 	var body []byte
 	err := q.QueryRow(ctx, `SELECT body FROM envelope_conflict WHERE id = $1 AND envelope_id = $2`, id, envelopeID).Scan(&body)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -75,7 +77,7 @@ func ConflictBody(ctx context.Context, q Querier, envelopeID, id int64) ([]byte,
 
 // DuplicateTimes returns when the newest limit duplicates of envelope id
 // (deliveries of its id with its body) arrived, newest first.
-func DuplicateTimes(ctx context.Context, q Querier, id int64, limit int) ([]time.Time, error) {
+func DuplicateTimes(ctx context.Context, q pg.Querier, id int64, limit int) ([]time.Time, error) {
 	rows, err := q.Query(ctx, `
 		SELECT received_at FROM envelope_duplicate WHERE envelope_id = $1
 		 ORDER BY received_at DESC, id DESC LIMIT $2`, id, limit)
@@ -126,7 +128,7 @@ type FailureWindow struct {
 // reads the status index, and the attempts the partial index on failing
 // attempts (migration 00176), so each costs what there is to count, not the
 // size of the inbox.
-func Failures(ctx context.Context, q Querier, w FailureWindow) ([]CauseCount, error) {
+func Failures(ctx context.Context, q pg.Querier, w FailureWindow) ([]CauseCount, error) {
 	if w.Bucket <= 0 || w.Buckets <= 0 || w.Buckets > 1000 {
 		return nil, fmt.Errorf("failures: want a positive bucket and 1 to 1000 buckets")
 	}
@@ -208,7 +210,7 @@ const recentReplayRows = 10000
 // RecentReplayRuns returns the newest limit replay runs, newest first: the
 // runs among the newest recentReplayRows envelope_replay rows, each summed
 // over all its rows (a run of 100,000 envelopes counts them all).
-func RecentReplayRuns(ctx context.Context, q Querier, limit int) ([]ReplayRun, error) {
+func RecentReplayRuns(ctx context.Context, q pg.Querier, limit int) ([]ReplayRun, error) {
 	rows, err := q.Query(ctx, `
 		WITH recent AS (
 			SELECT DISTINCT ON (coalesce(batch_id::text, 'row ' || id)) batch_id, id
@@ -248,7 +250,7 @@ type StatusCount struct {
 
 // ReplayOutcome counts the envelopes of replay run batchID by their status
 // now and last cause, most first: what became of a replay.
-func ReplayOutcome(ctx context.Context, q Querier, batchID string) ([]StatusCount, error) {
+func ReplayOutcome(ctx context.Context, q pg.Querier, batchID string) ([]StatusCount, error) {
 	rows, err := q.Query(ctx, `
 		SELECT e.status, coalesce(e.last_cause, ''), count(*)
 		  FROM envelope e
@@ -271,7 +273,7 @@ func ReplayOutcome(ctx context.Context, q Querier, batchID string) ([]StatusCoun
 
 // OfJob returns the envelope River job id processes: ErrNotFound when there
 // is no such job, or it is not a process_envelope job.
-func OfJob(ctx context.Context, q Querier, jobID int64) (int64, error) {
+func OfJob(ctx context.Context, q pg.Querier, jobID int64) (int64, error) {
 	var id int64
 	err := q.QueryRow(ctx, `SELECT (args->>'envelope_id')::bigint FROM river_job WHERE id = $1 AND kind = $2`,
 		jobID, ProcessArgs{}.Kind()).Scan(&id)

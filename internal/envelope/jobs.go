@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // The lookups of river_job by envelope id. A processing job names its
@@ -47,7 +49,7 @@ type Job struct {
 // pending list. A single envelope's jobs in every state (Show) are a
 // containment probe of that GIN index instead, which finds them without
 // reading the other jobs.
-func Jobs(ctx context.Context, q Querier, ids []int64, live bool) ([]Job, error) {
+func Jobs(ctx context.Context, q pg.Querier, ids []int64, live bool) ([]Job, error) {
 	sql := `
 		SELECT ` + jobEnvelopeID + `, j.id, j.state::text, j.attempt, j.max_attempts, j.created_at, j.scheduled_at, j.finalized_at
 		  FROM river_job j
@@ -82,7 +84,7 @@ func Jobs(ctx context.Context, q Querier, ids []int64, live bool) ([]Job, error)
 
 // LiveJobs returns which of ids have a processing job still waiting or
 // running (Jobs with live).
-func LiveJobs(ctx context.Context, q Querier, ids []int64) (map[int64]bool, error) {
+func LiveJobs(ctx context.Context, q pg.Querier, ids []int64) (map[int64]bool, error) {
 	jobs, err := Jobs(ctx, q, ids, true)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // ErrNotFound is returned when an envelope id does not exist.
@@ -88,7 +90,7 @@ func Lock(ctx context.Context, tx pgx.Tx, id int64) (*Envelope, time.Time, error
 }
 
 // Get loads one envelope without locking it.
-func Get(ctx context.Context, q Querier, id int64) (*Envelope, error) {
+func Get(ctx context.Context, q pg.Querier, id int64) (*Envelope, error) {
 	e, err := scanEnvelope(q.QueryRow(ctx, `SELECT `+envelopeColumns+` FROM envelope WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("envelope %d: %w", id, ErrNotFound)
@@ -143,7 +145,7 @@ type prefixed struct {
 func (p prefixed) Scan(dest ...any) error { return p.Rows.Scan(append([]any{p.first}, dest...)...) }
 
 // Existing returns which of ids exist, without locking them.
-func Existing(ctx context.Context, q Querier, ids []int64) (map[int64]bool, error) {
+func Existing(ctx context.Context, q pg.Querier, ids []int64) (map[int64]bool, error) {
 	rows, err := q.Query(ctx, `SELECT id FROM envelope WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("look up envelopes: %w", err)

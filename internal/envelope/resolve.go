@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // ResolveAudit is what every envelope_resolution row of a resolve (or
@@ -73,7 +75,7 @@ type Resolution struct {
 
 // Resolutions returns envelope id's resolutions and un-resolutions, oldest
 // first (empty, not nil, when none).
-func Resolutions(ctx context.Context, q Querier, id int64) ([]Resolution, error) {
+func Resolutions(ctx context.Context, q pg.Querier, id int64) ([]Resolution, error) {
 	rows, err := q.Query(ctx, `
 		SELECT id, action, actor, reason, filter, batch_id::text, at
 		  FROM envelope_resolution WHERE envelope_id = $1 ORDER BY id`, id)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // Selection selects envelopes by their columns: zero fields select
@@ -210,7 +212,7 @@ func summaryDest(s *Summary) []any {
 // Summaries returns up to limit of the envelopes s selects, newest (highest
 // id) first or, with oldestFirst, lowest id first; an empty, non-nil slice
 // when none matches.
-func Summaries(ctx context.Context, q Querier, s Selection, limit int, oldestFirst bool) ([]Summary, error) {
+func Summaries(ctx context.Context, q pg.Querier, s Selection, limit int, oldestFirst bool) ([]Summary, error) {
 	sql, args := SummariesSQL(s, limit, oldestFirst)
 	rows, err := q.Query(ctx, sql, CustomPlan(args)...)
 	if err != nil {
@@ -244,7 +246,7 @@ func SummariesSQL(s Selection, limit int, oldestFirst bool) (string, []any) {
 }
 
 // Count returns how many envelopes s selects.
-func Count(ctx context.Context, q Querier, s Selection) (int, error) {
+func Count(ctx context.Context, q pg.Querier, s Selection) (int, error) {
 	where, args := s.Where()
 	var n int
 	if err := q.QueryRow(ctx, `SELECT count(*) FROM envelope WHERE `+where, CustomPlan(args)...).Scan(&n); err != nil {
@@ -256,7 +258,7 @@ func Count(ctx context.Context, q Querier, s Selection) (int, error) {
 // CountUpTo counts the envelopes s selects, stopping after limit of them:
 // many matches cost limit rows; few cost what finding them costs (a filter
 // no index serves reads the table, as the page's own query does).
-func CountUpTo(ctx context.Context, q Querier, s Selection, limit int) (int, error) {
+func CountUpTo(ctx context.Context, q pg.Querier, s Selection, limit int) (int, error) {
 	where, args := s.Where()
 	args = append(args, limit)
 	var n int
@@ -269,7 +271,7 @@ func CountUpTo(ctx context.Context, q Querier, s Selection, limit int) (int, err
 
 // CountByStatus counts the envelopes s selects per status, and returns the
 // highest id among them (0 when none), in one statement.
-func CountByStatus(ctx context.Context, q Querier, s Selection) (map[Status]int, int64, error) {
+func CountByStatus(ctx context.Context, q pg.Querier, s Selection) (map[Status]int, int64, error) {
 	where, args := s.Where()
 	rows, err := q.Query(ctx, `SELECT status, count(*), max(id) FROM envelope WHERE `+where+` GROUP BY 1`, CustomPlan(args)...)
 	if err != nil {
@@ -289,7 +291,7 @@ func CountByStatus(ctx context.Context, q Querier, s Selection) (map[Status]int,
 }
 
 // MatchingIDs returns the ids s selects, lowest first, at most limit.
-func MatchingIDs(ctx context.Context, q Querier, s Selection, limit int) ([]int64, error) {
+func MatchingIDs(ctx context.Context, q pg.Querier, s Selection, limit int) ([]int64, error) {
 	var b sqlBuilder
 	s.appendTo(&b)
 	rows, err := q.Query(ctx, `SELECT id FROM envelope WHERE `+b.where()+` ORDER BY id LIMIT `+b.arg(limit), CustomPlan(b.args)...)
@@ -304,7 +306,7 @@ func MatchingIDs(ctx context.Context, q Querier, s Selection, limit int) ([]int6
 }
 
 // Exists reports whether s selects any envelope.
-func Exists(ctx context.Context, q Querier, s Selection) (bool, error) {
+func Exists(ctx context.Context, q pg.Querier, s Selection) (bool, error) {
 	where, args := s.Where()
 	var ok bool
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM envelope WHERE `+where+`)`, CustomPlan(args)...).Scan(&ok); err != nil {
@@ -316,7 +318,7 @@ func Exists(ctx context.Context, q Querier, s Selection) (bool, error) {
 // CountLive returns how many of the envelopes s selects have a processing
 // job still waiting or running. It is driven by the live jobs (few,
 // normally), each looked up by the envelope's primary key.
-func CountLive(ctx context.Context, q Querier, s Selection) (int, error) {
+func CountLive(ctx context.Context, q pg.Querier, s Selection) (int, error) {
 	var b sqlBuilder
 	s.appendTo(&b)
 	where := b.where()
@@ -336,7 +338,7 @@ func CountLive(ctx context.Context, q Querier, s Selection) (int, error) {
 
 // Purged returns, in id order, those of ids whose body and parsed payload
 // retention dropped: there is nothing left to process.
-func Purged(ctx context.Context, q Querier, ids []int64) ([]int64, error) {
+func Purged(ctx context.Context, q pg.Querier, ids []int64) ([]int64, error) {
 	rows, err := q.Query(ctx, `SELECT id FROM envelope WHERE id = ANY($1::bigint[]) AND body IS NULL AND payload IS NULL ORDER BY id`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("check purged envelopes: %w", err)
@@ -349,7 +351,7 @@ func Purged(ctx context.Context, q Querier, ids []int64) ([]int64, error) {
 }
 
 // InStatus returns, in id order, those of ids whose envelope is in status.
-func InStatus(ctx context.Context, q Querier, ids []int64, status Status) ([]int64, error) {
+func InStatus(ctx context.Context, q pg.Querier, ids []int64, status Status) ([]int64, error) {
 	rows, err := q.Query(ctx, `SELECT id FROM envelope WHERE id = ANY($1::bigint[]) AND status = $2 ORDER BY id`, ids, string(status))
 	if err != nil {
 		return nil, fmt.Errorf("check envelopes' status: %w", err)
@@ -363,7 +365,7 @@ func InStatus(ctx context.Context, q Querier, ids []int64, status Status) ([]int
 
 // Missing returns, in id order, those of ids that are not envelopes
 // (Existing's complement).
-func Missing(ctx context.Context, q Querier, ids []int64) ([]int64, error) {
+func Missing(ctx context.Context, q pg.Querier, ids []int64) ([]int64, error) {
 	exist, err := Existing(ctx, q, ids)
 	if err != nil {
 		return nil, err

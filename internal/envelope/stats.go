@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // SourceCounts counts one source's envelopes by status and, when asked,
@@ -70,7 +72,7 @@ func Statuses() []Status {
 // also counts the duplicates and conflicts each source received, and lists
 // sources that have only conflicts. The counts are those of the snapshot
 // that reads them: exact, as a count(*) in the same snapshot would be.
-func CountBySource(ctx context.Context, q Querier, repeats bool) ([]SourceCounts, error) {
+func CountBySource(ctx context.Context, q pg.Querier, repeats bool) ([]SourceCounts, error) {
 	rows, err := q.Query(ctx, `
 		SELECT source,
 		       coalesce(sum(n) FILTER (WHERE kind = 'pending'), 0)::bigint,
@@ -107,7 +109,7 @@ func CountBySource(ctx context.Context, q Querier, repeats bool) ([]SourceCounts
 // kind, and returns how many rows it folded (0 when another compaction was
 // running: they take turns, and the loser skips). It never blocks a writer
 // and never changes a count. The worker's reconcile runs it every minute.
-func CompactCounts(ctx context.Context, q Querier) (int64, error) {
+func CompactCounts(ctx context.Context, q pg.Querier) (int64, error) {
 	var n int64
 	if err := q.QueryRow(ctx, `SELECT envelope_count_compact()`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("compact envelope counts: %w", err)
@@ -127,7 +129,7 @@ type Waiting struct {
 
 // OldestPending returns the pending envelope received first (the lowest
 // id among equals), or nil when none is pending.
-func OldestPending(ctx context.Context, q Querier) (*Waiting, error) {
+func OldestPending(ctx context.Context, q pg.Querier) (*Waiting, error) {
 	var w Waiting
 	err := q.QueryRow(ctx, `
 		SELECT id, source, received_at, extract(epoch FROM now() - received_at)::float8
@@ -159,7 +161,7 @@ type FailureCause struct {
 // counts come from envelope_count (migration 00191), the newest envelope of
 // each cause from envelope_failed_cause_idx: its cost grows with the causes
 // and the partitions, never with the failures kept.
-func FailureCauses(ctx context.Context, q Querier, source string, limit int) ([]FailureCause, error) {
+func FailureCauses(ctx context.Context, q pg.Querier, source string, limit int) ([]FailureCause, error) {
 	rows, err := q.Query(ctx, `
 		SELECT c.cause, c.n, coalesce(l.id, 0), coalesce(l.last_error, '')
 		  FROM (SELECT cause, sum(n)::bigint AS n FROM envelope_count
@@ -192,7 +194,7 @@ type ReplayCounts struct {
 }
 
 // CountReplays counts the replays recorded after since.
-func CountReplays(ctx context.Context, q Querier, since time.Time) (ReplayCounts, error) {
+func CountReplays(ctx context.Context, q pg.Querier, since time.Time) (ReplayCounts, error) {
 	var c ReplayCounts
 	err := q.QueryRow(ctx, `
 		SELECT count(*), count(DISTINCT envelope_id), count(DISTINCT batch_id)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // Throughput is how the envelopes received since a time were processed:
@@ -22,7 +24,7 @@ type Throughput struct {
 
 // MeasureThroughput reads Throughput of the envelopes received at or after
 // since (zero: every envelope) in one scan of them.
-func MeasureThroughput(ctx context.Context, q Querier, since time.Time) (Throughput, error) {
+func MeasureThroughput(ctx context.Context, q pg.Querier, since time.Time) (Throughput, error) {
 	var r Throughput
 	err := q.QueryRow(ctx, `
 		SELECT count(*),

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // Clock is what a selection's time bounds resolve against: the database's
@@ -22,7 +24,7 @@ type Clock struct {
 
 // ReadClock reads the database's now() and the legacy partition's end in
 // one statement.
-func ReadClock(ctx context.Context, q Querier) (Clock, error) {
+func ReadClock(ctx context.Context, q pg.Querier) (Clock, error) {
 	var c Clock
 	var legacy *time.Time
 	if err := q.QueryRow(ctx, `SELECT now(), (SELECT upper_at FROM envelope_partition WHERE name = 'legacy' AND dropped_at IS NULL)`).Scan(&c.Now, &legacy); err != nil {
@@ -67,7 +69,7 @@ type Chunk struct {
 // It reads the partition registry and the counters: O(partitions), whatever
 // the partitions hold. The legacy partition, whose ids do not follow time,
 // is one chunk however large.
-func PlanScan(ctx context.Context, q Querier, since, until time.Time, chunkRows int64) ([]Chunk, error) {
+func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRows int64) ([]Chunk, error) {
 	if chunkRows <= 0 {
 		return nil, fmt.Errorf("chunk of %d envelopes: must be positive", chunkRows)
 	}

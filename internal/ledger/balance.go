@@ -5,14 +5,9 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Querier is what reads need: pgx.Tx, *pgx.Conn and *pgxpool.Pool all
-// satisfy it.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+	"github.com/inboxhq/inbox/internal/pg"
+)
 
 // Balance is one account's balance in one currency, from the ledger_balance
 // view. Debits are positive: psp_clearing and refunds carry positive
@@ -29,7 +24,7 @@ type Balance struct {
 // Balances returns the merchant's balances ordered by account and currency;
 // an empty merchant returns every merchant's. Accounts without entries are
 // not listed.
-func Balances(ctx context.Context, q Querier, merchant string) ([]Balance, error) {
+func Balances(ctx context.Context, q pg.Querier, merchant string) ([]Balance, error) {
 	rows, err := q.Query(ctx, `
 		SELECT account_id, merchant, account, currency, balance_minor, entries
 		  FROM ledger_balance
@@ -46,7 +41,7 @@ func Balances(ctx context.Context, q Querier, merchant string) ([]Balance, error
 }
 
 // CountTransactions returns how many ledger transactions are posted.
-func CountTransactions(ctx context.Context, q Querier) (int64, error) {
+func CountTransactions(ctx context.Context, q pg.Querier) (int64, error) {
 	var n int64
 	if err := q.QueryRow(ctx, `SELECT count(*) FROM ledger_transaction`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count ledger transactions: %w", err)

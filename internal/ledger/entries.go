@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // Entry is one ledger_entry row with its account's merchant and name:
@@ -21,7 +23,7 @@ type Entry struct {
 
 // Entries returns the entries of ledger transaction transactionID in the
 // order they were posted.
-func Entries(ctx context.Context, q Querier, transactionID int64) ([]Entry, error) {
+func Entries(ctx context.Context, q pg.Querier, transactionID int64) ([]Entry, error) {
 	rows, err := q.Query(ctx, `
 		SELECT e.id, e.account_id, a.merchant, a.name, e.currency, e.amount_minor
 		  FROM ledger_entry e JOIN ledger_account a ON a.id = e.account_id

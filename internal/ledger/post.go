@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // Kind is what a ledger transaction records.
@@ -329,7 +331,7 @@ func scanTransaction(row pgx.Row) (Transaction, bool, error) {
 }
 
 // ByEnvelope returns the ledger transaction posted for an envelope, if any.
-func ByEnvelope(ctx context.Context, q Querier, envelopeID int64) (Transaction, bool, error) {
+func ByEnvelope(ctx context.Context, q pg.Querier, envelopeID int64) (Transaction, bool, error) {
 	t, ok, err := scanTransaction(q.QueryRow(ctx, `SELECT `+transactionColumns+` FROM ledger_transaction WHERE envelope_id = $1`, envelopeID))
 	if err != nil {
 		return Transaction{}, false, fmt.Errorf("load ledger transaction of envelope %d: %w", envelopeID, err)
@@ -338,11 +340,11 @@ func ByEnvelope(ctx context.Context, q Querier, envelopeID int64) (Transaction, 
 }
 
 // ByKey returns the ledger transaction posted under a business key, if any.
-func ByKey(ctx context.Context, q Querier, key string) (Transaction, bool, error) {
+func ByKey(ctx context.Context, q pg.Querier, key string) (Transaction, bool, error) {
 	return byKey(ctx, q, key)
 }
 
-func byKey(ctx context.Context, q Querier, key string) (Transaction, bool, error) {
+func byKey(ctx context.Context, q pg.Querier, key string) (Transaction, bool, error) {
 	t, ok, err := scanTransaction(q.QueryRow(ctx, `SELECT `+transactionColumns+` FROM ledger_transaction WHERE idempotency_key = $1`, key))
 	if err != nil {
 		return Transaction{}, false, fmt.Errorf("load ledger transaction %q: %w", key, err)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -75,3 +76,19 @@ func Open(ctx context.Context, databaseURL string, o Options) (*pgxpool.Pool, er
 	}
 	return pool, nil
 }
+
+// Querier is what a function that only reads needs: a pool, a connection or
+// a transaction (pgx.Tx, *pgx.Conn and *pgxpool.Pool all satisfy it).
+// Functions that must hold locks take a pgx.Tx instead. It is the one
+// definition the packages that read share (envelope, ledger, the test
+// helpers).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+var (
+	_ Querier = (*pgxpool.Pool)(nil)
+	_ Querier = (*pgx.Conn)(nil)
+	_ Querier = pgx.Tx(nil)
+)

@@ -4,19 +4,13 @@ import (
 	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/inboxhq/inbox/internal/pg"
 )
-
-// Querier is what Scalar and Count query through: a pool, a connection or a
-// transaction.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Scalar runs sql, a query of one row and one column, and returns its value
 // scanned into a T. It fails t, naming the query, on any error, no row
 // included.
-func Scalar[T any](t testing.TB, q Querier, sql string, args ...any) T {
+func Scalar[T any](t testing.TB, q pg.Querier, sql string, args ...any) T {
 	t.Helper()
 	var v T
 	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
@@ -27,7 +21,7 @@ func Scalar[T any](t testing.TB, q Querier, sql string, args ...any) T {
 
 // Count is Scalar for an int, as in SELECT count(*) FROM envelope WHERE
 // status = $1.
-func Count(t testing.TB, q Querier, sql string, args ...any) int {
+func Count(t testing.TB, q pg.Querier, sql string, args ...any) int {
 	t.Helper()
 	return Scalar[int](t, q, sql, args...)
 }

@@ -22,13 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/inboxhq/inbox/internal/pg"
 )
-
-// Querier is what Insert needs: a pool, a connection or a transaction.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Row is one envelope to insert. Zero fields take the defaults shown.
 type Row struct {
@@ -56,7 +51,7 @@ type Row struct {
 var seq atomic.Int64
 
 // Insert inserts r and returns its id; it fails the test on any error.
-func Insert(t testing.TB, q Querier, r Row) int64 {
+func Insert(t testing.TB, q pg.Querier, r Row) int64 {
 	t.Helper()
 	id, err := Create(context.Background(), q, r)
 	if err != nil {
@@ -67,7 +62,7 @@ func Insert(t testing.TB, q Querier, r Row) int64 {
 
 // Create is Insert for code without a test (an Example): it returns the
 // error.
-func Create(ctx context.Context, q Querier, r Row) (int64, error) {
+func Create(ctx context.Context, q pg.Querier, r Row) (int64, error) {
 	ids, err := CreateMany(ctx, q, []Row{r})
 	if err != nil {
 		return 0, err
@@ -79,7 +74,7 @@ func Create(ctx context.Context, q Querier, r Row) (int64, error) {
 // returns their ids in that order; it fails the test on any error. Use it
 // for seeds of hundreds or thousands of envelopes, where one INSERT each
 // would be slow.
-func InsertMany(t testing.TB, q Querier, n int, row func(i int) Row) []int64 {
+func InsertMany(t testing.TB, q pg.Querier, n int, row func(i int) Row) []int64 {
 	t.Helper()
 	rows := make([]Row, n)
 	for i := range rows {
@@ -94,7 +89,7 @@ func InsertMany(t testing.TB, q Querier, n int, row func(i int) Row) []int64 {
 
 // CreateMany is InsertMany for code without a test: it inserts rows in one
 // statement and returns their ids in order, or the error.
-func CreateMany(ctx context.Context, q Querier, rows []Row) ([]int64, error) {
+func CreateMany(ctx context.Context, q pg.Querier, rows []Row) ([]int64, error) {
 	if len(rows) == 0 {
 		return []int64{}, nil
 	}
@@ -147,7 +142,7 @@ func CreateMany(ctx context.Context, q Querier, rows []Row) ([]int64, error) {
 
 // ensurePartitions creates the day partitions (UTC) of the times that no
 // live partition covers yet, as the worker keeps them for the days ahead.
-func ensurePartitions(ctx context.Context, q Querier, times []time.Time) error {
+func ensurePartitions(ctx context.Context, q pg.Querier, times []time.Time) error {
 	days := map[time.Time]bool{}
 	for _, t := range times {
 		days[t.UTC().Truncate(24*time.Hour)] = true
@@ -175,7 +170,7 @@ func ensurePartitions(ctx context.Context, q Querier, times []time.Time) error {
 // move. The counts (envelope_count) of its duplicates stay in the hour it
 // left: their trigger finds a duplicate's source through its envelope,
 // which moves in the same statement.
-func MoveTo(t testing.TB, q Querier, id int64, at time.Time) int64 {
+func MoveTo(t testing.TB, q pg.Querier, id int64, at time.Time) int64 {
 	t.Helper()
 	ctx := context.Background()
 	if err := ensurePartitions(ctx, q, []time.Time{at}); err != nil {

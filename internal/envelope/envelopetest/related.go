@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // Attempt is one envelope_attempt row (a processing attempt). Zero fields
@@ -24,7 +26,7 @@ type Attempt struct {
 
 // InsertAttempt inserts a and returns its id; it fails the test on any
 // error.
-func InsertAttempt(t testing.TB, q Querier, a Attempt) int64 {
+func InsertAttempt(t testing.TB, q pg.Querier, a Attempt) int64 {
 	t.Helper()
 	if a.Attempt == 0 {
 		a.Attempt = 1
@@ -58,7 +60,7 @@ type Replay struct {
 }
 
 // InsertReplay inserts r and returns its id; it fails the test on any error.
-func InsertReplay(t testing.TB, q Querier, r Replay) int64 {
+func InsertReplay(t testing.TB, q pg.Querier, r Replay) int64 {
 	t.Helper()
 	if r.Actor == "" {
 		r.Actor = "alice"
@@ -94,7 +96,7 @@ type Conflict struct {
 
 // InsertConflict inserts c and returns its id; it fails the test on any
 // error, an envelope that does not exist included.
-func InsertConflict(t testing.TB, q Querier, c Conflict) int64 {
+func InsertConflict(t testing.TB, q pg.Querier, c Conflict) int64 {
 	t.Helper()
 	if c.Body == nil {
 		c.Body = []byte("other")
@@ -119,7 +121,7 @@ func InsertConflict(t testing.TB, q Querier, c Conflict) int64 {
 // InsertDuplicate inserts an envelope_duplicate row (a provider's
 // redelivery of the same body) for envelope id, received at (now when zero),
 // and returns its id; it fails the test on any error.
-func InsertDuplicate(t testing.TB, q Querier, id int64, at time.Time) int64 {
+func InsertDuplicate(t testing.TB, q pg.Querier, id int64, at time.Time) int64 {
 	t.Helper()
 	if at.IsZero() {
 		at = time.Now()
@@ -130,7 +132,7 @@ func InsertDuplicate(t testing.TB, q Querier, id int64, at time.Time) int64 {
 
 // insertRelated runs sql, an INSERT of one row RETURNING id, and returns the
 // id; it fails t naming what on any error, no row included.
-func insertRelated(t testing.TB, q Querier, what, sql string, args ...any) int64 {
+func insertRelated(t testing.TB, q pg.Querier, what, sql string, args ...any) int64 {
 	t.Helper()
 	var id int64
 	if err := q.QueryRow(context.Background(), sql, args...).Scan(&id); err != nil {
