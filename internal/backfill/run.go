@@ -600,10 +600,11 @@ func (s *runState) github(ctx context.Context) error {
 		}
 		e := events[guid]
 		d := e.latest
-		typ := d.Event
-		if d.Action != nil && *d.Action != "" {
-			typ += "." + *d.Action
+		var action string
+		if d.Action != nil {
+			action = *d.Action
 		}
+		typ := provider.GitHubEventType(d.Event, action)
 		m := Missing{ID: guid, Type: typ, Created: d.DeliveredAt, DeliveryID: d.ID, AckedNoEnvelope: e.ok}
 		s.row.Found++
 		if e.ok {

@@ -76,10 +76,8 @@ func (v *githubVerifier) Verify(h http.Header, body []byte, _ time.Time) (Delive
 		return Delivery{}, err
 	}
 	p := githubPayload(h.Get("Content-Type"), body)
-	typ := h.Get(githubEventHeader)
-	if action, ok := stringMember(jsonObject(p), "action"); ok && action != "" && typ != "" {
-		typ += "." + action
-	}
+	action, _ := stringMember(jsonObject(p), "action")
+	typ := GitHubEventType(h.Get(githubEventHeader), action)
 	return Delivery{
 		DeliveryID:   id,
 		EventType:    usableEventType(typ),
@@ -87,6 +85,18 @@ func (v *githubVerifier) Verify(h http.Header, body []byte, _ time.Time) (Delive
 		Headers:      auditHeaders(h, githubKeep, []string{githubSignatureHeader, githubSHA1SignatureHeader}),
 		ReplayDigest: replayDigest(typ, body),
 	}, nil
+}
+
+// GitHubEventType is the event type of a GitHub delivery: its event (the
+// X-GitHub-Event header) followed by "." and its payload's action when it
+// has one ("pull_request.opened"), the event alone otherwise, and empty
+// without an event. Ingest and the backfill's list of GitHub's deliveries
+// both name events by it, so a redelivered event matches its route.
+func GitHubEventType(event, action string) string {
+	if event == "" || action == "" {
+		return event
+	}
+	return event + "." + action
 }
 
 // githubPayload returns the event JSON of a verified GitHub body: the

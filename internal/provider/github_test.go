@@ -149,3 +149,15 @@ func sha256Of(s string) []byte {
 	sum := sha256.Sum256([]byte(s))
 	return sum[:]
 }
+
+func TestGitHubEventType(t *testing.T) {
+	t.Parallel()
+	for _, tc := range [][3]string{
+		{"pull_request", "opened", "pull_request.opened"},
+		{"push", "", "push"},
+		{"", "opened", ""}, // no event header: no type, whatever the body says
+		{"", "", ""},
+	} {
+		require.Equal(t, tc[2], GitHubEventType(tc[0], tc[1]), "event %q action %q", tc[0], tc[1])
+	}
+}
