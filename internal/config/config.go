@@ -676,22 +676,9 @@ func (f *Forward) Validate() error {
 		return fmt.Errorf("timeout %s exceeds the maximum of %s", f.Timeout, MaxForwardTimeout)
 	}
 	for i, p := range f.Events {
-		if err := CheckEventPattern(p); err != nil {
+		if err := provider.CheckEventPattern(p); err != nil {
 			return fmt.Errorf("events[%d]: %w", i, err)
 		}
-	}
-	return nil
-}
-
-// CheckEventPattern checks one event pattern: an exact event type, or a
-// prefix followed by a single trailing "*" ("payment.*"; "*" alone matches
-// every event).
-func CheckEventPattern(p string) error {
-	switch {
-	case p == "":
-		return errors.New("event pattern is empty")
-	case strings.Contains(strings.TrimSuffix(p, "*"), "*"):
-		return fmt.Errorf("event pattern %q: '*' is allowed only at the end", p)
 	}
 	return nil
 }

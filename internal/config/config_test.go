@@ -88,18 +88,6 @@ func TestForwardInvalid(t *testing.T) {
 	}
 }
 
-func TestCheckEventPattern(t *testing.T) {
-	t.Parallel()
-	for p, ok := range map[string]bool{
-		"payment.succeeded": true, "payment.*": true, "*": true, "orders/paid": true,
-		"": false, "**": false, "*.succeeded": false, "pay*ment": false,
-	} {
-		if err := config.CheckEventPattern(p); (err == nil) != ok {
-			t.Errorf("CheckEventPattern(%q) = %v, want ok %v", p, err, ok)
-		}
-	}
-}
-
 // A YAML type error must not quote the value: after ${VAR} expansion it may
 // be a secret (here: a secret given where a list is expected).
 func TestDecodeErrorsDoNotQuoteValues(t *testing.T) {

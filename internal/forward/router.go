@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
+	"github.com/inboxhq/inbox/internal/provider"
 )
 
 // Router is the handlers.Router that adds per-source routes (forwarding) to
@@ -39,22 +39,11 @@ func (rt route) matches(eventType string) bool {
 		return true
 	}
 	for _, p := range rt.events {
-		if matchEvent(p, eventType) {
+		if provider.MatchEvent(p, eventType) {
 			return true
 		}
 	}
 	return false
-}
-
-// matchEvent reports whether eventType matches pattern: "*" matches every
-// event type, "prefix*" those that start with prefix ("payment.*" matches
-// "payment.succeeded" but not "payment" nor "payments.x"), anything else
-// only itself.
-func matchEvent(pattern, eventType string) bool {
-	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
-		return strings.HasPrefix(eventType, prefix)
-	}
-	return pattern == eventType
 }
 
 // New returns a Router with no routes of its own over next. It panics on a
@@ -104,7 +93,7 @@ func (r *Router) Add(source string, events []string, mode string, h handlers.Han
 		panic("forward: Add needs a source, a mode and a handler")
 	}
 	for _, p := range events {
-		if err := config.CheckEventPattern(p); err != nil {
+		if err := provider.CheckEventPattern(p); err != nil {
 			panic("forward: Add: " + err.Error())
 		}
 	}

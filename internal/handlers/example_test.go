@@ -20,7 +20,8 @@ func ExampleRegistry() {
 	r := handlers.Builtin()
 	// GitHub's event type is X-GitHub-Event and the body's action:
 	// "release.published", never "release" alone. A route names one event
-	// type exactly (or "*" for every event of the provider).
+	// type exactly, or a prefix ending in "*" ("release.*" takes every
+	// release action; "*" alone every event of the provider).
 	r.Register(provider.GitHub, "release.published", handlers.HandlerFunc(func(_ context.Context, run handlers.Run) (json.RawMessage, error) {
 		env := run.Envelope
 		var body struct {

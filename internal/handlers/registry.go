@@ -3,6 +3,8 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -63,49 +65,76 @@ func (r Run) ledger() *ledger.Writer {
 	return ledger.NewWriter(r.Tx, nil, nil)
 }
 
-// Wildcard is the event type that matches every event of a provider.
+// Wildcard is the event type pattern that matches every event of a
+// provider.
 const Wildcard = "*"
 
 type route struct{ provider, eventType string }
 
-// Registry maps (provider, event type) to a Handler: a plain map, and the
-// innermost Router (see Router for the decorators that wrap it). It is safe
-// for concurrent use.
+// prefixRoute is a route whose pattern ends in "*".
+type prefixRoute struct {
+	prefix string
+	h      Handler
+}
+
+// Registry maps (provider, event type pattern) to a Handler: the innermost
+// Router (see Router for the decorators that wrap it). Patterns are the
+// project's one syntax (provider.CheckEventPattern): an exact event type,
+// or a prefix with a trailing "*" ("release.*"; Wildcard "*" alone takes
+// every event of the provider). It is safe for concurrent use.
 type Registry struct {
 	mu       sync.RWMutex
 	handlers map[route]Handler
+	// prefixes holds each provider's "*" patterns, longest prefix first.
+	prefixes map[string][]prefixRoute
 }
 
 // NewRegistry returns an empty Registry.
 func NewRegistry() *Registry {
-	return &Registry{handlers: make(map[route]Handler)}
+	return &Registry{handlers: make(map[route]Handler), prefixes: make(map[string][]prefixRoute)}
 }
 
-// Register routes the provider's eventType to h; eventType Wildcard ("*")
-// takes every event of the provider that has no exact route. A later Register
-// of the same pair replaces the earlier handler, so built-ins can be
-// overridden. It panics on an empty provider or event type or a nil handler,
-// which are programming errors.
-func (r *Registry) Register(provider, eventType string, h Handler) {
-	if provider == "" || eventType == "" || h == nil {
+// Register routes the provider's events that match pattern to h. A later
+// Register of the same pair replaces the earlier handler, so built-ins can
+// be overridden. It panics on an empty provider, a pattern
+// provider.CheckEventPattern refuses or a nil handler, which are
+// programming errors.
+func (r *Registry) Register(providerName, pattern string, h Handler) {
+	if providerName == "" || h == nil {
 		panic("handlers: Register needs a provider, an event type and a handler")
+	}
+	if err := provider.CheckEventPattern(pattern); err != nil {
+		panic("handlers: Register: " + err.Error())
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.handlers[route{provider, eventType}] = h
+	prefix, ok := strings.CutSuffix(pattern, "*")
+	if !ok {
+		r.handlers[route{providerName, pattern}] = h
+		return
+	}
+	routes := slices.DeleteFunc(r.prefixes[providerName], func(p prefixRoute) bool { return p.prefix == prefix })
+	routes = append(routes, prefixRoute{prefix: prefix, h: h})
+	slices.SortFunc(routes, func(a, b prefixRoute) int { return len(b.prefix) - len(a.prefix) })
+	r.prefixes[providerName] = routes
 }
 
-// Lookup returns the handler for the provider's eventType: the exact route if
-// there is one, else the provider's wildcard. false means no handler, and
-// the envelope is to be ignored.
-func (r *Registry) Lookup(provider, eventType string) (Handler, bool) {
+// Lookup returns the handler for the provider's eventType: the exact route
+// if there is one, else the matching pattern with the longest prefix (the
+// provider's Wildcard last). false means no handler, and the envelope is to
+// be ignored.
+func (r *Registry) Lookup(providerName, eventType string) (Handler, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if h, ok := r.handlers[route{provider, eventType}]; ok {
+	if h, ok := r.handlers[route{providerName, eventType}]; ok {
 		return h, true
 	}
-	h, ok := r.handlers[route{provider, Wildcard}]
-	return h, ok
+	for _, p := range r.prefixes[providerName] {
+		if strings.HasPrefix(eventType, p.prefix) {
+			return p.h, true
+		}
+	}
+	return nil, false
 }
 
 // Route implements Router: Lookup(env.Provider, env.EventType).

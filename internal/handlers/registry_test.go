@@ -27,6 +27,8 @@ func TestRegistryLookup(t *testing.T) {
 	r := handlers.NewRegistry()
 	r.Register("acme", "order.paid", named("exact"))
 	r.Register("acme", "*", named("wildcard"))
+	r.Register("acme", "order.refund.*", named("refunds"))
+	r.Register("acme", "order.*", named("orders"))
 	r.Register("other", "order.paid", named("other"))
 
 	for _, tt := range []struct {
@@ -34,7 +36,10 @@ func TestRegistryLookup(t *testing.T) {
 		want            string // "" for no handler
 	}{
 		{"acme", "order.paid", "exact"},
-		{"acme", "order.refunded", "wildcard"},
+		{"acme", "order.refunded", "orders"},
+		{"acme", "order.refund.failed", "refunds"}, // the longest prefix wins, whatever the order registered
+		{"acme", "order", "wildcard"},              // "order.*" needs the dot
+		{"acme", "invoice.paid", "wildcard"},
 		{"acme", "", "wildcard"},
 		{"other", "order.paid", "other"},
 		{"other", "order.refunded", ""},
@@ -60,7 +65,15 @@ func TestRegistryLookup(t *testing.T) {
 	got, _ := h.Handle(context.Background(), handlers.Run{})
 	assert.Equal(t, `"replaced"`, string(got), "after re-Register")
 
+	// So does a later registration of the same pattern.
+	r.Register("acme", "order.*", named("orders, replaced"))
+	h, _ = r.Lookup("acme", "order.shipped")
+	got, _ = h.Handle(context.Background(), handlers.Run{})
+	assert.Equal(t, `"orders, replaced"`, string(got), "after re-Register of a pattern")
+
 	assert.Panics(t, func() { r.Register("acme", "x", nil) }, "Register with a nil handler")
+	assert.Panics(t, func() { r.Register("acme", "*.paid", named("x")) }, "Register with '*' not at the end")
+	assert.Panics(t, func() { r.Register("acme", "", named("x")) }, "Register with an empty pattern")
 }
 
 func TestBuiltinRoutes(t *testing.T) {
