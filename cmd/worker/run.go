@@ -184,7 +184,7 @@ func sourcePolicies(cfg *config.Config) map[string]worker.SourcePolicy {
 		sp := worker.SourcePolicy{BackoffMin: src.Backoff.Min, BackoffMax: src.Backoff.Max, MaxAttempts: src.MaxAttempts, MaxAge: src.MaxAge,
 			AccountID: src.AccountID}
 		if src.Throttle != nil {
-			sp.ThrottlePerSecond, sp.ThrottleKey = src.Throttle.PerSecond, src.Throttle.Key
+			sp.ThrottlePerSecond, sp.ThrottleKey = src.Throttle.PerSecond, string(src.Throttle.Key)
 		}
 		sources[name] = sp
 	}

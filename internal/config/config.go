@@ -211,9 +211,21 @@ type Backoff struct {
 type Throttle struct {
 	// PerSecond is the most envelopes per key processed in one second.
 	PerSecond int `yaml:"per_second"`
-	// Key is what is limited: "merchant" (default) or "source".
-	Key string `yaml:"key"`
+	// Key is what is limited: ThrottleMerchant (default) or ThrottleSource.
+	Key ThrottleKey `yaml:"key"`
 }
+
+// ThrottleKey is what a throttle limits.
+type ThrottleKey string
+
+// Throttle keys.
+const (
+	// ThrottleMerchant limits each merchant of the source (the ledger's
+	// merchant rule) on its own.
+	ThrottleMerchant ThrottleKey = "merchant"
+	// ThrottleSource limits the source as a whole.
+	ThrottleSource ThrottleKey = "source"
+)
 
 // Forward is one destination a source's deliveries are forwarded to.
 type Forward struct {
@@ -225,9 +237,9 @@ type Forward struct {
 	// Events limits forwarding to these event types ("*" suffix matches a
 	// prefix, e.g. "payment.*"); empty forwards every event.
 	Events []string `yaml:"events"`
-	// Mode is "besides" (default: the built-in handler runs too) or
-	// "instead" (only forwarding).
-	Mode string `yaml:"mode"`
+	// Mode is ForwardBesides (default: the built-in handler runs too) or
+	// ForwardInstead (only forwarding).
+	Mode ForwardMode `yaml:"mode"`
 	// Timeout bounds one forwarding request. Default 10 s.
 	Timeout time.Duration `yaml:"timeout"`
 }
@@ -287,6 +299,7 @@ func Parse(b []byte, getenv func(string) string) (*Config, error) {
 			return nil, fmt.Errorf("source %q: empty definition", name)
 		}
 		s.Name = name
+		s.withDefaults()
 		if err := s.validate(); err != nil {
 			return nil, fmt.Errorf("source %q: %w", name, err)
 		}
@@ -428,6 +441,32 @@ func (c *Config) Names() []string {
 	return names
 }
 
+// withDefaults fills in what the file left unset: max_body_bytes,
+// replay_window, the throttle's key, each forward's mode and timeout, the
+// backfill's window, lag and timeout. Values out of range stay for
+// validate to refuse.
+func (s *Source) withDefaults() {
+	if s.MaxBodyBytes == 0 {
+		s.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if s.ReplayWindow == 0 {
+		s.ReplayWindow = provider.DefaultReplayWindow
+	}
+	if s.Throttle != nil && s.Throttle.Key == "" {
+		s.Throttle.Key = ThrottleMerchant
+	}
+	if s.Backfill != nil {
+		*s.Backfill = s.Backfill.WithDefaults(s.Provider)
+	}
+	for _, f := range s.Forward {
+		if f != nil {
+			*f = f.WithDefaults()
+		}
+	}
+}
+
+// validate checks s, its defaults filled in (withDefaults), and changes
+// nothing.
 func (s *Source) validate() error {
 	if !sourceName.MatchString(s.Name) {
 		return errors.New("name must be 1-63 characters of a-z, 0-9, '_' or '-', starting with a letter or digit")
@@ -441,9 +480,6 @@ func (s *Source) validate() error {
 	if s.MaxBodyBytes < 0 {
 		return errors.New("max_body_bytes must not be negative")
 	}
-	if s.MaxBodyBytes == 0 {
-		s.MaxBodyBytes = DefaultMaxBodyBytes
-	}
 	if s.MaxAttempts < 0 {
 		return errors.New("max_attempts must not be negative")
 	}
@@ -452,9 +488,6 @@ func (s *Source) validate() error {
 	}
 	if s.ReplayWindow < 0 {
 		return errors.New("replay_window must not be negative")
-	}
-	if s.ReplayWindow == 0 {
-		s.ReplayWindow = provider.DefaultReplayWindow
 	}
 	if s.MaxAge < 0 {
 		return errors.New("max_age must not be negative")
@@ -476,9 +509,9 @@ func (s *Source) validate() error {
 			return fmt.Errorf("throttle.per_second %d: must be a positive number of envelopes per second (remove the throttle section for no limit)", t.PerSecond)
 		}
 		switch t.Key {
-		case "", "merchant", "source":
+		case ThrottleMerchant, ThrottleSource:
 		default:
-			return fmt.Errorf("throttle.key %q: want merchant (the default) or source", t.Key)
+			return fmt.Errorf("throttle.key %q: want %s (the default) or %s", t.Key, ThrottleMerchant, ThrottleSource)
 		}
 	}
 	if s.Backfill != nil {
@@ -529,6 +562,8 @@ func BackfillSupported(prov string) bool {
 	return prov == provider.Stripe || prov == provider.GitHub
 }
 
+// validate checks b, its defaults filled in (see WithDefaults), and changes
+// nothing.
 func (b *Backfill) validate(prov string) error {
 	if !BackfillSupported(prov) {
 		if prov == provider.Shopify {
@@ -589,6 +624,19 @@ func (b *Backfill) validate(prov string) error {
 	case b.Every > 0 && b.Every < time.Minute:
 		return errors.New("every must be at least 1m (or 0: no periodic reconcile)")
 	}
+	if b.Lag >= b.Window {
+		return fmt.Errorf("lag %s must be shorter than window %s", b.Lag, b.Window)
+	}
+	if b.Every > b.Window-b.Lag {
+		return fmt.Errorf("every %s must be at most window - lag (%s): the reconciles' windows would leave gaps never looked at", b.Every, b.Window-b.Lag)
+	}
+	return nil
+}
+
+// WithDefaults returns b with what it left unset filled in, for a source of
+// provider prov: Window (the provider's retry window plus 8 hours; GitHub
+// 24 hours), Lag 15 minutes, Timeout DefaultReconcileTimeout.
+func (b Backfill) WithDefaults(prov string) Backfill {
 	if b.Window == 0 {
 		b.Window = provider.RetryWindow(prov) + 8*time.Hour
 		if prov == provider.GitHub {
@@ -598,16 +646,10 @@ func (b *Backfill) validate(prov string) error {
 	if b.Lag == 0 {
 		b.Lag = 15 * time.Minute
 	}
-	if b.Lag >= b.Window {
-		return fmt.Errorf("lag %s must be shorter than window %s", b.Lag, b.Window)
-	}
-	if b.Every > b.Window-b.Lag {
-		return fmt.Errorf("every %s must be at most window - lag (%s): the reconciles' windows would leave gaps never looked at", b.Every, b.Window-b.Lag)
-	}
 	if b.Timeout == 0 {
 		b.Timeout = DefaultReconcileTimeout
 	}
-	return nil
+	return b
 }
 
 // checkStripeEvents checks a backfill's event types: as Stripe's list takes
@@ -632,13 +674,17 @@ func checkStripeEvents(events []string) error {
 	return nil
 }
 
+// ForwardMode is whether a destination receives deliveries besides or
+// instead of the built-in handler.
+type ForwardMode string
+
 // Forwarding modes and limits.
 const (
 	// ForwardBesides runs the built-in handler, then forwards once it
 	// succeeded (default).
-	ForwardBesides = "besides"
+	ForwardBesides ForwardMode = "besides"
 	// ForwardInstead forwards only.
-	ForwardInstead = "instead"
+	ForwardInstead ForwardMode = "instead"
 	// DefaultForwardTimeout bounds a forwarding request that sets no timeout.
 	DefaultForwardTimeout = 10 * time.Second
 	// MaxForwardTimeout is the largest timeout a destination may set: the
@@ -646,9 +692,21 @@ const (
 	MaxForwardTimeout = 60 * time.Second
 )
 
-// Validate checks a forwarding destination and fills in its defaults (Mode
-// besides, Timeout DefaultForwardTimeout). Its errors never contain the
-// secret, nor the URL (which may carry credentials).
+// WithDefaults returns f with what it left unset filled in: Mode
+// ForwardBesides, Timeout DefaultForwardTimeout.
+func (f Forward) WithDefaults() Forward {
+	if f.Mode == "" {
+		f.Mode = ForwardBesides
+	}
+	if f.Timeout == 0 {
+		f.Timeout = DefaultForwardTimeout
+	}
+	return f
+}
+
+// Validate checks a forwarding destination, its defaults filled in (see
+// WithDefaults), and changes nothing. Its errors never contain the secret,
+// nor the URL (which may carry credentials).
 func (f *Forward) Validate() error {
 	u, err := url.Parse(f.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
@@ -661,8 +719,6 @@ func (f *Forward) Validate() error {
 		return fmt.Errorf("secret must be a Standard Webhooks secret (whsec_ and base64): %w", err)
 	}
 	switch f.Mode {
-	case "":
-		f.Mode = ForwardBesides
 	case ForwardBesides, ForwardInstead:
 	default:
 		return fmt.Errorf("mode %q: want %s or %s", f.Mode, ForwardBesides, ForwardInstead)
@@ -671,7 +727,7 @@ func (f *Forward) Validate() error {
 	case f.Timeout < 0:
 		return errors.New("timeout must not be negative")
 	case f.Timeout == 0:
-		f.Timeout = DefaultForwardTimeout
+		return errors.New("timeout is not set (WithDefaults sets it)")
 	case f.Timeout > MaxForwardTimeout:
 		return fmt.Errorf("timeout %s exceeds the maximum of %s", f.Timeout, MaxForwardTimeout)
 	}

@@ -79,8 +79,8 @@ type Handler struct {
 // transport is the transport of forward handlers given no client.
 var transport = http.DefaultTransport.(*http.Transport).Clone()
 
-// NewHandler returns the Handler for dest, which it validates (see
-// config.Forward.Validate) without changing it. client's Transport and
+// NewHandler returns the Handler for dest with its defaults (see
+// config.Forward.WithDefaults), which it validates without changing dest. client's Transport and
 // Timeout are used (nil means the forward handlers' own transport, a clone of
 // http.DefaultTransport, so nothing else in the process that closes
 // DefaultTransport's idle connections disturbs a forward), but never its
@@ -89,7 +89,7 @@ func NewHandler(dest *config.Forward, client *http.Client) (*Handler, error) {
 	if dest == nil {
 		return nil, errors.New("no destination")
 	}
-	d := *dest
+	d := dest.WithDefaults()
 	d.Events = append([]string(nil), dest.Events...)
 	if err := d.Validate(); err != nil {
 		return nil, err

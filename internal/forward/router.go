@@ -88,7 +88,7 @@ func FromConfig(next handlers.Router, cfg *config.Config, client *http.Client) (
 // prefix with a trailing "*" ("payment.*"). Routes of one source run in the
 // order they were added. It panics on an empty source, an invalid pattern,
 // an unknown mode or a nil handler, which are programming errors.
-func (r *Router) Add(source string, events []string, mode string, h handlers.Handler) {
+func (r *Router) Add(source string, events []string, mode config.ForwardMode, h handlers.Handler) {
 	if source == "" || h == nil || (mode != "" && mode != config.ForwardBesides && mode != config.ForwardInstead) {
 		panic("forward: Add needs a source, a mode and a handler")
 	}
