@@ -74,9 +74,11 @@ type Envelope struct {
 	TraceContext string `json:"trace_context,omitempty"`
 }
 
-// BodyOrPayload is the delivery's content for a handler: the raw Body, or,
-// once retention purged it, the stored jsonb Payload (the same JSON
-// document, not the same bytes); nil when neither is left.
+// BodyOrPayload is the delivery's content as bytes to pass on (forwarding
+// sends it): the raw Body, or, once retention purged it, the stored jsonb
+// Payload (the provider's JSON document, not the same bytes); nil when
+// neither is left. Handlers read their event with handlers.Document, which
+// is the same document before and after the purge whatever the encoding.
 func (e *Envelope) BodyOrPayload() []byte {
 	if e.Body != nil {
 		return e.Body

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
@@ -23,15 +24,15 @@ func ExampleRegistry() {
 	// type exactly, or a prefix ending in "*" ("release.*" takes every
 	// release action; "*" alone every event of the provider).
 	r.Register(provider.GitHub, "release.published", handlers.HandlerFunc(func(_ context.Context, run handlers.Run) (json.RawMessage, error) {
-		env := run.Envelope
 		var body struct {
 			Release struct {
 				TagName string `json:"tag_name"`
 			} `json:"release"`
 		}
-		// BodyOrPayload: the raw body, or its parsed copy once retention
+		// Document: the delivery's JSON as GitHub defines it (the body, or
+		// the "payload" field of a form-encoded one), also once retention
 		// dropped the body (a replay of an old envelope).
-		if err := json.Unmarshal(env.BodyOrPayload(), &body); err != nil {
+		if err := json.Unmarshal(handlers.Document(run.Envelope), &body); err != nil {
 			// Retrying cannot fix a body that does not parse.
 			return nil, &handlers.PermanentError{Err: fmt.Errorf("release body: %w", err)}
 		}
@@ -49,7 +50,12 @@ func ExampleRegistry() {
 	}
 
 	h, _ := r.Lookup(provider.GitHub, "release.published")
-	res, err := h.Handle(context.Background(), handlers.Run{Envelope: &envelope.Envelope{Body: []byte(`{"release":{"tag_name":"v1.2.0"}}`)}})
+	res, err := h.Handle(context.Background(), handlers.Run{Envelope: &envelope.Envelope{Provider: provider.GitHub, Body: []byte(`{"release":{"tag_name":"v1.2.0"}}`)}})
+	fmt.Println(string(res), err)
+	// A webhook configured as application/x-www-form-urlencoded.
+	res, err = h.Handle(context.Background(), handlers.Run{Envelope: &envelope.Envelope{Provider: provider.GitHub,
+		Headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"},
+		Body:    []byte("payload=" + url.QueryEscape(`{"release":{"tag_name":"v1.1.1"}}`))}})
 	fmt.Println(string(res), err)
 	// Purged by retention: the body is gone, its parsed copy remains.
 	res, err = h.Handle(context.Background(), handlers.Run{Envelope: &envelope.Envelope{Payload: []byte(`{"release":{"tag_name":"v1.1.0"}}`)}})
@@ -62,6 +68,7 @@ func ExampleRegistry() {
 	// stripe payment_intent.succeeded: handled=true
 	// stripe customer.created: handled=false
 	// {"released":"v1.2.0"} <nil>
+	// {"released":"v1.1.1"} <nil>
 	// {"released":"v1.1.0"} <nil>
 	// release body: invalid character 'o' in literal null (expecting 'u')
 }

@@ -2,9 +2,7 @@ package provider
 
 import (
 	"encoding/hex"
-	"mime"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -75,7 +73,7 @@ func (v *githubVerifier) Verify(h http.Header, body []byte, _ time.Time) (Delive
 	if err := checkDeliveryID(id, "X-GitHub-Delivery header"); err != nil {
 		return Delivery{}, err
 	}
-	p := githubPayload(h.Get("Content-Type"), body)
+	p := jsonPayload(Document(GitHub, h.Get("Content-Type"), body))
 	action, _ := stringMember(jsonObject(p), "action")
 	typ := GitHubEventType(h.Get(githubEventHeader), action)
 	return Delivery{
@@ -97,18 +95,4 @@ func GitHubEventType(event, action string) string {
 		return event
 	}
 	return event + "." + action
-}
-
-// githubPayload returns the event JSON of a verified GitHub body: the
-// "payload" form field of an application/x-www-form-urlencoded body, else
-// the body itself; nil when that is not JSON.
-func githubPayload(contentType string, body []byte) []byte {
-	if mt, _, err := mime.ParseMediaType(contentType); err == nil && mt == "application/x-www-form-urlencoded" {
-		form, err := url.ParseQuery(string(body))
-		if err != nil {
-			return nil
-		}
-		return jsonPayload([]byte(form.Get("payload")))
-	}
-	return jsonPayload(body)
 }
