@@ -51,6 +51,9 @@ type runOptions struct {
 	adminUsers               string
 	console                  consoleConfig
 	uiUser, uiPassword       string
+	// handlers are the optional handler packages to register
+	// (--handlers, see optionalHandlers).
+	handlers []string
 }
 
 // guarded says whether the admin listener serves River UI or the console,
@@ -89,6 +92,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	consoleReadDB := fs.String("console-read-database-url", "CONSOLE_READ_DATABASE_URL", "", "a hot standby of the database for the console's reads (list, envelope, failures, dry runs); replays still go to --console-database-url; default: that database")
 	consoleMax := fs.Int("console-max-replay", "CONSOLE_MAX_REPLAY", console.DefaultMaxReplay, "the most envelopes one replay from the console takes (stated on its page; the CLI has no ceiling)")
 	consoleSupervisors := fs.String("console-supervisors", "CONSOLE_SUPERVISORS", "", "comma-separated operators who may stop any operator's console replay (others stop only their own)")
+	handlerList := fs.String("handlers", "WORKER_HANDLERS", "", "comma-separated optional handler packages built into this binary to register besides the built-in payments (today: customers, the example of docs/handlers.md); default none")
 	riverUI := fs.Bool("riverui", false, "serve River UI at /riverui/ on the admin listener, behind basic auth (user and password: RIVER_BASIC_AUTH_USER/RIVER_BASIC_AUTH_PASS, or RIVERUI_USER/RIVERUI_PASSWORD) (env WORKER_RIVERUI=true)")
 	if err := fs.Parse(args); err != nil {
 		return o, cli.UsageError{Err: err}
@@ -112,6 +116,9 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 		console:        consoleConfig{dbURL: *consoleDB, readURL: *consoleReadDB, maxReplay: *consoleMax, supervisors: *consoleSupervisors},
 	}
 	var err error
+	if o.handlers, err = parseHandlers(*handlerList); err != nil {
+		return o, cli.UsageError{Err: err}
+	}
 	if o.uiUser, err = uiCredential(getenv, "RIVER_BASIC_AUTH_USER", "RIVERUI_USER"); err != nil {
 		return o, cli.UsageError{Err: err}
 	}
@@ -228,7 +235,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		periodic = append(periodic, retention.PeriodicJob(o.purgeEvery, o.purge))
 	}
 	sources := map[string]worker.SourcePolicy{}
-	var registry handlers.Router = handlers.Builtin()
+	var registry handlers.Router = builtinRegistry(o.handlers)
 	backfillCfg := &config.Config{}
 	if o.cfgPath != "" {
 		cfg, err := config.Load(o.cfgPath, getenv)

@@ -97,3 +97,22 @@ func TestRunSourcesRules(t *testing.T) {
 		require.True(t, errors.As(err, new(cli.UsageError)), "%s: a usage error", tc.name)
 	}
 }
+
+// --handlers names optional handler packages built into the binary: known
+// ones are registered (once each), an unknown one is a usage error listing
+// the known ones, and none are on by default.
+func TestRunHandlersFlag(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, parsed(t, nil).handlers, "none by default")
+	require.Equal(t, []string{"customers"}, parsed(t, nil, "--handlers", "customers, customers").handlers)
+	require.Equal(t, []string{"customers"}, parsed(t, map[string]string{"WORKER_HANDLERS": "customers"}).handlers)
+	_, err := parseRun([]string{"--handlers", "customers,crm"}, func(string) string { return "" }, io.Discard)
+	var usage cli.UsageError
+	require.ErrorAs(t, err, &usage)
+	require.ErrorContains(t, err, `unknown handler package "crm" (built into this binary: customers)`)
+
+	_, routed := builtinRegistry(nil).Lookup("standard", "customer.created")
+	require.False(t, routed, "without --handlers a customer event stays ignored")
+	_, routed = builtinRegistry([]string{"customers"}).Lookup("standard", "customer.created")
+	require.True(t, routed)
+}
