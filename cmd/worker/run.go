@@ -47,6 +47,7 @@ type runOptions struct {
 	purgeEvery               time.Duration
 	purge                    retention.PurgeArgs
 	partitionWidth           time.Duration
+	completedJobRetention    time.Duration
 	consoleOn, riverUI       bool
 	adminUsers               string
 	console                  consoleConfig
@@ -86,6 +87,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	purgeDeleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "drop the partitions of envelopes stored longer ago than this, with their attempts, duplicates and conflicts (the tombstone window: a delivery id is recognized for this long; at least --purge-body-after)")
 	purgeBatch := fs.Int("purge-batch-size", "WORKER_PURGE_BATCH_SIZE", retention.DefaultBatchSize, "bodies per purge transaction")
 	partitionWidth := fs.Duration("partition-width", "WORKER_PARTITION_WIDTH", envelope.PartitionDay, "width of the envelope partitions created from now on: 24h (one a day) or 1h (one an hour, for very high volume)")
+	completedJobs := fs.Duration("completed-job-retention", "WORKER_COMPLETED_JOB_RETENTION", worker.DefaultCompletedJobRetention, "how long River keeps the row of a completed processing job (at least 1m): the envelope and its attempts are the record, so an hour is enough to look a recent job up (River's own default, 24h, keeps a day of traffic in river_job)")
 	consoleOn := fs.Bool("console", false, "serve the operator console at /console/ on the admin listener, behind the same basic auth as River UI (the signed-in user is the replay actor) (env WORKER_CONSOLE=true)")
 	adminUsers := fs.String("admin-users", "WORKER_ADMIN_USERS", "", "file of the operators who may sign in to River UI and the console, one name:bcrypt-hash a line (htpasswd -B); each replay records its operator (besides or instead of RIVER_BASIC_AUTH_USER/_PASS)")
 	consoleDB := fs.String("console-database-url", "CONSOLE_DATABASE_URL", "", "the console's database, a role that may replay (inbox_admin); default DATABASE_URL (read-only when that role may not replay)")
@@ -107,13 +109,14 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 		policy:   worker.Policy{SnoozeDefault: *snoozeDefault, MaxSnooze: *maxSnooze, MaxAge: *maxAge, JobTimeout: *jobTimeout},
 		drain:    *drain,
 		logLevel: *logLevel, logFormat: *logFormat, cfgPath: *cfgPath, adminAddr: *adminAddr,
-		purgeEvery:     *purgeEvery,
-		purge:          retention.PurgeArgs{BodyAfter: *purgeBodyAfter, DeleteAfter: *purgeDeleteAfter, BatchSize: *purgeBatch},
-		partitionWidth: *partitionWidth,
-		consoleOn:      *consoleOn || getenv("WORKER_CONSOLE") == "true",
-		riverUI:        *riverUI || getenv("WORKER_RIVERUI") == "true",
-		adminUsers:     *adminUsers,
-		console:        consoleConfig{dbURL: *consoleDB, readURL: *consoleReadDB, maxReplay: *consoleMax, supervisors: *consoleSupervisors},
+		purgeEvery:            *purgeEvery,
+		purge:                 retention.PurgeArgs{BodyAfter: *purgeBodyAfter, DeleteAfter: *purgeDeleteAfter, BatchSize: *purgeBatch},
+		partitionWidth:        *partitionWidth,
+		completedJobRetention: *completedJobs,
+		consoleOn:             *consoleOn || getenv("WORKER_CONSOLE") == "true",
+		riverUI:               *riverUI || getenv("WORKER_RIVERUI") == "true",
+		adminUsers:            *adminUsers,
+		console:               consoleConfig{dbURL: *consoleDB, readURL: *consoleReadDB, maxReplay: *consoleMax, supervisors: *consoleSupervisors},
 	}
 	var err error
 	if o.handlers, err = parseHandlers(*handlerList); err != nil {
@@ -142,6 +145,8 @@ func (o runOptions) check() error {
 		return usage(fmt.Errorf("--partition-width %s: must be 24h or 1h", o.partitionWidth))
 	case o.maxWorkers < 1:
 		return usage(errors.New("--max-workers must be at least 1"))
+	case o.completedJobRetention < worker.MinCompletedJobRetention:
+		return usage(fmt.Errorf("--completed-job-retention %s: at least %s", o.completedJobRetention, worker.MinCompletedJobRetention))
 	case o.batching.MaxBatch < 1 || o.batching.MaxBatch > worker.MaxBatchLimit || o.batching.MaxConcurrent < 1 || o.batching.MaxUnbatched < 1:
 		return usage(fmt.Errorf("--batch-size must be 1 to %d, --batch-concurrency and --forward-concurrency at least 1", worker.MaxBatchLimit))
 	case o.purgeEvery < 0 || (o.purgeEvery > 0 && o.purgeEvery < time.Minute):
@@ -296,12 +301,13 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 			}
 			return river.AddWorkerSafely(w, reconcile)
 		},
-		Policy:               o.policy,
-		MaxWorkers:           o.maxWorkers,
-		Batching:             o.batching,
-		FetchCooldown:        o.fetchCooldown,
-		FetchPollInterval:    o.fetchPoll,
-		RescueStuckJobsAfter: o.rescueAfter,
+		Policy:                o.policy,
+		MaxWorkers:            o.maxWorkers,
+		Batching:              o.batching,
+		FetchCooldown:         o.fetchCooldown,
+		FetchPollInterval:     o.fetchPoll,
+		RescueStuckJobsAfter:  o.rescueAfter,
+		CompletedJobRetention: o.completedJobRetention,
 	}, logger)
 	if err != nil {
 		return err

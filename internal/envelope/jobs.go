@@ -37,18 +37,12 @@ type Job struct {
 // every one when live is false, only those still waiting or running
 // (LiveJobStates) when it is true.
 //
-// It is one scan of river_job's rows of the kind (of its live rows, through
-// River's state index, when live) with a hashed membership test: the ids
-// are sent as a constant (QueryExecModeExec plans each call with its values,
-// so the = ANY is hashed, not a linear search per row). Its cost grows with
-// the number of live jobs, not with the table; with 100,000 jobs waiting it
-// takes tens of milliseconds. An index on river_job's envelope id would make
-// it a lookup; this query uses one as soon as it exists. Joins against
-// River's GIN index on args were rejected: their plans depend on statistics
-// that a table filled seconds ago does not have, and each probe scans GIN's
-// pending list. A single envelope's jobs in every state (Show) are a
-// containment probe of that GIN index instead, which finds them without
-// reading the other jobs.
+// It is a lookup of river_job_envelope_id_idx (migration 00106, an index
+// on the envelope id of the kind's rows), filtered by state when live. The
+// ids and the kind are sent as constants (QueryExecModeExec plans each call
+// with its values), so the planner can match the index's kind predicate
+// and hash a long id list. River's GIN indexes on args and metadata are
+// gone (migration 00194): this was their only reader.
 func Jobs(ctx context.Context, q pg.Querier, ids []int64, live bool) ([]Job, error) {
 	sql := `
 		SELECT ` + jobEnvelopeID + `, j.id, j.state::text, j.attempt, j.max_attempts, j.created_at, j.scheduled_at, j.finalized_at
@@ -60,11 +54,6 @@ func Jobs(ctx context.Context, q pg.Querier, ids []int64, live bool) ([]Job, err
 		sql += `
 		   AND j.state = ANY($3::river_job_state[])`
 		args = append(args, LiveJobStates())
-	} else if len(ids) == 1 {
-		// args @> uses River's GIN index on args.
-		sql += `
-		   AND j.args @> jsonb_build_object('envelope_id', $3::bigint)`
-		args = append(args, ids[0])
 	}
 	rows, err := q.Query(ctx, sql+`
 		 ORDER BY j.id`, args...)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,6 +55,31 @@ type Config struct {
 	PeriodicJobs []*river.PeriodicJob
 	// Register adds other packages' workers.
 	Register func(*river.Workers) error
+	// CompletedJobRetention is how long River keeps a completed job's row
+	// before its cleaner deletes it (default DefaultCompletedJobRetention).
+	// The envelope and its attempt rows are the record of what ran; a
+	// completed job row only repeats them, and at 2,000 deliveries/s
+	// River's own default (24 h) would keep 170 M of them.
+	CompletedJobRetention time.Duration
+}
+
+// DefaultCompletedJobRetention is Config.CompletedJobRetention when unset.
+const DefaultCompletedJobRetention = time.Hour
+
+// MinCompletedJobRetention is the shortest CompletedJobRetention: the
+// reconcile's periodic job is unique by a 30-second period, counted over
+// its completed rows too.
+const MinCompletedJobRetention = time.Minute
+
+// ReindexedIndexes is what River's reindexer rebuilds, sorted: its default
+// list, less the GIN indexes on args and metadata that migration 00194
+// dropped.
+func ReindexedIndexes() []string {
+	names := slices.DeleteFunc(river.ReindexerIndexNamesDefault(), func(n string) bool {
+		return n == "river_job_args_index" || n == "river_job_metadata_index"
+	})
+	slices.Sort(names)
+	return names
 }
 
 // DefaultMaxWorkers is River's MaxWorkers when Config sets none: enough
@@ -91,6 +117,10 @@ func NewClient(pool *pgxpool.Pool, registry handlers.Router, cfg Config, logger 
 	}
 	if p.MaxAge <= 0 {
 		p.MaxAge = DefaultPolicy.MaxAge
+	}
+	retention := cmp.Or(cfg.CompletedJobRetention, DefaultCompletedJobRetention)
+	if retention < MinCompletedJobRetention {
+		return nil, fmt.Errorf("completed job retention %s: at least %s", retention, MinCompletedJobRetention)
 	}
 	rescue := cfg.RescueStuckJobsAfter
 	if rescue <= 0 {
@@ -137,6 +167,9 @@ func NewClient(pool *pgxpool.Pool, registry handlers.Router, cfg Config, logger 
 		Logger:               riverLogger(logger),
 		RetryPolicy:          &retryPolicy{sources: cfg.Sources, fallback: fallback},
 		PeriodicJobs:         periodic,
+		// The rows of completed jobs: see Config.CompletedJobRetention.
+		CompletedJobRetentionPeriod: retention,
+		ReindexerIndexNames:         ReindexedIndexes(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
