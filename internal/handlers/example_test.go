@@ -15,8 +15,8 @@ import (
 // a provider-wide wildcard behind the exact routes, and an event nobody
 // handles (the worker marks such an envelope ignored). The worker runs the
 // handler it finds inside its transaction and stores what it returns as
-// envelope.result; the handler here decodes the body and would write its
-// effects through tx (for money, ledger.Post).
+// envelope.result; the handler here decodes its event and would write its
+// effects through run.Tx (for money, run.Ledger.Post).
 func ExampleRegistry() {
 	r := handlers.Builtin()
 	// GitHub's event type is X-GitHub-Event and the body's action:
