@@ -18,7 +18,7 @@ VERSION_LDFLAGS ?= -X $(VERSION_PKG).version=$(shell git describe --tags --alway
 # Which drills `make drills` runs (a go test -run pattern), e.g. make drills DRILL=DrillWorkerKill.
 DRILL ?= Drill
 
-.PHONY: help tools run stop test screenshots drills fuzz mutate bench-pipeline bench-worker-ab bench-scale build migrate demo db env db-stop db-destroy lint bench generate clean
+.PHONY: help tools run stop test screenshots drills fuzz mutate bench-pipeline bench-worker-ab bench-budget bench-scale build migrate demo db env db-stop db-destroy lint bench generate clean
 
 help: ## list the targets
 	@echo 'usage: make TARGET'
@@ -91,6 +91,9 @@ bench-pipeline: ## ingest, worker and steady-state throughput against their base
 
 bench-worker-ab: ## interleaved worker drains with CPU per envelope, e.g. make bench-worker-ab ARGS='a=bin b=bin:GOGC=400 ceiling'
 	scripts/bench-worker-ab $(ARGS)
+
+bench-budget: ## the end-to-end CPU and WAL budget per envelope and the highest sustained rate, builds interleaved, e.g. make bench-budget ARGS='old=.tmp/old/bin new=.tmp/bench/bin'
+	scripts/bench-budget $(ARGS)
 
 bench: ## run the benchmarks (no tests) against the dev PostgreSQL
 	@url=$$(scripts/dev-db ensure) || exit 1; \
