@@ -8,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
-	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/migrations"
 )
@@ -47,11 +45,18 @@ func TestUpgradeToPartitionedEnvelopesKeepsEverything(t *testing.T) {
 	exec(`INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body) SELECT id, source, delivery_id, sha256(body || 'x'), body_size + 1, body || 'x' FROM envelope WHERE id % 50 = 0`)
 	var postedID int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM envelope WHERE delivery_id = 'old-7'`).Scan(&postedID))
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := ledger.Post(ctx, tx, postedID, ledger.Posting{Kind: ledger.KindPayment, IdempotencyKey: "standard:m:payment:old-7",
-			Merchant: "m", Currency: "USD", AmountMinor: 700})
-		return err
-	}))
+	// The old release's posting: a transaction and its two entries, in the
+	// columns the ledger had then (today's ledger.Post writes columns that
+	// migration 00190 adds).
+	exec(`INSERT INTO ledger_account (merchant, name) VALUES ('m', 'psp_clearing'), ('m', 'sales')`)
+	exec(`
+		WITH t AS (
+			INSERT INTO ledger_transaction (envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor, description)
+			VALUES ($1, 'standard:m:payment:old-7', 'payment', 'm', 'standard:m:payment:old-7', 'USD', 700, '')
+			RETURNING id)
+		INSERT INTO ledger_entry (transaction_id, account_id, currency, amount_minor)
+		SELECT t.id, a.id, 'USD', CASE a.name WHEN 'psp_clearing' THEN 700 ELSE -700 END
+		  FROM t, ledger_account a WHERE a.merchant = 'm'`, postedID)
 	// Each table's rows, as a count and a sum of their hashes (the ledger's
 	// by the columns it had: 00190 adds two).
 	counts := func(table string) string {

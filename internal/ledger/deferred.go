@@ -101,19 +101,22 @@ func (d *Deferred) Flush(ctx context.Context) error {
 	}
 	ids, envs, debits, credits, amounts := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	keys, merchants, currencies, descs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	sources, deliveries := make([]string, n), make([]string, n)
 	for i, q := range d.pending {
 		ids[i], envs[i], debits[i], credits[i], amounts[i] = q.id, q.envelopeID, q.debitID, q.creditID, q.p.AmountMinor
 		keys[i], merchants[i], currencies[i], descs[i] = q.p.IdempotencyKey, q.p.Merchant, q.p.Currency, q.p.Description
+		sources[i], deliveries[i] = q.p.Source, q.p.DeliveryID
 	}
 	var written int
 	err := d.tx.QueryRow(ctx, `
 		WITH input AS (
-			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::bigint[])
-			       AS i(id, envelope_id, key, merchant, currency, amount_minor, description, debit_id, credit_id)
+			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::text[], $11::text[])
+			       AS i(id, envelope_id, key, merchant, currency, amount_minor, description, debit_id, credit_id, source, delivery_id)
 		), t AS (
-			INSERT INTO ledger_transaction (id, envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor, description)
+			INSERT INTO ledger_transaction (id, envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor, description, source, delivery_id)
 			OVERRIDING SYSTEM VALUE
-			SELECT id, envelope_id, key, 'payment', merchant, key, currency, amount_minor, description FROM input ORDER BY key
+			SELECT id, envelope_id, key, 'payment', merchant, key, currency, amount_minor, description, nullif(source, ''), nullif(delivery_id, '')
+			  FROM input ORDER BY key
 			ON CONFLICT DO NOTHING
 			RETURNING id
 		), e AS (
@@ -123,7 +126,7 @@ func (d *Deferred) Flush(ctx context.Context) error {
 			 CROSS JOIN LATERAL (VALUES (i.debit_id, i.amount_minor), (i.credit_id, -i.amount_minor)) AS v(account_id, amount_minor)
 		)
 		SELECT count(*) FROM t`,
-		ids, envs, keys, merchants, currencies, amounts, descs, debits, credits).Scan(&written)
+		ids, envs, keys, merchants, currencies, amounts, descs, debits, credits, sources, deliveries).Scan(&written)
 	if err != nil {
 		return fmt.Errorf("write %d deferred ledger transactions: %w", n, err)
 	}

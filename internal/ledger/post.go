@@ -57,6 +57,13 @@ type Posting struct {
 	// currency (Shopify's presentment currency); it is recorded next to the
 	// transaction (ledger_presentment) and summed into PaymentState.
 	Presentment *Money
+	// Source and DeliveryID are the envelope's, when the caller has it at
+	// hand (the worker's handlers do): the transaction keeps them as its
+	// link to the delivery. Given, the database checks them with one probe
+	// of the envelope's key; left empty, or not the envelope's, it looks
+	// the envelope up, which costs more (migration 00195). Either way the
+	// transaction records its envelope's.
+	Source, DeliveryID string
 }
 
 // Money is an amount in a currency's minor units.
@@ -211,8 +218,8 @@ func (w *Writer) post(ctx context.Context, envelopeID int64, p Posting) (Result,
 	var id int64
 	err = tx.QueryRow(ctx, `
 		WITH t AS (
-			INSERT INTO ledger_transaction (envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor, description)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			INSERT INTO ledger_transaction (envelope_id, idempotency_key, kind, merchant, payment_key, currency, amount_minor, description, source, delivery_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($11, ''), nullif($12, ''))
 			ON CONFLICT DO NOTHING
 			RETURNING id
 		), e AS (
@@ -222,7 +229,7 @@ func (w *Writer) post(ctx context.Context, envelopeID int64, p Posting) (Result,
 		)
 		SELECT id FROM t`,
 		envelopeID, p.IdempotencyKey, string(p.Kind), p.Merchant, p.PaymentKey, p.Currency, p.AmountMinor, p.Description,
-		accounts[debit], accounts[credit],
+		accounts[debit], accounts[credit], p.Source, p.DeliveryID,
 	).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return existing(ctx, tx, envelopeID, p)
