@@ -85,6 +85,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// ends its open transaction, and the provider's resend goes through.
 		IdleInTxTimeout: *storeTimeout + 5*time.Second,
 		ApplicationName: "inbox-ingest",
+		// The store's insert is planned once per connection, not on every
+		// batch (see pg.Options.GenericPlans).
+		GenericPlans: true,
 	})
 	if err != nil {
 		return err

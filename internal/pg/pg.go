@@ -32,6 +32,16 @@ type Options struct {
 	IdleInTxTimeout time.Duration
 	// ApplicationName shows in pg_stat_activity.
 	ApplicationName string
+	// GenericPlans sets plan_cache_mode = force_generic_plan: each prepared
+	// statement is planned once per connection, never again per call. Left
+	// to itself, PostgreSQL plans a statement anew on every call when its
+	// first five plans looked cheaper than the generic one, which it
+	// decides from those calls' batch sizes; for ingest's insert that is
+	// 0.8 ms of planning per call, or nothing, depending on the first five
+	// batches after a connect (docs/benchmarks.md, "CPU and WAL per
+	// envelope"). For a pool whose statements need no plan made for their
+	// values (partitions are pruned at run time).
+	GenericPlans bool
 }
 
 // ErrNoURL is returned when DATABASE_URL is empty.
@@ -69,6 +79,9 @@ func Open(ctx context.Context, databaseURL string, o Options) (*pgxpool.Pool, er
 	}
 	if o.ApplicationName != "" {
 		rp["application_name"] = o.ApplicationName
+	}
+	if o.GenericPlans {
+		rp["plan_cache_mode"] = "force_generic_plan"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

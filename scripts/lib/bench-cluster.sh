@@ -28,6 +28,7 @@ listen_addresses = '127.0.0.1'
 unix_socket_directories = '$data'
 shared_preload_libraries = 'pg_stat_statements'
 pg_stat_statements.track = all
+pg_stat_statements.track_planning = on
 max_connections = 200
 CONF
 	fi

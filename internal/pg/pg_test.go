@@ -1,0 +1,37 @@
+package pg_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/pg"
+	"github.com/inboxhq/inbox/internal/pgtest"
+)
+
+// The session settings Options asks for are the server's for every
+// connection of the pool.
+func TestOpenSetsTheSessionSettings(t *testing.T) {
+	t.Parallel()
+	url := pgtest.EmptyURL(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		o    pg.Options
+		want map[string]string
+	}{
+		{pg.Options{}, map[string]string{"plan_cache_mode": "auto", "statement_timeout": "0"}},
+		{pg.Options{GenericPlans: true, StatementTimeout: 3e9, IdleInTxTimeout: 8e9, ApplicationName: "inbox-test"},
+			map[string]string{"plan_cache_mode": "force_generic_plan", "statement_timeout": "3s",
+				"idle_in_transaction_session_timeout": "8s", "application_name": "inbox-test"}},
+	} {
+		pool, err := pg.Open(ctx, url, tc.o)
+		require.NoError(t, err)
+		for name, want := range tc.want {
+			var got string
+			require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&got))
+			require.Equal(t, want, got, name)
+		}
+		pool.Close()
+	}
+}
