@@ -5,6 +5,7 @@
 # (the cluster's postgres database URL) and starts the cluster when it is not running.
 # 'bench_cluster_stop' stops it.
 
+: "${work:?set work before sourcing bench-cluster.sh}" "${port:?set port before sourcing bench-cluster.sh}"
 data=$PWD/$work/pg
 mkdir -p "$work"
 bindir=$(pg_config --bindir 2>/dev/null || true)
