@@ -48,8 +48,9 @@ type Run struct {
 	Envelope *envelope.Envelope
 	// Ledger posts to the ledger inside Tx, with the worker's account
 	// cache, and for the first attempt of a batched envelope, deferred to
-	// the batch's one ledger statement (see ledger.Writer). Nil posts at
-	// once, creating accounts inside Tx.
+	// the batch's one ledger statement; its postings name the envelope's
+	// delivery (see ledger.Writer). Nil posts at once, creating accounts
+	// inside Tx.
 	Ledger *ledger.Writer
 	// Account is the provider account configured for the envelope's
 	// source (the sources file's account_id), "" when none: the merchant
@@ -57,12 +58,17 @@ type Run struct {
 	Account string
 }
 
-// ledger is r.Ledger, or a Writer that posts at once inside r.Tx.
+// ledger is r.Ledger, or a Writer that posts at once inside r.Tx and names
+// r's envelope's delivery (the worker's Writer names it already).
 func (r Run) ledger() *ledger.Writer {
 	if r.Ledger != nil {
 		return r.Ledger
 	}
-	return ledger.NewWriter(r.Tx, nil, nil)
+	w := ledger.NewWriter(r.Tx, nil, nil)
+	if r.Envelope == nil {
+		return w
+	}
+	return w.WithDelivery(r.Envelope.Source, r.Envelope.DeliveryID)
 }
 
 // Wildcard is the event type pattern that matches every event of a

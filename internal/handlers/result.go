@@ -58,7 +58,6 @@ func postingResult(ctx context.Context, r PostingResult) (json.RawMessage, error
 // post posts p for run's envelope with its Ledger and returns the result JSON, with ledger errors
 // classified.
 func post(ctx context.Context, run Run, p ledger.Posting) (json.RawMessage, error) {
-	p.Source, p.DeliveryID = run.Envelope.Source, run.Envelope.DeliveryID
 	res, err := run.ledger().Post(ctx, run.Envelope.ID, p)
 	if err != nil {
 		return nil, classify(fmt.Errorf("post %s %q: %w", p.Kind, p.IdempotencyKey, err))

@@ -20,6 +20,9 @@ type Writer struct {
 	tx       pgx.Tx
 	accounts *Accounts
 	deferred *Deferred
+	// source and deliveryID fill the postings that name no delivery
+	// (WithDelivery).
+	source, deliveryID string
 }
 
 // NewWriter returns a Writer bound to tx.
@@ -42,6 +45,18 @@ func NewWriter(tx pgx.Tx, accounts *Accounts, deferred *Deferred) *Writer {
 	return &Writer{tx: tx, accounts: accounts, deferred: deferred}
 }
 
+// WithDelivery returns a copy of w that fills in the Source and DeliveryID
+// of the postings that name none: the envelope's the caller writes for (the
+// worker gives each handler run such a Writer), so that the database checks
+// them with one key probe instead of looking the envelope up (see
+// Posting.Source). A posting for another envelope is still recorded with its
+// own envelope's delivery.
+func (w *Writer) WithDelivery(source, deliveryID string) *Writer {
+	c := *w
+	c.source, c.deliveryID = source, deliveryID
+	return &c
+}
+
 // Tx is the transaction w writes in.
 func (w *Writer) Tx() pgx.Tx { return w.tx }
 
@@ -50,6 +65,9 @@ func (w *Writer) Tx() pgx.Tx { return w.tx }
 // a payment Post queues is written by its Flush; Result names the
 // transaction it will have, with Created true.
 func (w *Writer) Post(ctx context.Context, envelopeID int64, p Posting) (Result, error) {
+	if p.Source == "" && p.DeliveryID == "" {
+		p.Source, p.DeliveryID = w.source, w.deliveryID
+	}
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return w.post(ctx, envelopeID, p)
 	}

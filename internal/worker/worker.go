@@ -481,7 +481,7 @@ func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h han
 			// batch a second run).
 			deferred = postings
 		}
-		run.Ledger = ledger.NewWriter(tx, w.accounts, deferred)
+		run.Ledger = ledger.NewWriter(tx, w.accounts, deferred).WithDelivery(a.env.Source, a.env.DeliveryID)
 		r := ran(runTracedHandler(ctx, h, run))
 		if r.err != nil {
 			return r, fmt.Errorf("envelope %d: %w (%v)", a.env.ID, errIsolate, r.err)
@@ -494,7 +494,7 @@ func (w *ProcessWorker) handle(ctx context.Context, tx pgx.Tx, a *attempt, h han
 	}
 	// Under its savepoint an envelope posts at once: the savepoint's
 	// rollback must undo its postings.
-	run.Tx, run.Ledger = sp, ledger.NewWriter(sp, w.accounts, nil)
+	run.Tx, run.Ledger = sp, ledger.NewWriter(sp, w.accounts, nil).WithDelivery(a.env.Source, a.env.DeliveryID)
 	r := ran(runTracedHandler(ctx, h, run))
 	if r.err == nil {
 		if err := sp.Commit(ctx); err != nil {
