@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -32,11 +33,7 @@ func parseHandlers(list string) ([]string, error) {
 			continue
 		}
 		if _, ok := optionalHandlers[n]; !ok {
-			known := make([]string, 0, len(optionalHandlers))
-			for k := range optionalHandlers {
-				known = append(known, k)
-			}
-			slices.Sort(known)
+			known := slices.Sorted(maps.Keys(optionalHandlers))
 			return nil, fmt.Errorf("--handlers: unknown handler package %q (built into this binary: %s)", n, strings.Join(known, ", "))
 		}
 		if !slices.Contains(names, n) {

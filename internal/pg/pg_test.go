@@ -3,6 +3,7 @@ package pg_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -21,7 +22,7 @@ func TestOpenSetsTheSessionSettings(t *testing.T) {
 		want map[string]string
 	}{
 		{pg.Options{}, map[string]string{"plan_cache_mode": "auto", "statement_timeout": "0"}},
-		{pg.Options{GenericPlans: true, StatementTimeout: 3e9, IdleInTxTimeout: 8e9, ApplicationName: "inbox-test"},
+		{pg.Options{GenericPlans: true, StatementTimeout: 3 * time.Second, IdleInTxTimeout: 8 * time.Second, ApplicationName: "inbox-test"},
 			map[string]string{"plan_cache_mode": "force_generic_plan", "statement_timeout": "3s",
 				"idle_in_transaction_session_timeout": "8s", "application_name": "inbox-test"}},
 	} {

@@ -42,6 +42,8 @@ CONF
 
 # dburl NAME: the cluster's URL of database NAME.
 dburl() { sed -E "s#^([^?]*/)[^/?]*#\1$1#" <<<"$server"; }
+# drop: drops the database of $db (the run's) and forgets it.
+drop() { local name=${db##*/}; psql "$server" -qAtc "DROP DATABASE IF EXISTS ${name%%\?*} WITH (FORCE)" >/dev/null; db=; }
 # json FIELD <<<'{...}' prints one field of a JSON line.
 json() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read())[sys.argv[1]])' "$1"; }
 calc() { python3 -c "print($1)"; }
