@@ -31,7 +31,7 @@ run: ## run worker and ingest locally with the example sources (scripts/run-loca
 stop: ## stop a make run running in the background or another terminal (SIGTERM; waits for both to drain)
 	scripts/run-local stop
 
-tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock, chromium, kustomize, kubectl-validate (scripts/ensure-tools; root for apt-get)
+tools: ## install what the tests need beyond Go and PostgreSQL: promtool, stripe-mock, chromium, kustomize, kubeconform (scripts/ensure-tools; root for apt-get)
 	scripts/ensure-tools
 
 test: ## gofmt, go vet and every test against a real PostgreSQL (scripts/test; ARGS=... for go test)
