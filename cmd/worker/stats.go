@@ -15,8 +15,9 @@ import (
 const statsUsage = `usage: worker stats [flags]
 
 The inbox at a glance, from one snapshot: envelopes by source and status,
-duplicate and conflicting deliveries per source, the oldest pending envelope,
-the top failure reasons, and replays in the last 24 hours. Changes nothing.
+duplicate and conflicting deliveries per source, envelopes received in the
+last hour and day, the oldest pending envelope, the top failure reasons, and
+replays in the last 24 hours. Changes nothing.
 
 flags:
 `
@@ -37,9 +38,10 @@ func runStats(ctx context.Context, args []string, getenv func(string) string, st
 
 func writeStats(w io.Writer, st *admin.Stats) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "SOURCE\tPENDING\tDONE\tFAILED\tIGNORED\tRESOLVED\tTOTAL\tDUPLICATES\tCONFLICTS")
+	fmt.Fprintln(tw, "SOURCE\tPENDING\tDONE\tFAILED\tIGNORED\tRESOLVED\tTOTAL\tDUPLICATES\tCONFLICTS\tRECEIVED 1H\tRECEIVED 24H")
 	for _, s := range append(st.Sources, st.Totals) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Source, s.Pending, s.Done, s.Failed, s.Ignored, s.Resolved, s.Total, s.Duplicates, s.Conflicts)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Source, s.Pending, s.Done, s.Failed, s.Ignored, s.Resolved, s.Total,
+			s.Duplicates, s.Conflicts, s.ReceivedLastHour, s.ReceivedLast24h)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -53,6 +55,7 @@ func writeStats(w io.Writer, st *admin.Stats) error {
 	} else {
 		kv.add("oldest pending:", "none")
 	}
+	kv.add("received, last hour:", "%s", arrivalRate(st))
 	r := st.Replays
 	kv.add("replays, last 24h:", "%d (envelopes: %d, runs: %d)", r.Replays, r.Envelopes, r.Runs)
 	if err := kv.flush(); err != nil {
@@ -74,4 +77,16 @@ func writeStats(w io.Writer, st *admin.Stats) error {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", f.Count, cause, f.LatestID, oneLine(f.LatestError, 100))
 	}
 	return tw.Flush()
+}
+
+// arrivalRate says how many envelopes arrived in the last hour, as a count
+// and a mean rate, and since when arrivals are counted when that is within
+// the last 24 hours.
+func arrivalRate(st *admin.Stats) string {
+	n := st.Totals.ReceivedLastHour
+	out := fmt.Sprintf("%d (%.1f/s)", n, float64(n)/3600)
+	if since := st.ArrivalsSince; since != nil {
+		out += fmt.Sprintf("; counted since %s", fmtTime(*since))
+	}
+	return out
 }

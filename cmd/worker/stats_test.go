@@ -18,7 +18,8 @@ func TestStatsCommand(t *testing.T) {
 
 	out, _, err := b.run(t, "stats")
 	require.NoError(t, err)
-	require.Contains(t, out, "oldest pending:     none")
+	require.Regexp(t, `(?m)^oldest pending:\s+none$`, out)
+	require.Regexp(t, `(?m)^received, last hour:\s+0 \(0\.0/s\)(; counted since \S+)?$`, out)
 	require.Contains(t, out, "failures: none")
 
 	ids := b.seedFailed(t, "gh", 3)
@@ -33,10 +34,11 @@ func TestStatsCommand(t *testing.T) {
 
 	out, _, err = b.run(t, "stats")
 	require.NoError(t, err)
-	require.Regexp(t, `(?m)^SOURCE\s+PENDING\s+DONE\s+FAILED\s+IGNORED\s+RESOLVED\s+TOTAL\s+DUPLICATES\s+CONFLICTS$`, out)
-	require.Regexp(t, `(?m)^gh\s+1\s+0\s+2\s+0\s+0\s+3\s+0\s+0$`, out)
-	require.Regexp(t, `(?m)^web\s+1\s+0\s+0\s+0\s+0\s+1\s+2\s+0$`, out)
-	require.Regexp(t, `(?m)^total\s+2\s+0\s+2\s+0\s+0\s+4\s+2\s+0$`, out)
+	require.Regexp(t, `(?m)^SOURCE\s+PENDING\s+DONE\s+FAILED\s+IGNORED\s+RESOLVED\s+TOTAL\s+DUPLICATES\s+CONFLICTS\s+RECEIVED 1H\s+RECEIVED 24H$`, out)
+	require.Regexp(t, `(?m)^gh\s+1\s+0\s+2\s+0\s+0\s+3\s+0\s+0\s+3\s+3$`, out)
+	require.Regexp(t, `(?m)^web\s+1\s+0\s+0\s+0\s+0\s+1\s+2\s+0\s+1\s+1$`, out)
+	require.Regexp(t, `(?m)^total\s+2\s+0\s+2\s+0\s+0\s+4\s+2\s+0\s+4\s+4$`, out)
+	require.Regexp(t, `(?m)^received, last hour:\s+4 \(0\.0/s\)`, out)
 	require.Regexp(t, `(?m)^oldest pending:\s+\S+ \(envelope `+admItoa(ids[0])+`, gh, received `, out)
 	require.Regexp(t, `(?m)^replays, last 24h:\s+1 \(envelopes: 1, runs: 1\)$`, out)
 	require.Regexp(t, `(?m)^COUNT\s+CAUSE\s+LATEST\s+LATEST ERROR$`, out)
@@ -52,6 +54,7 @@ func TestStatsCommand(t *testing.T) {
 	require.Equal(t, []admin.FailureCause{{Count: 2, LatestID: ids[2], LatestError: "permanent: seeded"}}, st.Failures)
 	require.Equal(t, int64(1), st.Replays.Replays)
 	require.Contains(t, out, `"replays_last_24h"`)
+	require.Equal(t, int64(4), st.Totals.ReceivedLastHour)
 	require.Contains(t, out, `"age_seconds"`)
 
 	for _, args := range [][]string{{"stats", "--bogus"}, {"stats", "extra"}} {

@@ -185,10 +185,12 @@ func TestStats(t *testing.T) {
 	st, err := GetStats(ctx, b.pool)
 	require.NoError(t, err)
 	require.Equal(t, []SourceStats{
-		{Source: "gh", Pending: 3, Failed: 3, Ignored: 1, Total: 7},
-		{Source: "src", Pending: 2, Total: 2, Duplicates: 3, Conflicts: 1},
+		{Source: "gh", Pending: 3, Failed: 3, Ignored: 1, Total: 7, ReceivedLastHour: 7, ReceivedLast24h: 7},
+		{Source: "src", Pending: 2, Total: 2, Duplicates: 3, Conflicts: 1, ReceivedLastHour: 2, ReceivedLast24h: 2},
 	}, st.Sources)
-	require.Equal(t, SourceStats{Source: "total", Pending: 5, Failed: 3, Ignored: 1, Total: 9, Duplicates: 3, Conflicts: 1}, st.Totals)
+	require.Equal(t, SourceStats{Source: "total", Pending: 5, Failed: 3, Ignored: 1, Total: 9, Duplicates: 3, Conflicts: 1,
+		ReceivedLastHour: 9, ReceivedLast24h: 9}, st.Totals)
+
 	require.NotNil(t, st.OldestPending)
 	require.Equal(t, failed[0], st.OldestPending.EnvelopeID, "seeded envelopes are older than inserted ones")
 	require.Greater(t, st.OldestPending.AgeSeconds, 3.0)
@@ -197,6 +199,15 @@ func TestStats(t *testing.T) {
 		{Cause: "", Count: 1, LatestID: failed[5], LatestError: "attempts exhausted (1 of 1): seeded"}, // failed before causes were recorded
 	}, st.Failures)
 	require.Equal(t, ReplayStats{Replays: 2, Envelopes: 2, Runs: 1}, st.Replays)
+
+	// Arrivals outlive their envelopes: a source whose envelopes are all
+	// gone within the day is still listed with what it received.
+	_, err = b.pool.Exec(ctx, `DELETE FROM envelope WHERE source = 'gh'`)
+	require.NoError(t, err)
+	st, err = GetStats(ctx, b.pool)
+	require.NoError(t, err)
+	require.Len(t, st.Sources, 2)
+	require.Equal(t, SourceStats{Source: "gh", ReceivedLastHour: 7, ReceivedLast24h: 7}, st.Sources[0], "listed for its arrivals alone, in order")
 }
 
 func jsonInt(n int64) string {

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +29,10 @@ type Stats struct {
 	Failures []FailureCause `json:"failures"`
 	// Replays in the 24 hours before GeneratedAt.
 	Replays ReplayStats `json:"replays_last_24h"`
+	// ArrivalsSince is when arrivals started to be counted, when that was
+	// less than 24 hours ago (each source's ReceivedLastHour and
+	// ReceivedLast24h count only what came after); nil otherwise.
+	ArrivalsSince *time.Time `json:"arrivals_counted_since,omitempty"`
 }
 
 // SourceStats counts one source's envelopes by status, and the duplicate
@@ -58,8 +64,24 @@ func GetStats(ctx context.Context, pool *pgxpool.Pool) (*Stats, error) {
 		if err != nil {
 			return err
 		}
+		arrivals, err := envelope.CountArrivals(ctx, tx)
+		if err != nil {
+			return err
+		}
+		st.ArrivalsSince = arrivals.Since
 		for _, c := range counts {
+			a := arrivals.BySource[c.Source]
+			c.ReceivedLastHour, c.ReceivedLast24h = a.ReceivedLastHour, a.ReceivedLast24h
+			delete(arrivals.BySource, c.Source)
 			st.Sources = append(st.Sources, c)
+		}
+		// A source whose envelopes are all gone (deleted) may still have
+		// arrivals in the window.
+		for _, a := range arrivals.BySource {
+			st.Sources = append(st.Sources, a)
+		}
+		slices.SortFunc(st.Sources, func(a, b SourceStats) int { return strings.Compare(a.Source, b.Source) })
+		for _, c := range st.Sources {
 			st.Totals.Add(c)
 		}
 		st.Totals.Source = "total"

@@ -35,6 +35,9 @@ var grantDecisions = map[string]map[string]string{
 	"envelope_conflict":    {"inbox_ingest": "INSERT", "inbox_worker": "DELETE,INSERT,SELECT", "inbox_admin": "DELETE,INSERT,SELECT"},
 	"backfill_run":         {"inbox_worker": "INSERT,SELECT,UPDATE", "inbox_admin": "INSERT,SELECT,UPDATE"},
 	"envelope_count":       {"inbox_worker": "SELECT", "inbox_admin": "SELECT"},
+	// Arrivals per minute (migration 00198): written by a SECURITY DEFINER
+	// trigger and compaction only.
+	"envelope_arrival": {"inbox_worker": "SELECT", "inbox_admin": "SELECT"},
 	// The dedup keys and the partitions (migration 00190): ingest, the
 	// worker's backfill and the admin's replay store envelopes, each taking
 	// its key (or taking over one whose partition was dropped).

@@ -791,6 +791,9 @@ func TestOverviewPage(t *testing.T) {
 	b := setup(t)
 	failed := seed(t, b.pool, 2)
 	pending := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "gh", Provider: "github", Status: "pending", ReceivedAt: time.Now().Add(-time.Hour)})
+	envelopetest.InsertMany(t, b.pool, 3, func(int) envelopetest.Row {
+		return envelopetest.Row{Source: "gh", Provider: "github", Status: "done", ReceivedAt: time.Now().Add(-5 * time.Minute)}
+	})
 	code, page, _ := b.get(t, "/console/overview")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, page, `<a href="/console/overview" aria-current="page">Overview</a>`)
@@ -798,6 +801,9 @@ func TestOverviewPage(t *testing.T) {
 	require.Contains(t, page, fmt.Sprintf(`<dd id="oldest-pending"><a href="/console/envelopes/%d">envelope %d</a> (gh)`, pending, pending))
 	require.Contains(t, page, `<a href="/console/envelopes?status=failed&amp;cause=unknown_currency">unknown_currency</a>`)
 	require.Contains(t, page, fmt.Sprintf(`<a href="/console/envelopes/%d">%d</a>`, failed[1], failed[1]), "the newest failed one as the example")
+	// Arrivals: gh received 3 in the last hour (the one an hour old is in
+	// the day only), from envelope_arrival.
+	require.Regexp(t, `<td><a href="/console/envelopes\?source=gh">gh</a></td>(\s*<td class="num">.*</td>){8}\s*<td class="num">3 <small>\(0\.0/s\)</small></td><td class="num">4</td></tr>`, page)
 }
 
 // A failed envelope's page has a Resolve form: without its token it is

@@ -65,6 +65,8 @@ func funcs(riverUI string) template.FuncMap {
 				return fmt.Sprintf("%.1f s", ms/1000)
 			}
 		},
+		// perSecond is n over seconds as a rate with one decimal.
+		"perSecond":      func(n int64, seconds int) string { return fmt.Sprintf("%.1f", float64(n)/float64(seconds)) },
 		"dur":            func(d time.Duration) string { return durations.Format(d) },
 		"msOf":           func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 },
 		"selection":      selection,

@@ -234,3 +234,91 @@ func TestCompactionConcurrentWithWritersKeepsCountsExact(t *testing.T) {
 	requireCountsMatchAScan(t, b.pool, "writers racing compactions")
 	require.Equal(t, 200, pgtest.Count(t, b.pool, `SELECT sum(n) FROM envelope_count WHERE source = 'src' AND kind = 'pending'`))
 }
+
+// Arrivals (migration 00198) count the envelopes received per source in the
+// last hour and day, by minute, for every path that stores one; a
+// rolled-back insert leaves nothing, compaction folds each minute into one
+// row and ages out what is older than 25 hours, and a TRUNCATE restarts the
+// count with its marker.
+func TestArrivalsCountedByMinute(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	owner := pgtest.OpenPool(t, url)
+	workerPool := pgtest.OpenPool(t, pgtest.RoleURL(t, url, pgtest.RoleWorker))
+
+	_, err := owner.Exec(ctx, `TRUNCATE envelope CASCADE`)
+	require.NoError(t, err)
+	arrivals := func() envelope.Arrivals {
+		t.Helper()
+		a, err := envelope.CountArrivals(ctx, workerPool)
+		require.NoError(t, err)
+		return a
+	}
+	a := arrivals()
+	require.Empty(t, a.BySource)
+	require.NotNil(t, a.Since, "the TRUNCATE's marker: counting starts again now")
+	require.WithinDuration(t, time.Now(), *a.Since, 2*time.Minute)
+
+	now := time.Now()
+	for _, r := range []struct {
+		source string
+		ago    time.Duration
+		n      int
+	}{
+		{"alpha", 10 * time.Second, 3},
+		{"alpha", 30 * time.Minute, 2},
+		{"beta", 2 * time.Hour, 1},
+		{"beta", 23 * time.Hour, 4},
+		{"alpha", 26 * time.Hour, 5}, // older than the kept window: not an arrival
+	} {
+		envelopetest.InsertMany(t, owner, r.n, func(int) envelopetest.Row {
+			return envelopetest.Row{Source: r.source, ReceivedAt: now.Add(-r.ago)}
+		})
+	}
+	// Stored by ingest's own path and role; a duplicate is not an arrival.
+	ingestPool := pgtest.OpenPool(t, pgtest.RoleURL(t, url, pgtest.RoleIngest))
+	rc, err := envelope.NewInsertClient(ingestPool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	store := envelope.NewStore(ingestPool, rc)
+	for _, id := range []string{"g-1", "g-2", "g-1"} {
+		d := ghDelivery(id, `{"id":"`+id+`"}`)
+		d.Source = "gamma"
+		_, err := store.Insert(ctx, d)
+		require.NoError(t, err)
+	}
+	tx, err := owner.Begin(ctx)
+	require.NoError(t, err)
+	envelopetest.Insert(t, tx, envelopetest.Row{Source: "gamma"})
+	require.NoError(t, tx.Rollback(ctx))
+
+	want := map[string]envelope.SourceCounts{
+		"alpha": {Source: "alpha", ReceivedLastHour: 5, ReceivedLast24h: 5},
+		"beta":  {Source: "beta", ReceivedLastHour: 0, ReceivedLast24h: 5},
+		"gamma": {Source: "gamma", ReceivedLastHour: 2, ReceivedLast24h: 2},
+	}
+	require.Equal(t, want, arrivals().BySource, "before compaction (the rolled-back insert is not counted)")
+
+	// Many statements in one minute, then compaction: one row per minute.
+	for range 3 {
+		envelopetest.Insert(t, owner, envelopetest.Row{Source: "alpha", ReceivedAt: now})
+	}
+	want["alpha"] = envelope.SourceCounts{Source: "alpha", ReceivedLastHour: 8, ReceivedLast24h: 8}
+	_, err = owner.Exec(ctx, `INSERT INTO envelope_arrival (source, minute, n) VALUES ('alpha', now() - interval '26 hours', 7)`)
+	require.NoError(t, err)
+	require.Greater(t, pgtest.Count(t, owner, `SELECT count(*) FROM envelope_arrival WHERE source = 'alpha'`), 3)
+	folded, err := envelope.CompactCounts(ctx, workerPool)
+	require.NoError(t, err)
+	require.Positive(t, folded)
+	require.Equal(t, want, arrivals().BySource, "after compaction")
+	require.Equal(t, 0, pgtest.Count(t, owner, `SELECT count(*) FROM (SELECT 1 FROM envelope_arrival GROUP BY source, minute HAVING count(*) > 1) x`),
+		"one row per source and minute once compacted")
+	require.Equal(t, 0, pgtest.Count(t, owner, `SELECT count(*) FROM envelope_arrival WHERE minute < now() - interval '25 hours'`), "aged out")
+
+	// A compaction with nothing to fold changes nothing.
+	before := pgtest.Count(t, owner, `SELECT count(*) FROM envelope_arrival`)
+	_, err = envelope.CompactCounts(ctx, workerPool)
+	require.NoError(t, err)
+	require.Equal(t, before, pgtest.Count(t, owner, `SELECT count(*) FROM envelope_arrival`))
+	require.Equal(t, want, arrivals().BySource)
+}

@@ -28,6 +28,12 @@ type SourceCounts struct {
 	// with another body); both 0 unless CountBySource was asked for them.
 	Duplicates int64 `json:"duplicates"`
 	Conflicts  int64 `json:"conflicts"`
+	// ReceivedLastHour and ReceivedLast24h count the envelopes received
+	// (stored, by received_at, to the minute) in the last hour and the last
+	// 24 hours, whatever became of them since; both 0 unless CountArrivals
+	// filled them.
+	ReceivedLastHour int64 `json:"received_last_hour"`
+	ReceivedLast24h  int64 `json:"received_last_24h"`
 }
 
 // Add adds o's counts to c's (its Source stays c's).
@@ -40,6 +46,8 @@ func (c *SourceCounts) Add(o SourceCounts) {
 	c.Total += o.Total
 	c.Duplicates += o.Duplicates
 	c.Conflicts += o.Conflicts
+	c.ReceivedLastHour += o.ReceivedLastHour
+	c.ReceivedLast24h += o.ReceivedLast24h
 }
 
 // Of returns the count of status.
@@ -106,15 +114,66 @@ func CountBySource(ctx context.Context, q pg.Querier, repeats bool) ([]SourceCou
 }
 
 // CompactCounts folds envelope_count's deltas into one row per source and
-// kind, and returns how many rows it folded (0 when another compaction was
-// running: they take turns, and the loser skips). It never blocks a writer
-// and never changes a count. The worker's reconcile runs it every minute.
+// kind, and envelope_arrival's into one row per source and minute (dropping
+// the minutes older than 25 hours), and returns how many rows it folded or
+// dropped (0 when another compaction was running: they take turns, and the
+// loser skips). It never blocks a writer and never changes a count. The
+// worker's reconcile runs it every minute.
 func CompactCounts(ctx context.Context, q pg.Querier) (int64, error) {
 	var n int64
-	if err := q.QueryRow(ctx, `SELECT envelope_count_compact()`).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, `SELECT envelope_count_compact() + envelope_arrival_compact()`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("compact envelope counts: %w", err)
 	}
 	return n, nil
+}
+
+// Arrivals are the envelopes each source received in the last hour and the
+// last 24 hours before the snapshot's now(), from envelope_arrival (one row
+// per source and minute after compaction: O(sources x minutes), never a read
+// of the envelopes). A window is whole minutes: those that start after
+// now() minus the window, so the current minute counts so far and the
+// oldest one in full.
+type Arrivals struct {
+	// BySource maps a source to its counts; only ReceivedLastHour and
+	// ReceivedLast24h are set.
+	BySource map[string]SourceCounts
+	// Since is when counting started (migration 00198 applied), when that
+	// was less than 24 hours ago: a window that starts before it counts
+	// only what was received after. Nil otherwise.
+	Since *time.Time
+}
+
+// CountArrivals reads Arrivals.
+func CountArrivals(ctx context.Context, q pg.Querier) (Arrivals, error) {
+	a := Arrivals{BySource: map[string]SourceCounts{}}
+	rows, err := q.Query(ctx, `
+		SELECT source,
+		       coalesce(sum(n) FILTER (WHERE minute > now() - interval '1 hour'), 0)::bigint,
+		       coalesce(sum(n), 0)::bigint,
+		       min(minute)
+		  FROM envelope_arrival
+		 WHERE minute > now() - interval '24 hours'
+		 GROUP BY source`)
+	if err != nil {
+		return Arrivals{}, fmt.Errorf("count arrivals: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c SourceCounts
+		var since time.Time
+		if err := rows.Scan(&c.Source, &c.ReceivedLastHour, &c.ReceivedLast24h, &since); err != nil {
+			return Arrivals{}, fmt.Errorf("count arrivals: %w", err)
+		}
+		if c.Source == "" { // the migration's marker: when counting started
+			a.Since = &since
+			continue
+		}
+		a.BySource[c.Source] = c
+	}
+	if err := rows.Err(); err != nil {
+		return Arrivals{}, fmt.Errorf("count arrivals: %w", err)
+	}
+	return a, nil
 }
 
 // Waiting is the pending envelope received first.
