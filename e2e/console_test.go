@@ -313,6 +313,15 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Zero(t, s.scalar(t, `SELECT count(*) FROM envelope WHERE status = 'failed'`))
 	require.EqualValues(t, 4, s.scalar(t, `SELECT count(*) FROM envelope WHERE status = 'resolved'`))
 
+	// The overview: every envelope arrived in the last hour, the four
+	// resolved ones counted as such, none failed.
+	do("overview", chromedp.Navigate(base+"/overview"), chromedp.WaitVisible(chromedp.CSS("#sources")))
+	received := s.scalar(t, `SELECT count(*) FROM envelope`)
+	require.Equal(t, fmt.Sprintf("%d (0.0/s)", received), text("#received-last-hour"))
+	require.Contains(t, text("#totals"), "4")
+	require.Contains(t, text("#failures"), "None failed.")
+	shot("overview.png")
+
 	// River UI's job id leads back to the envelope.
 	job := s.scalar(t, `SELECT max(id) FROM river_job WHERE kind = 'process_envelope' AND (args->>'envelope_id')::bigint = $1`, conflicted)
 	do("from River UI's job id", chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", base, job)), chromedp.WaitVisible(chromedp.CSS("#attempts")))
