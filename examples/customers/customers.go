@@ -70,7 +70,7 @@ const maxUpdatedAt = 253402300799
 func Handle(ctx context.Context, run handlers.Run) (json.RawMessage, error) {
 	env := run.Envelope
 	var ev event
-	if err := json.Unmarshal(handlers.Document(env), &ev); err != nil {
+	if err := json.Unmarshal(env.Document(), &ev); err != nil {
 		// Retrying cannot fix a body that does not parse: fail for good.
 		return nil, handlers.Permanent(fmt.Errorf("customer event: %w", err))
 	}

@@ -21,13 +21,16 @@
 // the lower one applies, so a replayed or reconciled envelope is bounded
 // like a fresh one.
 //
-// Of this module it imports only groupcommit; it must not import handlers,
+// Of this module it imports only groupcommit, pg and provider (for a
+// delivery's document, Envelope.Document); it must not import handlers,
 // worker, ingest, admin, retention or metrics.
 package envelope
 
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/inboxhq/inbox/internal/provider"
 )
 
 // Status is an envelope's processing state.
@@ -55,10 +58,11 @@ type Envelope struct {
 	// Body is the raw bytes as received, what the signature was computed
 	// over; nil once retention purged them.
 	Body []byte `json:"-"`
-	// Payload is the stored jsonb copy of a JSON body, as PostgreSQL renders
-	// it (keys reordered, whitespace gone): the worker loads it only once
-	// Body is purged. Read the delivery through BodyOrPayload.
-	Payload     json.RawMessage   `json:"payload,omitempty"`
+	// payload is the stored jsonb copy of the delivery's document, as
+	// PostgreSQL renders it (keys reordered, whitespace gone): loaded only
+	// once Body is purged. Read through Document (the event) or
+	// BodyOrPayload (bytes to pass on).
+	payload     json.RawMessage
 	Headers     map[string]string `json:"headers"`
 	BodySHA256  []byte            `json:"body_sha256"`
 	SignedAt    *time.Time        `json:"signed_at,omitempty"`
@@ -76,17 +80,43 @@ type Envelope struct {
 
 // BodyOrPayload is the delivery's content as bytes to pass on (forwarding
 // sends it): the raw Body, or, once retention purged it, the stored jsonb
-// Payload (the provider's JSON document, not the same bytes); nil when
-// neither is left. Handlers read their event with handlers.Document, which
-// is the same document before and after the purge whatever the encoding.
+// copy of its document (the provider's JSON, not the same bytes); nil when
+// neither is left. Handlers read their event with Document, which is the
+// same document before and after the purge whatever the encoding.
 func (e *Envelope) BodyOrPayload() []byte {
 	if e.Body != nil {
 		return e.Body
 	}
-	if len(e.Payload) == 0 {
+	if len(e.payload) == 0 {
 		return nil
 	}
-	return e.Payload
+	return e.payload
+}
+
+// WithBodyPurged returns a copy of e as retention leaves it: no Body, and
+// stored, the parsed copy of its document that ingest kept (nil: none was
+// kept, as for a body that was not JSON). For tests of what a handler or
+// forwarding does with a purged envelope; the worker loads the real thing.
+func (e Envelope) WithBodyPurged(stored json.RawMessage) *Envelope {
+	e.Body = nil
+	e.payload = stored
+	return &e
+}
+
+// Document is the envelope's JSON document, as its provider defines it and
+// whether or not retention dropped its body: from the raw body,
+// provider.Document (a GitHub form-encoded delivery's "payload" field, any
+// other delivery's body); once the body is dropped, the parsed copy ingest
+// stored by the same rule. nil when there is neither. Handlers read their
+// event from it; the raw body (Body) is the signed record.
+func (e *Envelope) Document() []byte {
+	if e.Body != nil {
+		return provider.Document(e.Provider, e.Headers["Content-Type"], e.Body)
+	}
+	if len(e.payload) == 0 {
+		return nil
+	}
+	return e.payload
 }
 
 // WaitingSince is when the envelope's current processing began: its last

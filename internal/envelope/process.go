@@ -61,7 +61,7 @@ func scanEnvelope(row pgx.Row) (*Envelope, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.Payload = payload
+	e.payload = payload
 	if len(result) > 0 {
 		e.Result = result
 	}

@@ -39,7 +39,7 @@ const forwardBody = `{"type":"payment.succeeded",  "data":{"z":1, "a":"é"}}`
 func forwardEnvelope() *envelope.Envelope {
 	return &envelope.Envelope{
 		ID: 42, Source: "payments", Provider: "standard", DeliveryID: "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W",
-		EventType: "payment.succeeded", Body: []byte(forwardBody), Payload: json.RawMessage(forwardBody),
+		EventType: "payment.succeeded", Body: []byte(forwardBody),
 		Headers: map[string]string{"Content-Type": "application/json; charset=utf-8"},
 	}
 }
@@ -141,18 +141,17 @@ func TestForwardPayloadWhenBodyDropped(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, nil)
 	f := newForwarder(t, rc.URL, 0)
-	env := forwardEnvelope()
-	env.Body = nil // retention dropped it
-	env.Payload = json.RawMessage(`{"data": {"a": "é", "z": 1}, "type": "payment.succeeded"}`)
+	const stored = `{"data": {"a": "é", "z": 1}, "type": "payment.succeeded"}`
+	env := forwardEnvelope().WithBodyPurged(json.RawMessage(stored)) // retention dropped the body
 	env.Headers = map[string]string{}
 	_, err := f.Handle(context.Background(), handlers.Run{Envelope: env})
 	require.NoError(t, err, "Handle")
 	r := rc.requests()[0]
 	require.NoError(t, r.err, "verify")
-	require.Equal(t, string(env.Payload), string(r.body))
+	require.Equal(t, stored, string(r.body))
 	require.Equal(t, "application/json", r.header.Get("Content-Type"))
 
-	env.Payload = nil
+	env = env.WithBodyPurged(nil)
 	_, err = f.Handle(context.Background(), handlers.Run{Envelope: env})
 	var pe *handlers.PermanentError
 	require.ErrorAs(t, err, &pe, "no body and no payload")

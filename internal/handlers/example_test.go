@@ -32,7 +32,7 @@ func ExampleRegistry() {
 		// Document: the delivery's JSON as GitHub defines it (the body, or
 		// the "payload" field of a form-encoded one), also once retention
 		// dropped the body (a replay of an old envelope).
-		if err := json.Unmarshal(handlers.Document(run.Envelope), &body); err != nil {
+		if err := json.Unmarshal(run.Envelope.Document(), &body); err != nil {
 			// Retrying cannot fix a body that does not parse.
 			return nil, &handlers.PermanentError{Err: fmt.Errorf("release body: %w", err)}
 		}
@@ -58,7 +58,7 @@ func ExampleRegistry() {
 		Body:    []byte("payload=" + url.QueryEscape(`{"release":{"tag_name":"v1.1.1"}}`))}})
 	fmt.Println(string(res), err)
 	// Purged by retention: the body is gone, its parsed copy remains.
-	res, err = h.Handle(context.Background(), handlers.Run{Envelope: &envelope.Envelope{Payload: []byte(`{"release":{"tag_name":"v1.1.0"}}`)}})
+	res, err = h.Handle(context.Background(), handlers.Run{Envelope: envelope.Envelope{}.WithBodyPurged([]byte(`{"release":{"tag_name":"v1.1.0"}}`))})
 	fmt.Println(string(res), err)
 	_, err = h.Handle(context.Background(), handlers.Run{Envelope: &envelope.Envelope{Body: []byte(`not json`)}})
 	fmt.Println(err)

@@ -35,7 +35,7 @@ func Merchant(env *envelope.Envelope, account string) string {
 		var ev struct {
 			Account string `json:"account"`
 		}
-		if json.Unmarshal(Document(env), &ev) == nil {
+		if json.Unmarshal(env.Document(), &ev) == nil {
 			named = ev.Account
 		}
 	case provider.Standard:
@@ -44,7 +44,7 @@ func Merchant(env *envelope.Envelope, account string) string {
 				MerchantID string `json:"merchant_id"`
 			} `json:"data"`
 		}
-		if json.Unmarshal(Document(env), &ev) == nil {
+		if json.Unmarshal(env.Document(), &ev) == nil {
 			named = ev.Data.MerchantID
 		}
 	case provider.Shopify:

@@ -9,30 +9,13 @@ import (
 	"strings"
 
 	"github.com/inboxhq/inbox/internal/envelope"
-	"github.com/inboxhq/inbox/internal/provider"
 )
 
-// Document is the envelope's JSON document, as its provider defines it and
-// whether or not retention dropped its body: from the raw body,
-// provider.Document (a GitHub form-encoded delivery's "payload" field, any
-// other delivery's body); once the body is dropped, the parsed copy ingest
-// stored by the same rule. nil when there is neither. Handlers read their
-// event from it; the raw body (Envelope.Body) is the signed record.
-func Document(env *envelope.Envelope) []byte {
-	if env.Body != nil {
-		return provider.Document(env.Provider, env.Headers["Content-Type"], env.Body)
-	}
-	if len(env.Payload) == 0 {
-		return nil
-	}
-	return env.Payload
-}
-
-// decodePayload decodes the envelope's JSON document (Document) into v. Its errors, like those of the other payload helpers,
+// decodePayload decodes the envelope's JSON document (Envelope.Document) into v. Its errors, like those of the other payload helpers,
 // are plain; callers mark them permanent, as the same bytes will not decode
 // better on a retry.
 func decodePayload(env *envelope.Envelope, v any) error {
-	raw := Document(env)
+	raw := env.Document()
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return errors.New("envelope has no payload")
 	}

@@ -17,7 +17,7 @@ import (
 // Ingest stores the same document, checked to be JSON, as the envelope's
 // parsed copy (Delivery.Payload, envelope.payload), which retention keeps
 // after it drops the body; so a handler reads the same document before
-// and after (handlers.Document).
+// and after (envelope.Envelope.Document).
 func Document(name, contentType string, body []byte) []byte {
 	if name == GitHub {
 		if mt, _, err := mime.ParseMediaType(contentType); err == nil && mt == "application/x-www-form-urlencoded" {

@@ -1,4 +1,4 @@
-package handlers_test
+package envelope
 
 import (
 	"encoding/json"
@@ -7,8 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inboxhq/inbox/internal/envelope"
-	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/provider"
 )
 
@@ -18,7 +16,7 @@ import (
 func TestDocumentIsTheSameBeforeAndAfterTheBodyIsDropped(t *testing.T) {
 	t.Parallel()
 	doc := `{"action":"published","release":{"tag_name":"v1"}}`
-	for name, env := range map[string]envelope.Envelope{
+	for name, env := range map[string]Envelope{
 		"github form": {Provider: provider.GitHub, Headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"},
 			Body: []byte("payload=" + url.QueryEscape(doc))},
 		"github json": {Provider: provider.GitHub, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(doc)},
@@ -26,14 +24,13 @@ func TestDocumentIsTheSameBeforeAndAfterTheBodyIsDropped(t *testing.T) {
 		"a form, not github": {Provider: provider.Standard, Headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"},
 			Body: []byte(doc)},
 	} {
-		before := handlers.Document(&env)
+		before := env.Document()
 		require.JSONEq(t, doc, string(before), name)
 		// What ingest stores as the parsed copy is the same document.
-		env.Payload = json.RawMessage(before)
-		env.Body = nil
-		require.JSONEq(t, doc, string(handlers.Document(&env)), name+", body dropped")
+		purged := env.WithBodyPurged(json.RawMessage(before))
+		require.JSONEq(t, doc, string(purged.Document()), name+", body dropped")
 	}
-	require.Nil(t, handlers.Document(&envelope.Envelope{Provider: provider.GitHub}), "neither body nor payload")
-	require.Nil(t, handlers.Document(&envelope.Envelope{Provider: provider.GitHub,
-		Headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, Body: []byte("other=1")}), "a form without payload")
+	require.Nil(t, (&Envelope{Provider: provider.GitHub}).Document(), "neither body nor payload")
+	require.Nil(t, (&Envelope{Provider: provider.GitHub,
+		Headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, Body: []byte("other=1")}).Document(), "a form without payload")
 }
