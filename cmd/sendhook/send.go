@@ -33,23 +33,19 @@ type delivery struct {
 func headers(p, id, event string, now time.Time) http.Header {
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
+	provider.Address(p, h, id, event)
+	// What else each provider sends, for the audit trail to show.
 	switch p {
 	case provider.Stripe:
 		h.Set("Content-Type", "application/json; charset=utf-8")
 		h.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
-	case provider.Standard:
-		h.Set("webhook-id", id)
 	case provider.GitHub:
 		h.Set("User-Agent", "GitHub-Hookshot/sendhook")
-		h.Set("X-GitHub-Delivery", id)
-		h.Set("X-GitHub-Event", event)
 		h.Set("X-GitHub-Hook-ID", "424242")
 		h.Set("X-GitHub-Hook-Installation-Target-Type", "repository")
 		h.Set("X-GitHub-Hook-Installation-Target-ID", "1296269")
 	case provider.Shopify:
-		h.Set("X-Shopify-Webhook-Id", id)
 		h.Set("X-Shopify-Event-Id", uuid())
-		h.Set("X-Shopify-Topic", event)
 		h.Set("X-Shopify-Shop-Domain", demoShopDomain)
 		h.Set("X-Shopify-Triggered-At", now.UTC().Format(time.RFC3339Nano))
 		h.Set("X-Shopify-API-Version", "2025-07")

@@ -96,3 +96,18 @@ func GitHubEventType(event, action string) string {
 	}
 	return event + "." + action
 }
+
+// githubScheme: GitHub never retries (RetryWindow 0), but an operator may
+// redeliver by hand any delivery of the last 3 days.
+var githubScheme = scheme{name: GitHub, verifier: newGitHub, sign: signGitHub, address: addressGitHub, redeliveryWindow: 72 * time.Hour}
+
+func signGitHub(secret string, h http.Header, body []byte, _ time.Time) error {
+	mac := hmacSHA256([]byte(secret), body)
+	h.Set(githubSignatureHeader, "sha256="+hex.EncodeToString(mac))
+	return nil
+}
+
+func addressGitHub(h http.Header, deliveryID, eventType string) {
+	h.Set(githubDeliveryHeader, deliveryID)
+	h.Set(githubEventHeader, eventType)
+}

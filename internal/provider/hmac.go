@@ -480,3 +480,7 @@ func jsonPath(doc []byte, path string) string {
 	}
 	return ""
 }
+
+// hmacScheme is configured per source (HMACConfig): no fixed signing, no
+// retry schedule of its own.
+var hmacScheme = scheme{name: HMAC, perSource: true, verifier: newHMAC}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -21,10 +22,6 @@ const (
 	Shopify  = "shopify"
 	Standard = "standard"
 )
-
-// Names lists every provider with a fixed signing scheme; HMAC, configured
-// per source, is not among them.
-var Names = []string{Stripe, GitHub, Shopify, Standard}
 
 // Delivery is what a verified request carries.
 type Delivery struct {
@@ -93,10 +90,8 @@ type Config struct {
 // --purge-delete-after) must be longer, or such a delivery would be stored
 // and processed a second time.
 func RedeliveryWindow(name string) time.Duration {
-	if name == GitHub {
-		return 72 * time.Hour
-	}
-	return RetryWindow(name)
+	s, _ := lookup(name)
+	return max(s.redeliveryWindow, s.retryWindow)
 }
 
 // RetryWindow is how long the provider keeps retrying a delivery that was
@@ -107,15 +102,8 @@ func RedeliveryWindow(name string) time.Duration {
 // A refund waiting for its payment must wait at least this long, as the
 // payment's own delivery may be that late. Unknown providers: 0.
 func RetryWindow(name string) time.Duration {
-	switch name {
-	case Stripe:
-		return 72 * time.Hour
-	case Shopify:
-		return 4 * time.Hour
-	case Standard:
-		return 5*time.Second + 5*time.Minute + 30*time.Minute + (2+5+10+10)*time.Hour
-	}
-	return 0
+	s, _ := lookup(name)
+	return s.retryWindow
 }
 
 // DefaultReplayWindow is how long a source remembers the signed bodies of
@@ -164,18 +152,9 @@ func New(cfg Config) (Verifier, error) {
 	if cfg.EventType != nil && cfg.Provider != Standard {
 		return nil, fmt.Errorf("event_type is only for provider standard (hmac: hmac.event_type), not %q", cfg.Provider)
 	}
-	switch cfg.Provider {
-	case Stripe:
-		return newStripe(cfg)
-	case GitHub:
-		return newGitHub(cfg)
-	case Shopify:
-		return newShopify(cfg)
-	case Standard:
-		return newStandard(cfg)
-	case HMAC:
-		return newHMAC(cfg)
-	default:
-		return nil, fmt.Errorf("%w %q (want one of stripe, github, shopify, standard, hmac)", ErrUnknownProvider, cfg.Provider)
+	s, ok := lookup(cfg.Provider)
+	if !ok {
+		return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownProvider, cfg.Provider, strings.Join(allNames(), ", "))
 	}
+	return s.verifier(cfg)
 }

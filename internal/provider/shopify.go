@@ -68,3 +68,21 @@ func (v *shopifyVerifier) Verify(h http.Header, body []byte, _ time.Time) (Deliv
 		ReplayDigest: replayDigest(h.Get(shopifyTopicHeader), body),
 	}, nil
 }
+
+// shopifyScheme: Shopify retries 8 times over 4 hours (since its September
+// 2024 change; 48 hours before).
+var shopifyScheme = scheme{name: Shopify, verifier: newShopify, sign: signShopify, address: addressShopify, retryWindow: 4 * time.Hour}
+
+func signShopify(secret string, h http.Header, body []byte, _ time.Time) error {
+	mac := hmacSHA256([]byte(secret), body)
+	h.Set(shopifySignatureHeader, base64.StdEncoding.EncodeToString(mac))
+	return nil
+}
+
+func addressShopify(h http.Header, deliveryID, eventType string) {
+	h.Set(shopifyWebhookIDHeader, deliveryID)
+	h.Set(shopifyTopicHeader, eventType)
+	if h.Get("X-Shopify-Event-Id") == "" {
+		h.Set("X-Shopify-Event-Id", "ev-"+deliveryID)
+	}
+}

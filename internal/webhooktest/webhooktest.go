@@ -36,20 +36,7 @@ func (d Delivery) Headers() (http.Header, error) {
 			h.Add(k, v)
 		}
 	}
-	switch d.Provider {
-	case provider.Standard:
-		h.Set("webhook-id", d.DeliveryID)
-	case provider.GitHub:
-		h.Set("X-GitHub-Delivery", d.DeliveryID)
-		h.Set("X-GitHub-Event", d.EventType)
-		h.Set("User-Agent", "GitHub-Hookshot/test")
-	case provider.Shopify:
-		h.Set("X-Shopify-Webhook-Id", d.DeliveryID)
-		h.Set("X-Shopify-Topic", d.EventType)
-		if h.Get("X-Shopify-Event-Id") == "" {
-			h.Set("X-Shopify-Event-Id", "ev-"+d.DeliveryID)
-		}
-	}
+	provider.Address(d.Provider, h, d.DeliveryID, d.EventType)
 	at := d.SignedAt
 	if at.IsZero() {
 		at = time.Now()
