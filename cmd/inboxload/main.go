@@ -426,7 +426,7 @@ func runDrain(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	if r.Pending > 0 {
-		return fmt.Errorf("%d envelopes still pending after %s", r.Pending, *timeout)
+		return fmt.Errorf("%s still pending after %s", cli.Count(r.Pending, "envelope", "envelopes"), *timeout)
 	}
 	return nil
 }

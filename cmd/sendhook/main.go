@@ -164,8 +164,9 @@ flags:
 	}
 	if *count > 1 || *repeat > 1 {
 		el := time.Since(start)
-		fmt.Fprintf(stdout, "sent %d requests (%d distinct deliveries) in %s: %.0f/s, %d not 2xx\n",
-			s.sent, *count, el.Round(time.Millisecond), float64(s.sent)/max(el.Seconds(), 1e-9), s.failed)
+		fmt.Fprintf(stdout, "sent %s (%s) in %s: %.0f/s, %d not 2xx\n",
+			cli.Count(s.sent, "request", "requests"), cli.Count(*count, "distinct delivery", "distinct deliveries"),
+			el.Round(time.Millisecond), float64(s.sent)/max(el.Seconds(), 1e-9), s.failed)
 	}
 	return s.result()
 }

@@ -352,6 +352,10 @@ func TestCountSendsDistinctDeliveries(t *testing.T) {
 	require.Len(t, payments, 25, "distinct payments, not one payment under 25 ids")
 	require.Equal(t, 1, strings.Count(stdout.String(), "\n"), "quiet past 20: the summary only:\n%s", stdout.String())
 	require.Regexp(t, `^sent 50 requests \(25 distinct deliveries\) in .+: \d+/s, 0 not 2xx\n$`, stdout.String())
+	stdout.Reset()
+	args = []string{"--url", url, "--source", "payments", "--provider", "standard", "--event", "payment.succeeded", "--repeat", "2"}
+	require.NoError(t, run(context.Background(), args, getenv, &stdout, io.Discard), stdout.String())
+	require.Regexp(t, `(?m)^sent 2 requests \(1 distinct delivery\) in `, stdout.String(), "singular")
 
 	err := run(context.Background(), []string{"--url", url, "--source", "github", "--delivery-id", "d-1", "--count", "2"}, getenv, io.Discard, io.Discard)
 	require.ErrorContains(t, err, "use --repeat")

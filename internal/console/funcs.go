@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/durations"
 	"github.com/inboxhq/inbox/internal/envelope"
 )
@@ -65,6 +66,8 @@ func funcs(riverUI string) template.FuncMap {
 				return fmt.Sprintf("%.1f s", ms/1000)
 			}
 		},
+		// count is "1 envelope" or "N envelopes" (cli.Count).
+		"count": countOf,
 		// perSecond is n over seconds as a rate with one decimal.
 		"perSecond":      func(n int64, seconds int) string { return fmt.Sprintf("%.1f", float64(n)/float64(seconds)) },
 		"dur":            func(d time.Duration) string { return durations.Format(d) },
@@ -163,4 +166,16 @@ func recordedFilter(raw json.RawMessage) string {
 		}
 	}
 	return selection(q)
+}
+
+// countOf is the template's count: "1 envelope" or "N envelopes", for the
+// integer kinds the page data holds.
+func countOf(n any, one, many string) (string, error) {
+	switch v := n.(type) {
+	case int:
+		return cli.Count(v, one, many), nil
+	case int64:
+		return cli.Count(v, one, many), nil
+	}
+	return "", fmt.Errorf("count: %T is not an int or int64", n)
 }
