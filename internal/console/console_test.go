@@ -687,8 +687,9 @@ func TestEnvelopePageListsAtMost50Conflicts(t *testing.T) {
 	require.Less(t, len(page), 200_000)
 }
 
-// The header's search box jumps to an envelope by its id or its delivery id
-// (any source), lists a delivery id two sources share, and says what it
+// The header's search box jumps to an envelope by its id, its delivery id
+// (any source) or its Shopify event id, lists a delivery id two sources
+// share, and says what it
 // looked for when nothing matches.
 func TestSearchBoxJumps(t *testing.T) {
 	t.Parallel()
@@ -698,6 +699,8 @@ func TestSearchBoxJumps(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT delivery_id FROM envelope WHERE id = $1`, ids[0]).Scan(&delivery))
 	shared := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "a", DeliveryID: "evt_shared"})
 	envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "b", DeliveryID: "evt_shared"})
+	shop := envelopetest.Insert(t, b.pool, envelopetest.Row{Source: "shop", Provider: "shopify", DeliveryID: "b54557e4-bdd9",
+		EventType: "orders/paid", Headers: map[string]string{"X-Shopify-Event-Id": "98880550-7158-44d4-b7cd-2c97c8a091b5"}})
 
 	_, page, _ := b.get(t, "/console/envelopes")
 	require.Contains(t, page, `<form class="search" method="get" action="/console/search" role="search">`, "every page has the box")
@@ -707,6 +710,7 @@ func TestSearchBoxJumps(t *testing.T) {
 		{" " + delivery + " ", fmt.Sprintf("/console/envelopes/%d", ids[0])},
 		{fmt.Sprint(shared), fmt.Sprintf("/console/envelopes/%d", shared)},
 		{"evt_shared", "/console/envelopes?delivery_id=evt_shared"},
+		{"98880550-7158-44d4-b7cd-2c97c8a091b5", fmt.Sprintf("/console/envelopes/%d", shop)}, // Shopify's event id
 		{"", "/console/envelopes"},
 	} {
 		code, _, h := b.get(t, "/console/search?q="+url.QueryEscape(c.q))
@@ -715,7 +719,7 @@ func TestSearchBoxJumps(t *testing.T) {
 	}
 	code, body, _ := b.get(t, "/console/search?q=evt_nowhere")
 	require.Equal(t, http.StatusNotFound, code)
-	require.Contains(t, body, "no envelope has the id or delivery id &#34;evt_nowhere&#34;")
+	require.Contains(t, body, "no envelope has the id, delivery id or Shopify event id &#34;evt_nowhere&#34;")
 	code, _, _ = b.get(t, "/console/search?q="+strings.Repeat("x", 513))
 	require.Equal(t, http.StatusBadRequest, code)
 	// A number that is no envelope's id is looked up as a delivery id too.

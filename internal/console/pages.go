@@ -742,7 +742,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 	}
 	switch len(ids) {
 	case 0:
-		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no envelope has the id or delivery id %q (a delivery id past the retention window is gone with its envelope)", term))
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no envelope has the id, delivery id or Shopify event id %q (a delivery id past the retention window is gone with its envelope)", term))
 	case 1:
 		http.Redirect(w, r, fmt.Sprintf("%s/envelopes/%d", Prefix, ids[0]), http.StatusFound)
 	default:

@@ -22,10 +22,13 @@ import (
 // one statement.
 
 // Find returns the envelopes an operator's search term names, lowest id
-// first: the envelope of that id when term is a number, and those of
-// every source whose delivery id (the provider's event or message id:
-// Stripe's evt_..., a Standard Webhooks msg_..., GitHub's delivery uuid) is
-// term, found through envelope_key. At most limit.
+// first: the envelope of that id when term is a number, those of every
+// source whose delivery id (the provider's event or message id: Stripe's
+// evt_..., a Standard Webhooks msg_..., GitHub's delivery uuid, Shopify's
+// webhook id) is term, found through envelope_key, and the Shopify
+// deliveries of that event id (X-Shopify-Event-Id, which a Shopify event
+// keeps across its webhooks: envelope_shopify_event_idx, probed per source
+// the counters know). At most limit.
 func Find(ctx context.Context, q pg.Querier, term string, limit int) ([]int64, error) {
 	var byID *int64
 	if n, err := strconv.ParseInt(term, 10, 64); err == nil && n > 0 {
@@ -35,6 +38,10 @@ func Find(ctx context.Context, q pg.Querier, term string, limit int) ([]int64, e
 		SELECT id FROM envelope WHERE id = $1
 		UNION
 		SELECT e.id FROM envelope_key k JOIN envelope e ON e.id = k.envelope_id WHERE k.delivery_id = $2
+		UNION
+		SELECT id FROM envelope
+		 WHERE provider = 'shopify' AND headers ->> 'X-Shopify-Event-Id' = $2
+		   AND source = ANY (ARRAY(SELECT DISTINCT source FROM envelope_count))
 		ORDER BY 1 LIMIT $3`, byID, term, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find envelopes: %w", err)
