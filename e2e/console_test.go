@@ -210,7 +210,30 @@ func TestConsoleInABrowser(t *testing.T) {
 	do("open the list", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#envelopes")))
 	require.Equal(t, 11, count("#envelopes tbody tr"))
 	require.Contains(t, text("header.top"), "signed in as "+user)
+	// Status tabs with counts, the conflict marker, placeholders that are
+	// not values.
+	require.Contains(t, text("#status-tabs"), "failed 4")
+	require.Contains(t, text("#status-tabs"), "done 7")
+	require.Equal(t, 1, count("#envelopes .conflict-mark"), "the conflicted envelope, marked in the list")
+	placeholder, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(() => { const i = document.querySelector("input[name=source]"); return i.value + "|" + i.placeholder })()`))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(placeholder, "|any (e.g."), "an empty field with an example, not a value: %q", placeholder)
 	shot("envelopes.png")
+
+	// Auto-refresh: off by default, on with the link (a meta refresh, no
+	// script), off again with stop.
+	require.Zero(t, count(`meta[http-equiv="refresh"]`))
+	do("auto-refresh", chromedp.Click(chromedp.CSS("#refresh a")), chromedp.WaitVisible(chromedp.CSS(`#refresh`)))
+	require.Contains(t, text("#refresh"), "refreshing every")
+	require.Equal(t, 1, count(`meta[http-equiv="refresh"]`))
+	do("stop refreshing", chromedp.Click(chromedp.CSS("#refresh a")), chromedp.WaitVisible(chromedp.CSS(`#envelopes`)))
+	require.Zero(t, count(`meta[http-equiv="refresh"]`))
+
+	// The search box jumps to an envelope by its delivery id.
+	delivery := pgtest.Scalar[string](t, s.pool, `SELECT delivery_id FROM envelope WHERE id = $1`, conflicted)
+	do("search", chromedp.SendKeys(chromedp.CSS("#q"), delivery), chromedp.Submit(chromedp.CSS("#q")), chromedp.WaitVisible(chromedp.CSS("#attempts")))
+	require.True(t, strings.HasSuffix(location(), fmt.Sprintf("/console/envelopes/%d", conflicted)), location())
+	do("back to the list", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#envelopes")))
 
 	// Filter: failed Stripe envelopes with cause unknown_currency.
 	do("filter",
@@ -236,6 +259,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Contains(t, text("#conflicts pre.diff"), "2999", "the resent amount")
 	require.Contains(t, text("#body"), `"currency": "xyz"`, "the body, pretty")
 	require.Equal(t, 1, count(`#jobs a[href^="/riverui/jobs/"]`), "its job, linked to River UI")
+	require.Equal(t, 1, count("#cancelled-note"), "a failed envelope's page explains its cancelled job")
+	bodyFirst, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(document.querySelector("#body").compareDocumentPosition(document.querySelector("#attempts")) & Node.DOCUMENT_POSITION_FOLLOWING) !== 0`))
+	require.NoError(t, err)
+	require.True(t, bodyFirst, "the body comes before the attempts")
 	shot("envelope.png")
 
 	// Replay it alone: the dry run first, then the reason.
@@ -266,10 +293,12 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#replay-filter")), chromedp.Click(chromedp.CSS("#replay-filter")),
 		chromedp.WaitVisible(chromedp.CSS("#preview")))
 	require.Equal(t, "4", text("#would-replay"))
+	require.Contains(t, text("#selection"), "unknown_currency", "the dry run says which selection it replays")
 	do("a reason", chromedp.SendKeys(chromedp.CSS("#reason"), reason2))
 	shot("replay.png")
 	do("replay the filter", chromedp.Click(chromedp.CSS("#confirm")),
 		chromedp.WaitVisible(chromedp.CSS("#state")))
+	require.Contains(t, text("#selection"), "unknown_currency", "so does the run's page")
 	waitText("#state", "Done.")
 	require.Equal(t, "4", text("#replayed"))
 	require.EqualValues(t, 4, s.scalar(t, `SELECT count(*) FROM envelope_replay WHERE actor = $1 AND reason = $2`, "console:"+user, reason2))
@@ -279,6 +308,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	do("replays", chromedp.Navigate(base+"/replays"), chromedp.WaitVisible(chromedp.CSS("#recorded")))
 	require.Contains(t, text("#recorded"), reason1)
 	require.Contains(t, text("#recorded"), reason2)
+	require.Contains(t, text("#runs"), "unknown_currency", "and the Replays list")
 
 	// Failures by cause: the four, with their attempts in the window.
 	do("failures", chromedp.Navigate(base+"/failures"), chromedp.WaitVisible(chromedp.CSS("#causes")))
@@ -312,6 +342,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, "3", text("#changed"))
 	require.Zero(t, s.scalar(t, `SELECT count(*) FROM envelope WHERE status = 'failed'`))
 	require.EqualValues(t, 4, s.scalar(t, `SELECT count(*) FROM envelope WHERE status = 'resolved'`))
+	do("resolved in the list", chromedp.Navigate(base+"/envelopes?status=resolved"), chromedp.WaitVisible(chromedp.CSS("#envelopes")))
+	require.Equal(t, 4, count("#envelopes tbody .badge.st-resolved"), "marked resolved in the list")
+	require.Contains(t, text("#envelopes"), reason3, "with the operator's reason")
+	done := s.scalar(t, `SELECT min(id) FROM envelope WHERE status = 'done'`)
+	do("a done envelope", chromedp.Navigate(fmt.Sprintf("%s/envelopes/%d", base, done)), chromedp.WaitVisible(chromedp.CSS("#attempts")))
+	require.Zero(t, count("#cancelled-note"), "no cancelled-job note where no job was cancelled")
 
 	// The overview: every envelope arrived in the last hour, the four
 	// resolved ones counted as such, none failed.

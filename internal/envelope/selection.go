@@ -192,8 +192,9 @@ type Summary struct {
 	Conflicts int `json:"conflicts"`
 	BodySize  int `json:"body_size"`
 	// Reason is why an ignored envelope was stored but not routed (its
-	// result's "reason": no handler for its event type, or it has none);
-	// nil for other statuses.
+	// result's "reason": no handler for its event type, or it has none), or
+	// why an operator resolved a resolved one (its latest envelope_resolution
+	// row's reason); nil for other statuses.
 	Reason *string `json:"reason"`
 }
 
@@ -201,7 +202,9 @@ const summaryColumns = `id, source, provider, delivery_id, event_type, status, r
 	processed_at, attempts, last_error, last_cause,
 	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
 	(SELECT count(*) FROM envelope_conflict c WHERE c.envelope_id = envelope.id), body_size,
-	CASE WHEN status = 'ignored' THEN result->>'reason' END`
+	CASE WHEN status = 'ignored' THEN result->>'reason'
+	     WHEN status = 'resolved' THEN (SELECT r.reason FROM envelope_resolution r
+	                                      WHERE r.envelope_id = envelope.id AND r.action = 'resolve' ORDER BY r.id DESC LIMIT 1) END`
 
 // summaryDest returns the scan destinations of summaryColumns into s.
 func summaryDest(s *Summary) []any {
