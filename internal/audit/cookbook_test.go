@@ -226,6 +226,11 @@ var checks = map[string]func(t *testing.T, r result){
 		require.Contains(t, r.col(t, 0, "stored_value"), `"amount_minor":7000`)
 		require.Contains(t, r.col(t, 0, "conflicting_value"), `"amount_minor":70000`)
 	},
+	"The bodies of a conflict, side by side (any body, JSON or not)": func(t *testing.T, r result) {
+		require.Len(t, r.rows(t, "conflict_id"), 1)
+		require.Contains(t, r.col(t, 0, "stored_text"), `"amount_minor":7000`)
+		require.Contains(t, r.col(t, 0, "conflicting_text"), `"amount_minor":70000`)
+	},
 	"Envelopes stuck pending for longer than an hour": func(t *testing.T, r result) {
 		require.Equal(t, []string{"stripe|evt_5|0|3|snoozed"}, r.rows(t, "source", "delivery_id", "attempts", "attempt_rows", "last_outcome"))
 	},
