@@ -253,7 +253,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		backfillCfg = cfg
 		periodic = append(periodic, backfill.PeriodicJobs(cfg)...)
 		sources = sourcePolicies(cfg)
-		if registry, err = forward.FromConfig(registry, cfg, nil); err != nil {
+		if registry, err = forward.FromSources(registry, cfg.Destinations(), nil); err != nil {
 			return err
 		}
 	}

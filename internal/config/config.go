@@ -19,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
 )
@@ -63,7 +64,7 @@ type Source struct {
 	// (merchant by default), across every worker process.
 	Throttle *Throttle `yaml:"throttle"`
 	// Forward sends verified deliveries on to internal HTTP endpoints.
-	Forward []*Forward `yaml:"forward"`
+	Forward []*forward.Destination `yaml:"forward"`
 	// ReplayWindow is how long a delivery's signed body is remembered, for
 	// providers whose signature does not cover the delivery id (GitHub,
 	// Shopify, hmac with the id from a header): the same event type and body
@@ -226,23 +227,6 @@ const (
 	// ThrottleSource limits the source as a whole.
 	ThrottleSource ThrottleKey = "source"
 )
-
-// Forward is one destination a source's deliveries are forwarded to.
-type Forward struct {
-	// URL receives a POST with the original body and content type, an
-	// Idempotency-Key and a Standard Webhooks signature.
-	URL string `yaml:"url"`
-	// Secret signs forwarded requests (Standard Webhooks: whsec_ + base64).
-	Secret string `yaml:"secret"`
-	// Events limits forwarding to these event types ("*" suffix matches a
-	// prefix, e.g. "payment.*"); empty forwards every event.
-	Events []string `yaml:"events"`
-	// Mode is ForwardBesides (default: the built-in handler runs too) or
-	// ForwardInstead (only forwarding).
-	Mode ForwardMode `yaml:"mode"`
-	// Timeout bounds one forwarding request. Default 10 s.
-	Timeout time.Duration `yaml:"timeout"`
-}
 
 var (
 	sourceName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -674,69 +658,16 @@ func checkStripeEvents(events []string) error {
 	return nil
 }
 
-// ForwardMode is whether a destination receives deliveries besides or
-// instead of the built-in handler.
-type ForwardMode string
-
-// Forwarding modes and limits.
-const (
-	// ForwardBesides runs the built-in handler, then forwards once it
-	// succeeded (default).
-	ForwardBesides ForwardMode = "besides"
-	// ForwardInstead forwards only.
-	ForwardInstead ForwardMode = "instead"
-	// DefaultForwardTimeout bounds a forwarding request that sets no timeout.
-	DefaultForwardTimeout = 10 * time.Second
-	// MaxForwardTimeout is the largest timeout a destination may set: the
-	// request runs inside the worker's transaction and job timeout.
-	MaxForwardTimeout = 60 * time.Second
-)
-
-// WithDefaults returns f with what it left unset filled in: Mode
-// ForwardBesides, Timeout DefaultForwardTimeout.
-func (f Forward) WithDefaults() Forward {
-	if f.Mode == "" {
-		f.Mode = ForwardBesides
-	}
-	if f.Timeout == 0 {
-		f.Timeout = DefaultForwardTimeout
-	}
-	return f
-}
-
-// Validate checks a forwarding destination, its defaults filled in (see
-// WithDefaults), and changes nothing. Its errors never contain the secret,
-// nor the URL (which may carry credentials).
-func (f *Forward) Validate() error {
-	u, err := url.Parse(f.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
-		return errors.New("url must be an absolute http or https URL")
-	}
-	if f.Secret == "" {
-		return errors.New("secret is required")
-	}
-	if _, err := provider.New(provider.Config{Provider: provider.Standard, Secrets: []string{f.Secret}}); err != nil {
-		return fmt.Errorf("secret must be a Standard Webhooks secret (whsec_ and base64): %w", err)
-	}
-	switch f.Mode {
-	case ForwardBesides, ForwardInstead:
-	default:
-		return fmt.Errorf("mode %q: want %s or %s", f.Mode, ForwardBesides, ForwardInstead)
-	}
-	switch {
-	case f.Timeout < 0:
-		return errors.New("timeout must not be negative")
-	case f.Timeout == 0:
-		return errors.New("timeout is not set (WithDefaults sets it)")
-	case f.Timeout > MaxForwardTimeout:
-		return fmt.Errorf("timeout %s exceeds the maximum of %s", f.Timeout, MaxForwardTimeout)
-	}
-	for i, p := range f.Events {
-		if err := provider.CheckEventPattern(p); err != nil {
-			return fmt.Errorf("events[%d]: %w", i, err)
+// Destinations returns each source's forwarding destinations (nil lists
+// left out), for forward.FromSources.
+func (c *Config) Destinations() map[string][]*forward.Destination {
+	out := map[string][]*forward.Destination{}
+	for name, s := range c.Sources {
+		if s != nil && len(s.Forward) > 0 {
+			out[name] = s.Forward
 		}
 	}
-	return nil
+	return out
 }
 
 // Verifier builds the source's signature verifier.

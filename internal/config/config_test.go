@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/labels"
 )
 
@@ -42,10 +43,10 @@ func TestForwardDefaults(t *testing.T) {
 	require.NoError(t, err)
 	fw := cfg.Sources["payments"].Forward
 	require.Len(t, fw, 2, "destinations")
-	if fw[0].Mode != config.ForwardBesides || fw[0].Timeout != config.DefaultForwardTimeout || fw[0].Secret != forwardSecret || len(fw[0].Events) != 0 {
+	if fw[0].Mode != forward.Besides || fw[0].Timeout != forward.DefaultTimeout || fw[0].Secret != forwardSecret || len(fw[0].Events) != 0 {
 		t.Errorf("first destination = %+v, want besides, 10s, the expanded secret, every event", *fw[0])
 	}
-	if fw[1].Mode != config.ForwardInstead || fw[1].Timeout != time.Minute || len(fw[1].Events) != 3 {
+	if fw[1].Mode != forward.Instead || fw[1].Timeout != time.Minute || len(fw[1].Events) != 3 {
 		t.Errorf("second destination = %+v", *fw[1])
 	}
 }
@@ -127,7 +128,7 @@ sources:
     provider: standard
     secrets: ["` + forwardSecret + `"]
     forward: ${X}
-`, []string{"line 6", "a value into []*config.Forward"}},
+`, []string{"line 6", "a value into []*forward.Destination"}},
 		{"two errors", long, `
 sources:
   payments:

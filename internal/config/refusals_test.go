@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/config"
+	"github.com/inboxhq/inbox/internal/forward"
 )
 
 // Every refusal of a sources file (the backfill section's are in
@@ -81,13 +82,13 @@ sources:
 	require.Equal(t, int64(config.DefaultMaxBodyBytes), int64(s.MaxBodyBytes))
 	require.Equal(t, config.ThrottleMerchant, s.Throttle.Key)
 	f := *s.Forward[0]
-	require.Equal(t, config.ForwardBesides, f.Mode)
-	require.Equal(t, config.DefaultForwardTimeout, f.Timeout)
+	require.Equal(t, forward.Besides, f.Mode)
+	require.Equal(t, forward.DefaultTimeout, f.Timeout)
 	require.NoError(t, f.Validate())
 	require.Equal(t, f, *s.Forward[0], "Validate changed the destination")
 	require.Equal(t, f, f.WithDefaults(), "defaults are idempotent")
-	unset := config.Forward{URL: "http://h/", Secret: f.Secret}
+	unset := forward.Destination{URL: "http://h/", Secret: f.Secret}
 	require.ErrorContains(t, unset.Validate(), `mode "": want besides or instead`, "Validate fills in nothing")
-	unset.Mode = config.ForwardInstead
+	unset.Mode = forward.Instead
 	require.ErrorContains(t, unset.Validate(), "timeout is not set", "Validate fills in nothing")
 }

@@ -1,11 +1,11 @@
 // Package forward sends verified deliveries on to internal HTTP endpoints,
-// configured per source (config.Source.Forward): Handler, the
+// configured per source (a Destination each, decoded by config): Handler, the
 // handlers.Handler that POSTs one envelope to one destination (outbound
 // client, Standard Webhooks signing, Retry-After, status classes mapped to
 // the handlers error contract), and Router, the handlers.Router that
 // decorates another Router with each source's routes and adds their results
 // to the envelope's. cmd/worker assembles it over the handlers.Registry
-// with FromConfig.
+// with FromSources and config.Config.Destinations.
 //
 // In mode besides the decorated Router's handler (the built-in one) runs
 // first and the forwards only once it succeeded, so an envelope the built-in
@@ -17,7 +17,8 @@
 // Every request of one envelope carries the same Idempotency-Key and
 // webhook-id, "<source>:<delivery id>", for the receiver to deduplicate on.
 //
-// The package may import config, envelope, handlers, labels, provider,
+// The package may import envelope, handlers, labels, provider,
 // tracing, pgx, OpenTelemetry and the standard library; it must not import
+// config (which imports it: a Destination is decoded there),
 // worker, ingest or cmd, and handlers must not import it.
 package forward

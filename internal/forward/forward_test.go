@@ -93,7 +93,7 @@ func (rc *receiver) requests() []received {
 
 func newForwarder(t *testing.T, url string, timeout time.Duration) *forward.Handler {
 	t.Helper()
-	f, err := forward.NewHandler(&config.Forward{URL: url, Secret: forwardSecret, Timeout: timeout}, nil)
+	f, err := forward.NewHandler(&forward.Destination{URL: url, Secret: forwardSecret, Timeout: timeout}, nil)
 	require.NoError(t, err)
 	return f
 }
@@ -315,7 +315,7 @@ func TestNewHandlerRejects(t *testing.T) {
 	t.Parallel()
 	_, err := forward.NewHandler(nil, nil)
 	assert.Error(t, err, "nil destination accepted")
-	for name, dest := range map[string]config.Forward{
+	for name, dest := range map[string]forward.Destination{
 		"relative url":   {URL: "/hook", Secret: forwardSecret},
 		"ftp url":        {URL: "ftp://example.com/hook", Secret: forwardSecret},
 		"no secret":      {URL: "http://example.com"},
@@ -333,7 +333,7 @@ func TestNewHandlerRejects(t *testing.T) {
 	}
 
 	// Defaults are the forwarder's; the caller's value is left alone.
-	dest := &config.Forward{URL: "https://example.com/hook", Secret: forwardSecret}
+	dest := &forward.Destination{URL: "https://example.com/hook", Secret: forwardSecret}
 	_, err = forward.NewHandler(dest, nil)
 	require.NoError(t, err)
 	assert.Empty(t, dest.Mode, "NewHandler changed its argument: %+v", dest)
@@ -374,10 +374,10 @@ func TestRouterRoutes(t *testing.T) {
 	reg := handlers.NewRegistry()
 	reg.Register("standard", "payment.succeeded", rec.handler("builtin", nil))
 	r := forward.New(reg)
-	r.Add("payments", []string{"payment.*"}, config.ForwardBesides, rec.handler("prefix", nil))
-	r.Add("payments", []string{"refund.created", "dispute.*"}, config.ForwardBesides, rec.handler("exact", nil))
+	r.Add("payments", []string{"payment.*"}, forward.Besides, rec.handler("prefix", nil))
+	r.Add("payments", []string{"refund.created", "dispute.*"}, forward.Besides, rec.handler("exact", nil))
 	r.Add("payments", nil, "", rec.handler("all", nil)) // "": besides, the configuration's default
-	r.Add("billing", []string{"*"}, config.ForwardInstead, rec.handler("billing", nil))
+	r.Add("billing", []string{"*"}, forward.Instead, rec.handler("billing", nil))
 
 	for _, tt := range []struct {
 		source, event string
@@ -415,7 +415,7 @@ func TestRouterRoutes(t *testing.T) {
 	assert.Equal(t, [3]bool{true, true, false}, [3]bool{r.Outbound("payments"), r.Outbound("billing"), r.Outbound("other")},
 		"Outbound of payments, billing, other")
 	for name, add := range map[string]func(){
-		"an inner wildcard": func() { r.Add("payments", []string{"a*b"}, config.ForwardBesides, rec.handler("x", nil)) },
+		"an inner wildcard": func() { r.Add("payments", []string{"a*b"}, forward.Besides, rec.handler("x", nil)) },
 		"an unknown mode":   func() { r.Add("payments", nil, "sometimes", rec.handler("x", nil)) },
 	} {
 		assert.Panics(t, add, "Add with %s", name)
@@ -445,7 +445,7 @@ func TestRouterResults(t *testing.T) {
 			}))
 		}
 		r := forward.New(reg)
-		r.Add("s", nil, config.ForwardBesides, fwd)
+		r.Add("s", nil, forward.Besides, fwd)
 		h, _ := r.Route(env)
 		res, err := h.Handle(context.Background(), handlers.Run{Envelope: env})
 		if assert.NoError(t, err, tt.name) {
@@ -473,7 +473,7 @@ sources:
 	return cfg
 }
 
-func TestFromConfig(t *testing.T) {
+func TestFromSources(t *testing.T) {
 	t.Parallel()
 	type bundle struct {
 		rec     *recorder
@@ -499,7 +499,7 @@ func TestFromConfig(t *testing.T) {
         secret: `+forwardSecret+`
         events: ["payment.succeeded"]
         mode: `+mode)
-		reg, err := forward.FromConfig(b.builtin, cfg, b.rc.Client())
+		reg, err := forward.FromSources(b.builtin, cfg.Destinations(), b.rc.Client())
 		require.NoError(t, err)
 		b.reg = reg
 		// The registry given is left as it was.
@@ -601,23 +601,23 @@ func TestFromConfig(t *testing.T) {
 	})
 }
 
-func TestFromConfigErrors(t *testing.T) {
+func TestFromSourcesErrors(t *testing.T) {
 	t.Parallel()
 	cfg := forwardConfig(t, `
       - url: http://example.com/ok
         secret: `+forwardSecret)
 	// Break the parsed destination, as code building a config could.
-	cfg.Sources["payments"].Forward = append(cfg.Sources["payments"].Forward, &config.Forward{URL: "http://example.com", Secret: "whsec_????"})
-	_, err := forward.FromConfig(handlers.Builtin(), cfg, nil)
+	cfg.Sources["payments"].Forward = append(cfg.Sources["payments"].Forward, &forward.Destination{URL: "http://example.com", Secret: "whsec_????"})
+	_, err := forward.FromSources(handlers.Builtin(), cfg.Destinations(), nil)
 	require.Error(t, err, "a bad secret was accepted")
 	assert.ErrorContains(t, err, `source "payments": forward[1]`, "the source and index")
 	assert.NotContains(t, err.Error(), "????", "not the secret")
 
-	reg, err := forward.FromConfig(handlers.Builtin(), nil, nil)
+	reg, err := forward.FromSources(handlers.Builtin(), nil, nil)
 	require.NoError(t, err)
 	_, ok := reg.Route(&envelope.Envelope{Source: "payments", Provider: "stripe", EventType: "charge.refunded"})
-	assert.True(t, ok, "FromConfig without config lost the built-in handlers")
-	assert.False(t, reg.Outbound("payments"), "FromConfig without config has outbound routes")
+	assert.True(t, ok, "FromSources without sources lost the built-in handlers")
+	assert.False(t, reg.Outbound("payments"), "FromSources without sources has outbound routes")
 }
 
 // In mode besides the built-in handler runs first, in the same transaction:
@@ -634,9 +634,9 @@ func TestForwardBesidesAfterBuiltinHandler(t *testing.T) {
 	var status atomic.Int32
 	status.Store(http.StatusOK)
 	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(int(status.Load())) })
-	reg, err := forward.FromConfig(handlers.Builtin(), forwardConfig(t, `
+	reg, err := forward.FromSources(handlers.Builtin(), forwardConfig(t, `
       - url: `+rc.URL+`
-        secret: `+forwardSecret), rc.Client())
+        secret: `+forwardSecret).Destinations(), rc.Client())
 	require.NoError(t, err)
 	// run is one attempt, as the worker makes it: the handler in a
 	// transaction that commits only when it succeeds.

@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -71,8 +70,8 @@ type Result struct {
 // response excerpt. Errors and results name the URL without user info or
 // query, and never the secret.
 type Handler struct {
-	dest   config.Forward // validated, defaults filled in
-	url    string         // redacted, for results and errors
+	dest   Destination // validated, defaults filled in
+	url    string      // redacted, for results and errors
 	client *http.Client
 }
 
@@ -80,12 +79,12 @@ type Handler struct {
 var transport = http.DefaultTransport.(*http.Transport).Clone()
 
 // NewHandler returns the Handler for dest with its defaults (see
-// config.Forward.WithDefaults), which it validates without changing dest. client's Transport and
+// Destination.WithDefaults), which it validates without changing dest. client's Transport and
 // Timeout are used (nil means the forward handlers' own transport, a clone of
 // http.DefaultTransport, so nothing else in the process that closes
 // DefaultTransport's idle connections disturbs a forward), but never its
 // redirect policy.
-func NewHandler(dest *config.Forward, client *http.Client) (*Handler, error) {
+func NewHandler(dest *Destination, client *http.Client) (*Handler, error) {
 	if dest == nil {
 		return nil, errors.New("no destination")
 	}

@@ -5,10 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 
-	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -55,22 +56,15 @@ func New(next handlers.Router) *Router {
 	return &Router{next: next, routes: make(map[string][]route)}
 }
 
-// FromConfig returns a Router over next in which each source of cfg with
-// Forward destinations has one route per destination, added in
-// configuration order: a Handler using client (see NewHandler), for the
-// destination's Events, in its Mode. Its errors name the source and the
-// destination's index, never its secret. A nil cfg gives no routes.
-func FromConfig(next handlers.Router, cfg *config.Config, client *http.Client) (*Router, error) {
+// FromSources returns a Router over next with, for each source of sources
+// (in name order), a route per destination in its order: a Handler using
+// client (see NewHandler), for the destination's Events, in its Mode. Its
+// errors name the source and the destination's index, never its secret.
+// config.Config.Destinations gives sources from the sources file.
+func FromSources(next handlers.Router, sources map[string][]*Destination, client *http.Client) (*Router, error) {
 	r := New(next)
-	if cfg == nil {
-		return r, nil
-	}
-	for _, name := range cfg.Names() {
-		src := cfg.Sources[name]
-		if src == nil {
-			continue
-		}
-		for i, dest := range src.Forward {
+	for _, name := range slices.Sorted(maps.Keys(sources)) {
+		for i, dest := range sources[name] {
 			h, err := NewHandler(dest, client)
 			if err != nil {
 				return nil, fmt.Errorf("source %q: forward[%d]: %w", name, i, err)
@@ -83,13 +77,13 @@ func FromConfig(next handlers.Router, cfg *config.Config, client *http.Client) (
 
 // Add routes source's envelopes whose event type matches any of events
 // (every event type when events is empty) to h, besides or instead of next's
-// handler by mode (config.ForwardBesides, the default when empty, or
-// config.ForwardInstead); see Route. Patterns are exact event types or a
+// handler by mode (Besides, the default when empty, or Instead); see
+// Route. Patterns are exact event types or a
 // prefix with a trailing "*" ("payment.*"). Routes of one source run in the
 // order they were added. It panics on an empty source, an invalid pattern,
 // an unknown mode or a nil handler, which are programming errors.
-func (r *Router) Add(source string, events []string, mode config.ForwardMode, h handlers.Handler) {
-	if source == "" || h == nil || (mode != "" && mode != config.ForwardBesides && mode != config.ForwardInstead) {
+func (r *Router) Add(source string, events []string, mode Mode, h handlers.Handler) {
+	if source == "" || h == nil || (mode != "" && mode != Besides && mode != Instead) {
 		panic("forward: Add needs a source, a mode and a handler")
 	}
 	for _, p := range events {
@@ -99,7 +93,7 @@ func (r *Router) Add(source string, events []string, mode config.ForwardMode, h 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.routes[source] = append(r.routes[source], route{events: append([]string(nil), events...), instead: mode == config.ForwardInstead, handler: h})
+	r.routes[source] = append(r.routes[source], route{events: append([]string(nil), events...), instead: mode == Instead, handler: h})
 }
 
 // Route implements handlers.Router. When routes of env.Source match

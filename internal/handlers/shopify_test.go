@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
@@ -34,7 +33,7 @@ func TestShopifyEventUnderTwoWebhookIDsIsProcessedOnce(t *testing.T) {
 	b := setup(t)
 	reg := forward.New(handlers.Builtin())
 	var forwarded atomic.Int64
-	reg.Add("shopify", nil, config.ForwardBesides, handlers.HandlerFunc(
+	reg.Add("shopify", nil, forward.Besides, handlers.HandlerFunc(
 		func(context.Context, handlers.Run) (json.RawMessage, error) {
 			forwarded.Add(1)
 			return json.RawMessage(`{"forwarded":true}`), nil

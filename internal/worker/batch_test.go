@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
@@ -235,7 +234,7 @@ func TestForwardingSourcesGetATransactionPerEnvelopeWhileOthersBatch(t *testing.
 	b := setup(t)
 	routes := forward.New(b.registry)
 	b.router = routes
-	routes.Add("fwd", nil, config.ForwardInstead, handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
+	routes.Add("fwd", nil, forward.Instead, handlers.HandlerFunc(func(context.Context, handlers.Run) (json.RawMessage, error) {
 		return json.RawMessage(`{"forwarded":true}`), nil
 	}))
 	var fwd, other []int64

@@ -75,7 +75,7 @@ sources:
         mode: instead
 `), nil)
 	require.NoError(t, err)
-	b.router, err = forward.FromConfig(b.registry, cfg, nil)
+	b.router, err = forward.FromSources(b.registry, cfg.Destinations(), nil)
 	require.NoError(t, err)
 	b.run(t, worker.Policy{})
 

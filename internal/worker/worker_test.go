@@ -415,7 +415,7 @@ sources:
         timeout: 2s
 `), nil)
 	require.NoError(t, err)
-	b.router, err = forward.FromConfig(handlers.Builtin(), cfg, nil)
+	b.router, err = forward.FromSources(handlers.Builtin(), cfg.Destinations(), nil)
 	require.NoError(t, err)
 	b.run(t, worker.Policy{})
 	id := b.insert(t, "github", "gh-fwd", "push", webhooktest.GitHubPush("refs/heads/main"), 0)
@@ -455,7 +455,7 @@ sources:
         secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 `), nil)
 	require.NoError(t, err)
-	b.router, err = forward.FromConfig(handlers.Builtin(), cfg, nil)
+	b.router, err = forward.FromSources(handlers.Builtin(), cfg.Destinations(), nil)
 	require.NoError(t, err)
 	b.run(t, worker.Policy{})
 	id := b.insert(t, "github", "gh-fwd-404", "push", webhooktest.GitHubPush("refs/heads/main"), 0)

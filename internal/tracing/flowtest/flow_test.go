@@ -102,7 +102,7 @@ func setup(t *testing.T) *fixture {
 		return ""
 	})
 	require.NoError(t, err)
-	registry, err := forward.FromConfig(handlers.Builtin(), cfg, target.Client())
+	registry, err := forward.FromSources(handlers.Builtin(), cfg.Destinations(), target.Client())
 	require.NoError(t, err)
 	srv, err := ingest.New(cfg, store, logger, ingest.Options{})
 	require.NoError(t, err)
