@@ -17,6 +17,7 @@ import (
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ingest"
+	"github.com/inboxhq/inbox/internal/ingest/ingestconfig"
 	"github.com/inboxhq/inbox/internal/metrics"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/tracing"
@@ -101,7 +102,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	m := metrics.NewIngest(reg)
 	m.Init(cfg.Names())
 	store := envelope.NewStoreWith(pool, riverClient, envelope.StoreOptions{MaxBatch: *storeBatch, MaxConcurrent: *storeConcurrency})
-	srv, err := ingest.New(cfg, store, logger, ingest.Options{StoreTimeout: *storeTimeout, ShedAfter: *shedAfter, Observe: m.Observe, MaxInflightBodyBytes: int64(*maxBodies)})
+	sources, err := ingestconfig.Sources(cfg)
+	if err != nil {
+		return err
+	}
+	srv, err := ingest.New(sources, store, logger, ingest.Options{StoreTimeout: *storeTimeout, ShedAfter: *shedAfter, Observe: m.Observe, MaxInflightBodyBytes: int64(*maxBodies)})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ingest"
+	"github.com/inboxhq/inbox/internal/ingest/ingestconfig"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -290,7 +291,9 @@ func setup(t *testing.T, stripeURL, githubURL string) *bundle {
 	// No shedding: these tests send hundreds of webhooks at once on a
 	// machine the whole suite loads, to test the race with the backfill;
 	// refusals under load are ingest's own tests'.
-	srv, err := ingest.New(cfg, envelope.NewStore(ingestPool, rc), logger, ingest.Options{ShedAfter: -1})
+	sources, err := ingestconfig.Sources(cfg)
+	require.NoError(t, err)
+	srv, err := ingest.New(sources, envelope.NewStore(ingestPool, rc), logger, ingest.Options{ShedAfter: -1})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

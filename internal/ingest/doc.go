@@ -2,6 +2,7 @@
 // stores it with its processing job in one transaction, and answers only
 // after COMMIT. writeError is the one place that maps errors to HTTP statuses.
 //
-// It may import config, provider and envelope; it must not import worker or
-// handlers.
+// Its options are its own (Source, Options): ingestconfig builds them from
+// the sources file. It may import provider and envelope; it must not import
+// config, worker or handlers.
 package ingest

@@ -23,6 +23,7 @@ import (
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ingest"
+	"github.com/inboxhq/inbox/internal/ingest/ingestconfig"
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/pgtest"
@@ -93,6 +94,14 @@ func loadConfig(t testing.TB) *config.Config {
 	return cfg
 }
 
+// sourcesOf is cfg's sources as ingest serves them (what cmd/ingest builds).
+func sourcesOf(t testing.TB, cfg *config.Config) map[string]ingest.Source {
+	t.Helper()
+	sources, err := ingestconfig.Sources(cfg)
+	require.NoError(t, err)
+	return sources
+}
+
 // serve starts a real HTTP server for ingest on pool with the test sources.
 func serve(t testing.TB, pool *pgxpool.Pool, opts ingest.Options) *bundle {
 	t.Helper()
@@ -106,7 +115,7 @@ func serveConfig(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, opts inge
 	logger := slogJSON(logs)
 	rc, err := envelope.NewInsertClient(pool, logger)
 	require.NoError(t, err)
-	srv, err := ingest.New(cfg, envelope.NewStore(pool, rc), logger, opts)
+	srv, err := ingest.New(sourcesOf(t, cfg), envelope.NewStore(pool, rc), logger, opts)
 	require.NoError(t, err)
 	return &bundle{pool: pool, url: newServer(t, srv), logs: logs}
 }
@@ -627,4 +636,28 @@ func TestTruncatedBodyIsAClientError(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	env, jobs, _ := b.stored(t)
 	require.Equal(t, [2]int{0, 0}, [2]int{env, jobs})
+}
+
+// New refuses a source it could not serve, naming it: the options are
+// ingest's own (built by ingestconfig from a validated sources file), so
+// this is a programming error caught at start, never a 500 per request.
+func TestNewRefusesAnIncompleteSource(t *testing.T) {
+	t.Parallel()
+	v, err := provider.New(provider.Config{Provider: provider.Standard, Secrets: []string{standardSecret}})
+	require.NoError(t, err)
+	ok := ingest.Source{Provider: provider.Standard, Verifier: v, MaxBodyBytes: 1 << 20, CheckReplays: true, ReplayWindow: time.Hour}
+	_, err = ingest.New(map[string]ingest.Source{"s": ok}, nil, slog.New(slog.DiscardHandler), ingest.Options{})
+	require.NoError(t, err)
+	for name, edit := range map[string]func(*ingest.Source){
+		"no provider":                 func(s *ingest.Source) { s.Provider = "" },
+		"no verifier":                 func(s *ingest.Source) { s.Verifier = nil },
+		"no body limit":               func(s *ingest.Source) { s.MaxBodyBytes = 0 },
+		"negative attempts":           func(s *ingest.Source) { s.MaxAttempts = -1 },
+		"replay check without window": func(s *ingest.Source) { s.ReplayWindow = 0 },
+	} {
+		src := ok
+		edit(&src)
+		_, err := ingest.New(map[string]ingest.Source{"s": src}, nil, slog.New(slog.DiscardHandler), ingest.Options{})
+		require.ErrorContains(t, err, `source "s": `, name)
+	}
 }

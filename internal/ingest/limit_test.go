@@ -51,7 +51,7 @@ func TestStalledUploadsCannotPinMemory(t *testing.T) {
 	logger := slogJSON(logs)
 	rc, err := envelope.NewInsertClient(pool, logger)
 	require.NoError(t, err)
-	srv, err := ingest.New(loadConfig(t), envelope.NewStore(pool, rc), logger, ingest.Options{MaxInflightBodyBytes: budget, BodyWait: 100 * time.Millisecond})
+	srv, err := ingest.New(sourcesOf(t, loadConfig(t)), envelope.NewStore(pool, rc), logger, ingest.Options{MaxInflightBodyBytes: budget, BodyWait: 100 * time.Millisecond})
 	require.NoError(t, err)
 	hs := newServer(t, srv)
 	b := &bundle{pool: pool, url: hs, logs: logs}
@@ -112,7 +112,7 @@ func TestFullBodyBudgetAnswers503(t *testing.T) {
 	logger := slogJSON(logs)
 	rc, err := envelope.NewInsertClient(pool, logger)
 	require.NoError(t, err)
-	srv, err := ingest.New(loadConfig(t), envelope.NewStore(pool, rc), logger, ingest.Options{MaxInflightBodyBytes: 256 << 10, BodyWait: 100 * time.Millisecond})
+	srv, err := ingest.New(sourcesOf(t, loadConfig(t)), envelope.NewStore(pool, rc), logger, ingest.Options{MaxInflightBodyBytes: 256 << 10, BodyWait: 100 * time.Millisecond})
 	require.NoError(t, err)
 	b := &bundle{pool: pool, url: newServer(t, srv), logs: logs}
 

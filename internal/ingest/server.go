@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -14,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -54,14 +54,9 @@ type Options struct {
 	BodyWait time.Duration
 }
 
-type source struct {
-	cfg      *config.Source
-	verifier provider.Verifier
-}
-
 // Server is the ingest HTTP handler.
 type Server struct {
-	sources           map[string]source
+	sources           map[string]Source
 	store             *envelope.Store
 	logger            *slog.Logger
 	now               func() time.Time
@@ -77,10 +72,13 @@ type Server struct {
 // InflightBodyBytes returns the bytes of request bodies held in memory now.
 func (s *Server) InflightBodyBytes() int64 { return s.bodies.inflight.Load() }
 
-// New builds the server for cfg's sources.
-func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Options) (*Server, error) {
+// New builds the server for sources, keyed by the name each is served at
+// (POST /webhooks/<name>). ingestconfig.Sources builds them from the
+// sources file. It refuses a source without a provider, a verifier or a
+// positive body limit.
+func New(sources map[string]Source, store *envelope.Store, logger *slog.Logger, opts Options) (*Server, error) {
 	s := &Server{
-		sources:      make(map[string]source, len(cfg.Sources)),
+		sources:      make(map[string]Source, len(sources)),
 		store:        store,
 		logger:       logger,
 		now:          opts.Now,
@@ -102,12 +100,11 @@ func New(cfg *config.Config, store *envelope.Store, logger *slog.Logger, opts Op
 	if s.retryAfterSeconds <= 0 {
 		s.retryAfterSeconds = 5
 	}
-	for name, src := range cfg.Sources {
-		v, err := src.Verifier()
-		if err != nil {
-			return nil, err
+	for name, src := range sources {
+		if err := src.check(); err != nil {
+			return nil, fmt.Errorf("source %q: %w", name, err)
 		}
-		s.sources[name] = source{cfg: src, verifier: v}
+		s.sources[name] = src
 	}
 
 	r := chi.NewRouter()
@@ -185,7 +182,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errUnknownSource, log)
 		return
 	}
-	limit := src.cfg.MaxBodyBytes
+	limit := src.MaxBodyBytes
 	if r.ContentLength > limit {
 		s.writeError(w, r, errTooLarge, log)
 		return
@@ -208,7 +205,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err, log)
 		return
 	}
-	d, err := src.verifier.Verify(r.Header, body, s.now())
+	d, err := src.Verifier.Verify(r.Header, body, s.now())
 	if err != nil {
 		s.writeError(w, r, err, log)
 		return
@@ -220,17 +217,17 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.store.Insert(ctx, envelope.NewDelivery{
 		Source:      name,
-		Provider:    src.cfg.Provider,
+		Provider:    src.Provider,
 		DeliveryID:  d.DeliveryID,
 		EventType:   d.EventType,
 		Body:        body,
 		Payload:     d.Payload,
 		Headers:     d.Headers,
 		SignedAt:    d.SignedAt,
-		MaxAttempts: src.cfg.MaxAttempts,
+		MaxAttempts: src.MaxAttempts,
 		// Set when the signature does not cover the delivery id.
-		ReplayDigest: replayDigest(src.cfg, d),
-		ReplayWindow: src.cfg.ReplayWindow,
+		ReplayDigest: replayDigest(src, d),
+		ReplayWindow: src.ReplayWindow,
 		// The request's span, not the store's: attempts are its children.
 		TraceContext: tracing.TraceParent(r.Context()),
 	})
@@ -311,8 +308,8 @@ func (s *Server) observe(r *http.Request, outcome labels.IngestOutcome, reason s
 }
 
 // replayDigest is d's replay digest when its source checks replays.
-func replayDigest(src *config.Source, d provider.Delivery) []byte {
-	if !src.ChecksReplays() {
+func replayDigest(src Source, d provider.Delivery) []byte {
+	if !src.CheckReplays {
 		return nil
 	}
 	return d.ReplayDigest

@@ -33,7 +33,7 @@ func TestStoreBehindRefusesNewDeliveriesAtOnce(t *testing.T) {
 	rc, err := envelope.NewInsertClient(pool, logger)
 	require.NoError(t, err)
 	store := envelope.NewStore(pool, rc)
-	srv, err := ingest.New(loadConfig(t), store, logger, ingest.Options{
+	srv, err := ingest.New(sourcesOf(t, loadConfig(t)), store, logger, ingest.Options{
 		StoreTimeout: 20 * time.Second, ShedAfter: 200 * time.Millisecond,
 		Observe: func(_ string, o labels.IngestOutcome, reason string, _ time.Duration) {
 			mu.Lock()

@@ -30,6 +30,7 @@ import (
 	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/ingest"
+	"github.com/inboxhq/inbox/internal/ingest/ingestconfig"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/tracing"
 	"github.com/inboxhq/inbox/internal/webhooktest"
@@ -104,7 +105,9 @@ func setup(t *testing.T) *fixture {
 	require.NoError(t, err)
 	registry, err := forward.FromSources(handlers.Builtin(), cfg.Destinations(), target.Client())
 	require.NoError(t, err)
-	srv, err := ingest.New(cfg, store, logger, ingest.Options{})
+	sources, err := ingestconfig.Sources(cfg)
+	require.NoError(t, err)
+	srv, err := ingest.New(sources, store, logger, ingest.Options{})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
