@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/inboxhq/inbox/internal/backfill/backfillspec"
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -76,8 +77,8 @@ func (req Request) Validate() error {
 	case src == nil:
 		return errors.New("no source")
 	case src.Provider == provider.Shopify:
-		return fmt.Errorf("%w source %q: %w", ErrUnsupported, src.Name, config.ErrNoDeliveryLog)
-	case !config.BackfillSupported(src.Provider):
+		return fmt.Errorf("%w source %q: %w", ErrUnsupported, src.Name, backfillspec.ErrNoDeliveryLog)
+	case !backfillspec.Supported(src.Provider):
 		return fmt.Errorf("%w source %q: provider %s keeps no event log to list (only stripe and github sources can be backfilled)", ErrUnsupported, src.Name, src.Provider)
 	case src.Backfill == nil:
 		return fmt.Errorf("%w for source %q in the config: add backfill: {api_key: ...} (stripe) or {token, repo, hook_id} (github); see docs/operations.md", ErrNotConfigured, src.Name)
@@ -367,7 +368,7 @@ func (s *runState) stripe(ctx context.Context) error {
 	b := s.req.Source.Backfill
 	client := NewStripeClient(b.APIURL, b.APIKey, b.APIVersion, s.clientOptions())
 	client.Types = b.Events
-	live, _ := config.StripeKeyLive(b.APIKey)
+	live, _ := backfillspec.StripeKeyLive(b.APIKey)
 	if b.APIURL != "" && b.APIURL != StripeAPIURL {
 		s.warn(fmt.Sprintf("api_url is %s, not Stripe's API: events listed there are stored as this source's", b.APIURL))
 	}

@@ -26,7 +26,7 @@ type StripeClient struct {
 	key        string
 	apiVersion string
 	// Types limits the listing to these event types (see
-	// config.Backfill.Events): one with a "*" is sent as type, others as
+	// backfillspec.Spec.Events): one with a "*" is sent as type, others as
 	// types[].
 	Types []string
 	http  *httpDoer

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/backfill"
+	"github.com/inboxhq/inbox/internal/backfill/backfillspec"
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -570,6 +571,6 @@ func TestStripeBackfillSplitsRetryingFromNeverDelivered(t *testing.T) {
 	require.Equal(t, [3]int{3, 2, 1}, [3]int{res.Found, res.Retrying, res.NeverDelivered})
 	require.Equal(t, []bool{true, true, false}, []bool{res.Missing[0].Retrying, res.Missing[1].Retrying, res.Missing[2].Retrying})
 
-	require.Equal(t, 24*time.Hour, backfill.Window(&config.Source{Provider: provider.GitHub, Backfill: &config.Backfill{}}))
-	require.Equal(t, 80*time.Hour, backfill.Window(&config.Source{Provider: provider.Stripe, Backfill: &config.Backfill{}}))
+	require.Equal(t, 24*time.Hour, backfill.Window(&config.Source{Provider: provider.GitHub, Backfill: &backfillspec.Spec{}}))
+	require.Equal(t, 80*time.Hour, backfill.Window(&config.Source{Provider: provider.Stripe, Backfill: &backfillspec.Spec{}}))
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/inboxhq/inbox/internal/backfill/backfillspec"
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/provider"
@@ -74,7 +75,7 @@ func (w *ReconcileWorker) Timeout(job *river.Job[ReconcileArgs]) time.Duration {
 	if w.JobTimeout > 0 {
 		return w.JobTimeout
 	}
-	return config.DefaultReconcileTimeout
+	return backfillspec.DefaultReconcileTimeout
 }
 
 // MaxTimeout is the longest reconcile timeout of cfg's reconciled sources
@@ -91,7 +92,7 @@ func MaxTimeout(cfg *config.Config) time.Duration {
 // cancels the job (retrying cannot help).
 func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs]) error {
 	src := w.Config.Sources[job.Args.Source]
-	if src == nil || src.Backfill == nil || !config.BackfillSupported(src.Provider) {
+	if src == nil || src.Backfill == nil || !backfillspec.Supported(src.Provider) {
 		return river.JobCancel(fmt.Errorf("source %q is not configured for backfill", job.Args.Source))
 	}
 	now := time.Now
@@ -139,7 +140,7 @@ func PeriodicJobs(cfg *config.Config) []*river.PeriodicJob {
 	var out []*river.PeriodicJob
 	for _, name := range cfg.Names() {
 		src := cfg.Sources[name]
-		if src.Backfill == nil || src.Backfill.Every <= 0 || !config.BackfillSupported(src.Provider) {
+		if src.Backfill == nil || src.Backfill.Every <= 0 || !backfillspec.Supported(src.Provider) {
 			continue
 		}
 		args := ReconcileArgs{Source: name}

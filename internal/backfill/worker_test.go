@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/backfill"
+	"github.com/inboxhq/inbox/internal/backfill/backfillspec"
 	"github.com/inboxhq/inbox/internal/config"
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/pg"
@@ -128,7 +129,7 @@ sources:
 	// The reconcile's timeout is the source's (default 50s), not the
 	// processing job timeout.
 	w := &backfill.ReconcileWorker{Config: cfg, JobTimeout: time.Minute}
-	require.Equal(t, config.DefaultReconcileTimeout, w.Timeout(&river.Job[backfill.ReconcileArgs]{Args: backfill.ReconcileArgs{Source: "a"}}))
+	require.Equal(t, backfillspec.DefaultReconcileTimeout, w.Timeout(&river.Job[backfill.ReconcileArgs]{Args: backfill.ReconcileArgs{Source: "a"}}))
 	cfg.Sources["a"].Backfill.Timeout = 30 * time.Minute
 	require.Equal(t, 30*time.Minute, w.Timeout(&river.Job[backfill.ReconcileArgs]{Args: backfill.ReconcileArgs{Source: "a"}}))
 	require.Equal(t, 30*time.Minute, backfill.MaxTimeout(cfg))

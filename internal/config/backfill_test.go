@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxhq/inbox/internal/backfill/backfillspec"
 	"github.com/inboxhq/inbox/internal/config"
 )
 
@@ -26,7 +27,7 @@ func TestBackfillSection(t *testing.T) {
 	b := cfg.Sources["s"].Backfill
 	require.Equal(t, env["KEY"], b.APIKey)
 	require.Equal(t, 80*time.Hour, b.Window, "default: Stripe's retry window + 8 h")
-	require.Equal(t, config.DefaultReconcileTimeout, b.Timeout)
+	require.Equal(t, backfillspec.DefaultReconcileTimeout, b.Timeout)
 	cfg, err = parse("stripe", stripe, "{api_key: '${KEY}', every: 1h45m, window: 2h, timeout: 30m}")
 	require.NoError(t, err, "every = window - lag")
 	require.Equal(t, 30*time.Minute, cfg.Sources["s"].Backfill.Timeout)
@@ -105,7 +106,7 @@ func TestTwoStripeBackfillsOfOneAccount(t *testing.T) {
 func TestBackfillPrintsNoCredential(t *testing.T) {
 	t.Parallel()
 	const key, token = "sk_live_51NeverPrintedKey000000", "ghp_NeverPrintedToken0000000000"
-	b := config.Backfill{APIKey: key, Token: token, Repo: "octo/repo", Every: time.Hour}
+	b := backfillspec.Spec{APIKey: key, Token: token, Repo: "octo/repo", Every: time.Hour}
 	src := config.Source{Name: "s", Backfill: &b}
 	var buf bytes.Buffer
 	slog.New(slog.NewJSONHandler(&buf, nil)).Info("x", "backfill", b, "ptr", &b)
