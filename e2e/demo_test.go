@@ -68,11 +68,23 @@ func TestDemoLeavesEveryOutcome(t *testing.T) {
 		return n == 0 && s.scalar(t, `SELECT count(*) FROM envelope`) > 0, fmt.Sprintf("%d pending", n)
 	})
 	require.Positive(t, s.scalar(t, `SELECT count(*) FROM envelope WHERE status = 'failed' AND last_cause = 'unknown_currency'`), "a failure")
-	require.Positive(t, s.scalar(t, `
+	// The demo pauses 2 s between the refund and its payment for the worker
+	// to try the refund first. On a machine loaded enough that the worker's
+	// first try comes after the payment arrived, the refund is done without
+	// a snooze: that is the demo's timing, said so, not a failure.
+	snoozed := s.scalar(t, `
 		SELECT count(*) FROM envelope e
 		 WHERE e.status = 'done' AND e.event_type = 'payment.refunded'
-		   AND EXISTS (SELECT 1 FROM envelope_attempt a WHERE a.envelope_id = e.id AND a.outcome = 'snoozed' AND a.cause = 'payment_not_posted')`),
-		"a refund snoozed for its payment, then done")
+		   AND EXISTS (SELECT 1 FROM envelope_attempt a WHERE a.envelope_id = e.id AND a.outcome = 'snoozed' AND a.cause = 'payment_not_posted')`)
+	if snoozed == 0 {
+		late := s.scalar(t, `
+			SELECT count(*) FROM envelope r
+			 WHERE r.event_type = 'payment.refunded' AND r.status = 'done'
+			   AND (SELECT min(a.started_at) FROM envelope_attempt a WHERE a.envelope_id = r.id) >
+			       (SELECT max(p.received_at) FROM envelope p WHERE p.event_type = 'payment.succeeded' AND p.received_at > r.received_at)`)
+		require.Positive(t, late, "no refund snoozed for its payment, and none was first tried after its payment arrived")
+		t.Logf("the worker first tried the refund after its payment arrived (a loaded machine): no snooze to check this time")
+	}
 	require.Positive(t, s.scalar(t, `SELECT count(*) FROM envelope_conflict`), "a conflicting resend")
 	require.Positive(t, s.scalar(t, `SELECT count(*) FROM envelope WHERE status = 'ignored'`), "an ignored event")
 	require.Positive(t, s.scalar(t, `SELECT count(*) FROM envelope_duplicate`), "each sample sent twice: duplicates")

@@ -41,7 +41,7 @@ BEGIN
          WHERE received_at >= now() - interval '25 hours'
          GROUP BY 1, 2;
     ELSE -- TRUNCATE: what was received is gone; counting starts again now
-        PERFORM pg_advisory_xact_lock(7305733214712620181); -- after any compaction in flight
+        PERFORM pg_advisory_xact_lock(7305733214712620182); -- after any compaction in flight
         DELETE FROM envelope_arrival;
         INSERT INTO envelope_arrival (source, minute, n) VALUES ('', date_bin('1 minute', now(), '2000-01-01 00:00:00+00'), 0);
     END IF;
@@ -67,7 +67,7 @@ DECLARE
     folded bigint;
     aged bigint;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(7305733214712620181) THEN
+    IF NOT pg_try_advisory_xact_lock(7305733214712620182) THEN
         RETURN 0;
     END IF;
     DELETE FROM envelope_arrival WHERE minute < now() - interval '25 hours';

@@ -2,9 +2,9 @@
 // provider, secrets and limits. ${VAR} in any value expands from the
 // environment, so secrets stay out of the file. A source's backfill section
 // and forwarding destinations decode into their owners' types
-// (backfillspec.Spec, forward.Destination), checked by their owners' rules.
+// (backfillspec.Spec, forwardspec.Destination), checked by their owners' rules.
 // It must not import other packages of this module except provider, labels,
-// forward and backfillspec.
+// forwardspec and backfillspec.
 package config
 
 import (
@@ -21,7 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/inboxhq/inbox/internal/backfill/backfillspec"
-	"github.com/inboxhq/inbox/internal/forward"
+	"github.com/inboxhq/inbox/internal/forward/forwardspec"
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/provider"
 )
@@ -66,7 +66,7 @@ type Source struct {
 	// (merchant by default), across every worker process.
 	Throttle *Throttle `yaml:"throttle"`
 	// Forward sends verified deliveries on to internal HTTP endpoints.
-	Forward []*forward.Destination `yaml:"forward"`
+	Forward []*forwardspec.Destination `yaml:"forward"`
 	// ReplayWindow is how long a delivery's signed body is remembered, for
 	// providers whose signature does not cover the delivery id (GitHub,
 	// Shopify, hmac with the id from a header): the same event type and body
@@ -360,8 +360,8 @@ func (s *Source) ChecksReplays() bool { return s.ReplayCheck == nil || *s.Replay
 
 // Destinations returns each source's forwarding destinations (nil lists
 // left out), for forward.FromSources.
-func (c *Config) Destinations() map[string][]*forward.Destination {
-	out := map[string][]*forward.Destination{}
+func (c *Config) Destinations() map[string][]*forwardspec.Destination {
+	out := map[string][]*forwardspec.Destination{}
 	for name, s := range c.Sources {
 		if s != nil && len(s.Forward) > 0 {
 			out[name] = s.Forward

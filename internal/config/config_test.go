@@ -128,7 +128,7 @@ sources:
     provider: standard
     secrets: ["` + forwardSecret + `"]
     forward: ${X}
-`, []string{"line 6", "a value into []*forward.Destination"}},
+`, []string{"line 6", "a value into []*forwardspec.Destination"}},
 		{"two errors", long, `
 sources:
   payments:

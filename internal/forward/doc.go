@@ -19,6 +19,6 @@
 //
 // The package may import envelope, handlers, labels, provider,
 // tracing, pgx, OpenTelemetry and the standard library; it must not import
-// config (which imports it: a Destination is decoded there),
+// config (config decodes into forwardspec, its leaf package),
 // worker, ingest or cmd, and handlers must not import it.
 package forward

@@ -68,7 +68,7 @@ var causeMeanings = []struct {
 // naming a code for it: "... waits for its payment (`code`)" or "... shows
 // as `code`"; the code is the last non-empty group.
 func waitPattern(waiter, target string) *regexp.Regexp {
-	return regexp.MustCompile("(?:" + waiter + "[^.`|]{0,60}(?:waits?|waiting) for its " + target + "|" + waiter + " before its " + target + ")" +
+	return regexp.MustCompile("(?i)(?:" + waiter + "[^.`|]{0,60}(?:waits?|waiting) for its " + target + "|" + waiter + " before its " + target + ")" +
 		"[^.`|)]{0,40}?(?:\\(`([a-z0-9_]+)`\\)|as `([a-z0-9_]+)`)")
 }
 
@@ -90,15 +90,18 @@ func TestDocumentedWaitsNameTheirCause(t *testing.T) {
 		require.NoError(t, err)
 		files = append(files, m...)
 	}
+	checked := 0
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
 		for _, m := range causeMeanings {
 			for _, hit := range m.said.FindAllSubmatch(b, -1) {
+				checked++
 				require.Equal(t, string(m.code), code(hit), "%s: %q names the wrong cause", f, hit[0])
 			}
 		}
 	}
+	require.Positive(t, checked, "the patterns find the sentences they check (docs/providers.md names one)")
 	// The pattern does find what it checks.
 	require.Equal(t, "not_ready", code(causeMeanings[0].said.FindSubmatch([]byte("a refund of a payment posted before then waits for its payment (`not_ready`)"))))
 	require.Equal(t, "not_ready", code(causeMeanings[0].said.FindSubmatch([]byte("a refund waiting for its payment shows as `not_ready`"))))

@@ -17,7 +17,10 @@
 //   - x-kubernetes-int-or-string becomes "an integer or a string";
 //   - kind and apiVersion are pinned to the kind's own;
 //   - descriptions, defaults, formats and the x-kubernetes merge hints are
-//     dropped (they do not decide what is valid).
+//     dropped (they do not decide what is valid);
+//   - null is accepted only where the document says nullable: an optional
+//     field written empty (a bare "annotations:") is refused, stricter than
+//     the API server; write {} instead.
 //
 // A keyword it does not know is an error, so a later Kubernetes document
 // cannot lose a rule silently.

@@ -1,4 +1,8 @@
-package forward
+// Package forwardspec is a source's forwarding destination as the sources
+// file configures it, and its rules (defaults, validation): forward's own,
+// in a leaf package so that config can decode into it without importing
+// forward (and, through it, handlers, the ledger and River).
+package forwardspec
 
 import (
 	"errors"
@@ -8,10 +12,6 @@ import (
 
 	"github.com/inboxhq/inbox/internal/provider"
 )
-
-// The forwarding rules are forward's own: config decodes a source's
-// destinations into Destination and checks each with WithDefaults and
-// Validate, so this package never imports config.
 
 // Destination is one endpoint a source's deliveries are forwarded to, as
 // the sources file configures it (config.Source.Forward).
