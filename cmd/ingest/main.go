@@ -62,14 +62,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *cfgPath == "" {
 		return errors.New("no sources file: set --config or INBOX_CONFIG")
 	}
-	if *storeTimeout <= 0 || *shedAfter >= *storeTimeout {
-		return cli.UsageError{Err: errors.New("--store-timeout must be positive, and --shed-after below it (a queue that old is refused; negative: never refuse on it)")}
-	}
-	if *maxConnsOpen < 1 || *maxBodies < ingest.FreeBodyBytes {
-		return cli.UsageError{Err: errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")}
-	}
-	if *storeBatch < 1 || *storeConcurrency < 1 || *maxConns < *storeConcurrency+2 {
-		return cli.UsageError{Err: errors.New("--store-batch and --store-concurrency must be at least 1, and --db-max-conns at least --store-concurrency + 2")}
+	if err := (limits{storeTimeout: *storeTimeout, shedAfter: *shedAfter, maxConnsOpen: *maxConnsOpen, maxBodies: *maxBodies,
+		storeBatch: *storeBatch, storeConcurrency: *storeConcurrency, dbMaxConns: *maxConns}).check(); err != nil {
+		return err
 	}
 	cfg, err := config.Load(*cfgPath, getenv)
 	if err != nil {
@@ -186,4 +181,24 @@ func keepPartitions(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger
 		case <-time.After(time.Hour):
 		}
 	}
+}
+
+// limits are ingest's flags that constrain one another.
+type limits struct {
+	storeTimeout, shedAfter                                           time.Duration
+	maxConnsOpen, maxBodies, storeBatch, storeConcurrency, dbMaxConns int
+}
+
+// check applies every rule between ingest's flags, before anything is
+// opened; each refusal is a cli.UsageError (exit status 2).
+func (l limits) check() error {
+	switch {
+	case l.storeTimeout <= 0 || l.shedAfter >= l.storeTimeout:
+		return cli.UsageError{Err: errors.New("--store-timeout must be positive, and --shed-after below it (a queue that old is refused; negative: never refuse on it)")}
+	case l.maxConnsOpen < 1 || l.maxBodies < ingest.FreeBodyBytes:
+		return cli.UsageError{Err: errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")}
+	case l.storeBatch < 1 || l.storeConcurrency < 1 || l.dbMaxConns < l.storeConcurrency+2:
+		return cli.UsageError{Err: errors.New("--store-batch and --store-concurrency must be at least 1, and --db-max-conns at least --store-concurrency + 2")}
+	}
+	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/cli"
+	"github.com/inboxhq/inbox/internal/ingest"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/webhooktest"
@@ -241,4 +242,37 @@ func TestIngestFlagRules(t *testing.T) {
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"--shed-after", "-1s"}, func(k string) string { return env[k] }, &out, &out)
 	require.ErrorContains(t, err, "nonexistent.yaml")
+}
+
+// limits.check on its own: the defaults pass, and each rule's boundary is
+// where the flags' help puts it.
+func TestLimitsCheckBoundaries(t *testing.T) {
+	t.Parallel()
+	ok := limits{storeTimeout: 3 * time.Second, shedAfter: 250 * time.Millisecond, maxConnsOpen: 1024,
+		maxBodies: ingest.DefaultMaxInflightBodyBytes, storeBatch: 64, storeConcurrency: 2, dbMaxConns: 20}
+	require.NoError(t, ok.check(), "the defaults")
+	for name, c := range map[string]struct {
+		edit func(*limits)
+		pass bool
+	}{
+		"shed-after negative: never":      {func(l *limits) { l.shedAfter = -time.Second }, true},
+		"shed-after just under deadline":  {func(l *limits) { l.shedAfter = l.storeTimeout - time.Millisecond }, true},
+		"shed-after at the deadline":      {func(l *limits) { l.shedAfter = l.storeTimeout }, false},
+		"one connection":                  {func(l *limits) { l.maxConnsOpen = 1 }, true},
+		"no connection":                   {func(l *limits) { l.maxConnsOpen = 0 }, false},
+		"body budget of one free body":    {func(l *limits) { l.maxBodies = ingest.FreeBodyBytes }, true},
+		"body budget under one free body": {func(l *limits) { l.maxBodies = ingest.FreeBodyBytes - 1 }, false},
+		"pool of concurrency + 2":         {func(l *limits) { l.dbMaxConns = l.storeConcurrency + 2 }, true},
+		"pool of concurrency + 1":         {func(l *limits) { l.dbMaxConns = l.storeConcurrency + 1 }, false},
+		"batch of one":                    {func(l *limits) { l.storeBatch = 1 }, true},
+		"batch of zero":                   {func(l *limits) { l.storeBatch = 0 }, false},
+	} {
+		l := ok
+		c.edit(&l)
+		if err := l.check(); c.pass {
+			require.NoError(t, err, name)
+		} else {
+			require.ErrorAs(t, err, new(cli.UsageError), name)
+		}
+	}
 }
