@@ -18,5 +18,4 @@ const (
 	Besides        = forwardspec.Besides
 	Instead        = forwardspec.Instead
 	DefaultTimeout = forwardspec.DefaultTimeout
-	MaxTimeout     = forwardspec.MaxTimeout
 )

@@ -30,9 +30,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -76,31 +77,40 @@ func run(openapi, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	docs := map[string]map[string]map[string]any{} // each document read once: api/v1.json defines five kinds
 	for _, k := range kinds {
-		raw, err := os.ReadFile(filepath.Join(openapi, k.doc))
+		schemas, ok := docs[k.doc]
+		if !ok {
+			raw, err := os.ReadFile(filepath.Join(openapi, k.doc))
+			if err != nil {
+				return err
+			}
+			var doc struct {
+				Components struct {
+					Schemas map[string]map[string]any `json:"schemas"`
+				} `json:"components"`
+			}
+			if err := json.Unmarshal(raw, &doc); err != nil {
+				return fmt.Errorf("%s: %w", k.doc, err)
+			}
+			schemas = doc.Components.Schemas
+			docs[k.doc] = schemas
+		}
+		name, err := find(schemas, k)
 		if err != nil {
 			return err
 		}
-		var doc struct {
-			Components struct {
-				Schemas map[string]map[string]any `json:"schemas"`
-			} `json:"components"`
-		}
-		if err := json.Unmarshal(raw, &doc); err != nil {
-			return fmt.Errorf("%s: %w", k.doc, err)
-		}
-		name, err := find(doc.Components.Schemas, k)
-		if err != nil {
-			return err
-		}
-		e := expander{schemas: doc.Components.Schemas}
-		s, err := e.expand(doc.Components.Schemas[name], name)
+		e := expander{schemas: schemas}
+		s, err := e.expand(schemas[name], name)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", k.doc, name, err)
 		}
-		apiVersion := k.version
+		// kubeconform's file name: the kind, then the group's first label (none
+		// for the core group) and the version.
+		apiVersion, file := k.version, strings.ToLower(k.kind)+"-"+k.version
 		if k.group != "" {
 			apiVersion = k.group + "/" + k.version
+			file = strings.ToLower(k.kind) + "-" + strings.Split(k.group, ".")[0] + "-" + k.version
 		}
 		props := s["properties"].(map[string]any)
 		props["kind"] = map[string]any{"type": "string", "enum": []any{k.kind}}
@@ -110,11 +120,6 @@ func run(openapi, dir string) error {
 		b, err := json.Marshal(s)
 		if err != nil {
 			return err
-		}
-		// kubeconform's file name: the kind, then the group's first label and the version.
-		file := strings.ToLower(k.kind) + "-" + strings.ToLower(strings.Split(apiVersion, "/")[0])
-		if k.group != "" {
-			file = strings.ToLower(k.kind) + "-" + strings.Split(k.group, ".")[0] + "-" + k.version
 		}
 		if err := os.WriteFile(filepath.Join(dir, file+".json"), append(b, '\n'), 0o644); err != nil {
 			return err
@@ -194,12 +199,7 @@ func (e *expander) expand(s map[string]any, at string) (map[string]any, error) {
 		return e.expand(m, at)
 	}
 	out := map[string]any{}
-	keys := make([]string, 0, len(s))
-	for k := range s {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(s)) {
 		v := s[k]
 		switch {
 		case kept[k]:
@@ -210,11 +210,7 @@ func (e *expander) expand(s map[string]any, at string) (map[string]any, error) {
 				out["nullable"] = true // resolved below
 			}
 		case k == "items":
-			m, ok := v.(map[string]any)
-			if !ok {
-				return nil, fmt.Errorf("%s: items is not a schema", at)
-			}
-			x, err := e.expand(m, at+"[]")
+			x, err := e.sub(v, at+"[]")
 			if err != nil {
 				return nil, err
 			}
@@ -224,11 +220,7 @@ func (e *expander) expand(s map[string]any, at string) (map[string]any, error) {
 				out[k] = b
 				continue
 			}
-			m, ok := v.(map[string]any)
-			if !ok {
-				return nil, fmt.Errorf("%s: additionalProperties is neither a bool nor a schema", at)
-			}
-			x, err := e.expand(m, at+".*")
+			x, err := e.sub(v, at+".*")
 			if err != nil {
 				return nil, err
 			}
@@ -240,11 +232,7 @@ func (e *expander) expand(s map[string]any, at string) (map[string]any, error) {
 			}
 			xs := map[string]any{}
 			for name, p := range props {
-				m, ok := p.(map[string]any)
-				if !ok {
-					return nil, fmt.Errorf("%s.%s: not a schema", at, name)
-				}
-				x, err := e.expand(m, at+"."+name)
+				x, err := e.sub(p, at+"."+name)
 				if err != nil {
 					return nil, err
 				}
@@ -258,11 +246,7 @@ func (e *expander) expand(s map[string]any, at string) (map[string]any, error) {
 			}
 			xs := make([]any, 0, len(list))
 			for i, p := range list {
-				m, ok := p.(map[string]any)
-				if !ok {
-					return nil, fmt.Errorf("%s: %s[%d] is not a schema", at, k, i)
-				}
-				x, err := e.expand(m, fmt.Sprintf("%s(%s %d)", at, k, i))
+				x, err := e.sub(p, fmt.Sprintf("%s(%s %d)", at, k, i))
 				if err != nil {
 					return nil, err
 				}
@@ -289,6 +273,15 @@ func (e *expander) expand(s map[string]any, at string) (map[string]any, error) {
 		}
 	}
 	return out, nil
+}
+
+// sub expands v, a schema nested at at.
+func (e *expander) sub(v any, at string) (map[string]any, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s: not a schema", at)
+	}
+	return e.expand(m, at)
 }
 
 func (e *expander) ref(ref string, s map[string]any, at string) (map[string]any, error) {
