@@ -18,9 +18,12 @@ import (
 
 const purgeUsage = `usage: worker purge [flags]
 
-Drops the bodies of old done/ignored envelopes and deletes older tombstones,
-in batches. Never touches pending or failed envelopes, nor envelopes a ledger
-transaction references. Reads DATABASE_URL.
+Applies the retention policy once. Drops each day's envelopes whole (with
+their attempts, duplicates and conflicts) once they were stored longer ago
+than --delete-after, and each day's bodies whole once stored longer ago than
+--body-after; failed envelopes keep a copy of their body until their day
+goes, and a day holding a pending envelope is kept. Bodies held in envelope
+rows (stored before migration 00200) go in batches. Reads DATABASE_URL.
 
 `
 
@@ -36,9 +39,9 @@ func runPurge(ctx context.Context, args []string, getenv func(string) string, st
 		pool:     pg.Options{MaxConns: 2, ApplicationName: "inbox-purge"},
 		flags: func(fs *cli.Flags) func([]string) (retention.Config, error) {
 			bodyAfter := fs.Duration("body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter,
-				"drop the body and payload of done/ignored envelopes processed longer ago than this")
+				"drop the bodies of envelopes stored longer ago than this, a day at a time (failed envelopes keep theirs); bodies held in rows: of done/ignored envelopes processed longer ago")
 			deleteAfter := fs.Duration("delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter,
-				"delete done/ignored envelope rows (tombstones) processed longer ago than this, with their attempts, replays, conflicts and duplicates; at least --body-after")
+				"drop the days of envelopes (tombstones) stored longer ago than this, with their attempts, replays, conflicts and duplicates; at least --body-after")
 			batchSize := fs.Int("batch-size", "WORKER_PURGE_BATCH_SIZE", retention.DefaultBatchSize, "envelopes changed per transaction")
 			dryRun := fs.Bool("dry-run", false, "count what would change, change nothing")
 			return func([]string) (retention.Config, error) {
@@ -100,6 +103,13 @@ func printPurgeReport(w io.Writer, cfg retention.Config, rep retention.Report) e
 		kv.line("dry run: nothing was changed; counts are what a purge would change now")
 	}
 	kv.add("bodies "+verb("dropped", "to drop"), "%d\tdone/ignored, processed before %s (body-after %s)", rep.BodiesDropped, ts(rep.BodyCutoff), durations.Format(cfg.BodyAfter))
+	for _, p := range rep.BodyPartitions {
+		what := cli.Count(p.Envelopes, "done or ignored envelope", "done or ignored envelopes")
+		if p.Outcome == envelope.PartitionHeld {
+			what = cli.Count(p.Envelopes, "pending envelope holds", "pending envelopes hold") + " it: process or replay them"
+		}
+		kv.add("  bodies of "+p.Name, "%s\t%s, stored before %s", p.Outcome, what, ts(p.UpperAt))
+	}
 	kv.add("envelopes "+verb("deleted", "to delete"), "%d\tin partitions stored before %s (delete-after %s), with their attempts, duplicates, conflicts, replays", rep.EnvelopesDeleted, ts(rep.DeleteCutoff), durations.Format(cfg.DeleteAfter))
 	for _, p := range rep.Partitions {
 		what := cli.Count(p.Envelopes, "envelope", "envelopes")

@@ -97,7 +97,7 @@ func purgeState(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	var s string
 	err := pool.QueryRow(context.Background(), `
-		SELECT string_agg(format('%s:%s:%s', delivery_id, body IS NOT NULL, body_purged_at IS NOT NULL), ' ' ORDER BY id) FROM envelope`).Scan(&s)
+		SELECT string_agg(format('%s:%s:%s', delivery_id, body IS NOT NULL, body_purged_at IS NOT NULL), ' ' ORDER BY id) FROM envelope_with_body`).Scan(&s)
 	require.NoError(t, err)
 	return s
 }

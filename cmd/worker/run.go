@@ -83,7 +83,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file (per-source backoff, throttle, forwarding; optional)")
 	adminAddr := fs.String("admin-addr", "WORKER_ADMIN_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz, /readyz and River UI; loopback unless given (empty: off)")
 	purgeEvery := fs.Duration("purge-interval", "WORKER_PURGE_INTERVAL", time.Hour, "how often the retention purge runs (0: never)")
-	purgeBodyAfter := fs.Duration("purge-body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter, "drop bodies of done/ignored envelopes processed longer ago than this")
+	purgeBodyAfter := fs.Duration("purge-body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter, "drop the bodies of envelopes stored longer ago than this, a day at a time (failed envelopes keep theirs; bodies held in rows: done/ignored ones processed longer ago)")
 	purgeDeleteAfter := fs.Duration("purge-delete-after", "WORKER_PURGE_DELETE_AFTER", retention.DefaultDeleteAfter, "drop the partitions of envelopes stored longer ago than this, with their attempts, duplicates and conflicts (the tombstone window: a delivery id is recognized for this long; at least --purge-body-after)")
 	purgeBatch := fs.Int("purge-batch-size", "WORKER_PURGE_BATCH_SIZE", retention.DefaultBatchSize, "bodies per purge transaction")
 	partitionWidth := fs.Duration("partition-width", "WORKER_PARTITION_WIDTH", envelope.PartitionDay, "width of the envelope partitions created from now on: 24h (one a day) or 1h (one an hour, for very high volume)")

@@ -527,7 +527,8 @@ func TestReplayRefusesPurgedEnvelopes(t *testing.T) {
 	ctx := context.Background()
 	ids := seedFailed(t, b.pool, "src", 2)
 	// Only done/ignored bodies are purged; make the first one a purged done.
-	_, err := b.pool.Exec(ctx, `UPDATE envelope SET status = 'done', body = NULL, payload = NULL, body_purged_at = now() WHERE id = $1`, ids[0])
+	_, err := b.pool.Exec(ctx, `WITH d AS (DELETE FROM envelope_body WHERE id = $1)
+		UPDATE envelope SET status = 'done', body = NULL, payload = NULL, body_purged_at = now() WHERE id = $1`, ids[0])
 	require.NoError(t, err)
 	before := b.snapshot(t)
 

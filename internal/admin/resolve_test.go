@@ -52,7 +52,7 @@ func TestResolveAndUnresolve(t *testing.T) {
 	read := func(id int64) snapshot {
 		var s snapshot
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT body, attempts, coalesce(last_error, ''), processed_at, body_sha256, payload IS NOT NULL, result IS NOT NULL
-			FROM envelope WHERE id = $1`, id).Scan(&s.Body, &s.Attempts, &s.LastError, &s.ProcessedAt, &s.SHA, &s.PayloadPresent, &s.ResultPresentNow))
+			FROM envelope_with_body WHERE id = $1`, id).Scan(&s.Body, &s.Attempts, &s.LastError, &s.ProcessedAt, &s.SHA, &s.PayloadPresent, &s.ResultPresentNow))
 		return s
 	}
 	before := read(failed[0])
@@ -138,7 +138,7 @@ func TestResolvedBodiesArePurged(t *testing.T) {
 		var purged []bool
 		for _, id := range ids {
 			var p bool
-			require.NoError(t, b.pool.QueryRow(ctx, `SELECT body IS NULL FROM envelope WHERE id = $1`, id).Scan(&p))
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT body IS NULL FROM envelope_with_body WHERE id = $1`, id).Scan(&p))
 			purged = append(purged, p)
 		}
 		return rep.BodiesDropped, purged

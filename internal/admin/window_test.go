@@ -214,7 +214,7 @@ func TestListBoundedSearchStopsAtItsBudget(t *testing.T) {
 	require.Len(t, found, 1)
 	require.GreaterOrEqual(t, pages, 2)
 	var email string
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT payload #>> '{data,customer,email}' FROM envelope WHERE id = $1`, found[0].ID).Scan(&email))
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT payload #>> '{data,customer,email}' FROM envelope_with_body WHERE id = $1`, found[0].ID).Scan(&email))
 	require.Equal(t, "rare@example.com", email)
 
 	// A budget that covers the window reads it whole, in one page.

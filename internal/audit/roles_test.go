@@ -38,6 +38,11 @@ var grantDecisions = map[string]map[string]string{
 	// Arrivals per minute (migration 00198): written by a SECURITY DEFINER
 	// trigger and compaction only.
 	"envelope_arrival": {"inbox_worker": "SELECT", "inbox_admin": "SELECT"},
+	// Bodies (migration 00200): ingest stores them, the worker and admin
+	// read them and store them too (backfill, reconcile); nobody updates or
+	// deletes one: retention drops a partition.
+	"envelope_body":      {"inbox_ingest": "INSERT", "inbox_worker": "INSERT,SELECT", "inbox_admin": "INSERT,SELECT"},
+	"envelope_with_body": {"inbox_admin": "SELECT"},
 	// The dedup keys and the partitions (migration 00190): ingest, the
 	// worker's backfill and the admin's replay store envelopes, each taking
 	// its key (or taking over one whose partition was dropped).

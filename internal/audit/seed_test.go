@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/retention"
 )
@@ -343,9 +345,13 @@ func seed(t *testing.T, pool *pgxpool.Pool) {
 	id = s.receive("gh", "github", ghDelivery, "push", push, map[string]string{"X-GitHub-Event": "push"})
 	s.finish(id, 1, done, nil, "")
 	s.shift(id, `now() - interval '40 days'`)
+	// Stored 40 days ago too: in that day's partitions, whose bodies retention drops.
+	envelopetest.MoveTo(t, pool, id, time.Now().Add(-40*24*time.Hour))
 	rep, err := retention.Purge(s.ctx, pool, retention.Config{})
 	require.NoError(t, err)
-	require.Equal(t, int64(1), rep.BodiesDropped, "only the old GitHub push loses its body")
+	require.Len(t, rep.BodyPartitions, 1)
+	require.Equal(t, int64(1), rep.BodyPartitions[0].Envelopes, "only the old GitHub push loses its body")
+	require.Zero(t, rep.BodiesDropped, "the others were stored today: their bodies stay")
 	s.redeliver("gh", "github", ghDelivery, "push", push, true)
 	s.redeliver("gh", "github", ghDelivery, "push", []byte(`{"ref":"refs/heads/evil","repository":{"full_name":"octo/repo"},"commits":[]}`), false)
 

@@ -379,7 +379,7 @@ func (b *bundle) envelopes(t *testing.T, source string) map[string]storedRow {
 		SELECT e.id, e.delivery_id, e.origin, e.backfill_run_id, e.body,
 		       (SELECT count(*) FROM river_job j WHERE j.kind = 'process_envelope' AND (j.args->>'envelope_id')::bigint = e.id),
 		       (SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = e.id)
-		  FROM envelope e WHERE e.source = $1`, source)
+		  FROM envelope_with_body e WHERE e.source = $1`, source)
 	require.NoError(t, err)
 	out := map[string]storedRow{}
 	for rows.Next() {

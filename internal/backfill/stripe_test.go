@@ -75,7 +75,7 @@ func TestStripeBackfillStoresMissingEventsOnly(t *testing.T) {
 	var typ, prov string
 	var amount int64
 	require.NoError(t, b.pool.QueryRow(context.Background(), `
-		SELECT event_type, provider, (payload->'data'->'object'->>'amount_received')::bigint FROM envelope WHERE delivery_id = 'evt_miss0002'`).Scan(&typ, &prov, &amount))
+		SELECT event_type, provider, (payload->'data'->'object'->>'amount_received')::bigint FROM envelope_with_body WHERE delivery_id = 'evt_miss0002'`).Scan(&typ, &prov, &amount))
 	require.Equal(t, []any{"payment_intent.succeeded", "stripe", int64(100 + 248)}, []any{typ, prov, amount})
 
 	// Three pages: the window, 100 a page, each after the last id.
@@ -161,7 +161,7 @@ func TestStripeBackfillStoresARecordedPageExactly(t *testing.T) {
 	}
 	var name, typ string
 	require.NoError(t, b.pool.QueryRow(context.Background(),
-		`SELECT payload->'data'->'object'->>'name', event_type FROM envelope WHERE delivery_id = 'evt_1QfRecordedA0001'`).Scan(&name, &typ))
+		`SELECT payload->'data'->'object'->>'name', event_type FROM envelope_with_body WHERE delivery_id = 'evt_1QfRecordedA0001'`).Scan(&name, &typ))
 	require.Equal(t, "Jenny Rosen é", name)
 	require.Equal(t, "customer.created", typ)
 }
@@ -375,7 +375,7 @@ func TestStripeBackfillListsEachConnectAccount(t *testing.T) {
 	require.Equal(t, "2024-06-20", reqs[0].Version)
 	var acct, hdr string
 	require.NoError(t, b.pool.QueryRow(context.Background(),
-		`SELECT payload->>'account', headers->>'Stripe-Account' FROM envelope WHERE delivery_id = 'evt_beta0001'`).Scan(&acct, &hdr))
+		`SELECT payload->>'account', headers->>'Stripe-Account' FROM envelope_with_body WHERE delivery_id = 'evt_beta0001'`).Scan(&acct, &hdr))
 	require.Equal(t, []string{"acct_1Beta", "acct_1Beta"}, []string{acct, hdr})
 	body := string(b.envelopes(t, "stripe")["evt_beta0001"].Body)
 	require.True(t, strings.HasPrefix(body, "{\n  \"account\": \"acct_1Beta\",\n  \"id\": \"evt_beta0001\","), body)

@@ -781,7 +781,7 @@ func TestListMarksConflicts(t *testing.T) {
 	b := setup(t)
 	ids := seed(t, b.pool, 2)
 	b.exec(t, `INSERT INTO envelope_conflict (envelope_id, source, delivery_id, body_sha256, body_size, body, headers, received_at)
-		SELECT id, source, delivery_id, sha256(body || 'x'), body_size + 1, body || 'x', headers, now() FROM envelope WHERE id = $1`, ids[0])
+		SELECT id, source, delivery_id, sha256(body || 'x'), body_size + 1, body || 'x', headers, now() FROM envelope_with_body WHERE id = $1`, ids[0])
 	_, page, _ := b.get(t, "/console/envelopes?status=failed")
 	require.Contains(t, page, fmt.Sprintf(`<a class="badge conflict-mark" href="/console/envelopes/%d#conflicts" title="1 resent with another body">1</a>`, ids[0]))
 	require.Equal(t, 1, strings.Count(page, "conflict-mark"), "only the conflicting one")

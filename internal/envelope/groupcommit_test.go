@@ -168,7 +168,7 @@ func TestConcurrentDeliveriesShareATransactionAndEachGetsItsOwnAnswer(t *testing
 	ids["new-04"] = stored.res.EnvelopeID
 	require.Len(t, ids, 21, "distinct envelopes")
 	var storedBody string
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT convert_from(body, 'UTF8') FROM envelope WHERE id = $1`, ids["new-04"]).Scan(&storedBody))
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT convert_from(body, 'UTF8') FROM envelope_with_body WHERE id = $1`, ids["new-04"]).Scan(&storedBody))
 	if answers[5] == stored {
 		require.Equal(t, `{"i":4}`, storedBody, "the copy answered 202 is the one stored")
 	} else {

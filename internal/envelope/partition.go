@@ -178,6 +178,85 @@ func DropPartitions(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, l
 	return out, nil
 }
 
+// DropBodyPartitions drops, oldest first, the body partition
+// (envelope_body_<name>) of each live partition whose envelopes were all
+// stored before cutoff (now() - the body window), each drop in a
+// transaction of its own: O(1), no dead tuples, no WAL per row. First the
+// failed and resolved envelopes that have no copy of their body in their
+// row get one (replays stay possible); everything else of the partition
+// loses its body, ledger postings or not. A partition still holding a
+// pending envelope is held and the next ones are tried; a lock busy past
+// lockWait stops the run (the next one retries). A dry run drops nothing
+// and says what would go. Envelopes: how many done and ignored envelopes
+// lost (would lose) their body; for a held one, how many are pending. A
+// body partition that took no body away (empty, or only failed envelopes'
+// copies made) is dropped without being listed.
+//
+// Partitions ending at or before after are left out: the caller dropped
+// them whole (or, in a dry run, would have).
+func DropBodyPartitions(ctx context.Context, pool *pgxpool.Pool, cutoff, after time.Time, lockWait time.Duration, dryRun bool) ([]PartitionDrop, error) {
+	// A partition that also holds bodies in its rows (stored before 00200)
+	// counts its body table's rows instead: it is the one such, or none.
+	rows, err := pool.Query(ctx, `
+		SELECT p.name, p.upper_at,
+		       CASE WHEN p.bodies_in_rows THEN (SELECT count(*) FROM envelope_body b WHERE b.id >= p.lower_id AND b.id < p.upper_id)
+		            ELSE coalesce(sum(c.n) FILTER (WHERE c.kind IN ('done', 'ignored')), 0) END,
+		       CASE WHEN p.bodies_in_rows AND NOT EXISTS (SELECT 1 FROM envelope_body b WHERE b.id >= p.lower_id AND b.id < p.upper_id) THEN 0
+		            ELSE coalesce(sum(c.n) FILTER (WHERE c.kind = 'pending'), 0) END
+		  FROM envelope_partition p
+		  LEFT JOIN envelope_count c ON c.bucket <@ envelope_count_range(p.lower_id, p.upper_id)
+		 WHERE p.dropped_at IS NULL AND p.body_dropped_at IS NULL AND p.upper_at <= $1 AND p.upper_at > $2
+		   AND to_regclass('envelope_body_' || p.name) IS NOT NULL
+		 GROUP BY p.name, p.upper_at, p.upper_id, p.lower_id, p.bodies_in_rows
+		 ORDER BY p.upper_id`, cutoff, after)
+	if err != nil {
+		return nil, fmt.Errorf("list body partitions: %w", err)
+	}
+	type candidate struct {
+		d       PartitionDrop
+		pending int64
+	}
+	var cands []candidate
+	var c candidate
+	if _, err := pgx.ForEachRow(rows, []any{&c.d.Name, &c.d.UpperAt, &c.d.Envelopes, &c.pending}, func() error {
+		cands = append(cands, c)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("list body partitions: %w", err)
+	}
+	var out []PartitionDrop
+	for _, c := range cands {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		d := c.d
+		if dryRun {
+			d.Outcome = PartitionWouldDrop
+			if c.pending > 0 {
+				d.Outcome, d.Envelopes = PartitionHeld, c.pending
+			}
+			if d.Envelopes > 0 {
+				out = append(out, d)
+			}
+			continue
+		}
+		err := pool.QueryRow(ctx, `SELECT outcome, bodies FROM envelope_body_drop($1, $2, $3::bigint * interval '1 microsecond')`,
+			d.Name, cutoff, lockWait.Microseconds()).Scan(&d.Outcome, &d.Envelopes)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			d.Outcome = PartitionBusy
+			return append(out, d), nil
+		}
+		if err != nil {
+			return out, fmt.Errorf("drop the bodies of envelope partition %s: %w", d.Name, err)
+		}
+		if d.Envelopes > 0 { // an empty body table goes without a word
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
 // SweepKeys deletes up to limit dedup keys (envelope_key) whose envelope's
 // partition was dropped, and returns how many. A key past its envelope no
 // longer blocks its delivery id (ingest takes it over); this reclaims the

@@ -3,9 +3,14 @@ package envelope_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -156,4 +161,80 @@ func TestEnsurePartitionsAhead(t *testing.T) {
 	require.ErrorContains(t, err, "must be 1h or 24h")
 	_, err = pool.Exec(ctx, `SELECT envelope_partitions_ensure(interval '1 day', interval '30 minutes')`)
 	require.ErrorContains(t, err, "must be 1 hour or 1 day")
+}
+
+// A delivery's body and payload live in envelope_body (migration 00200),
+// written by ingest's insert, on the partition bounds of envelope: the
+// envelope row holds neither, so the row the worker updates stays small and
+// retention drops bodies a partition at a time. A failed envelope gets a
+// copy in its row (replays stay possible after its body partition goes),
+// stored out of line like any body in an envelope row (00199), and nothing
+// else of the row is. Every partition made since has its body partition.
+func TestBodiesLiveInTheirOwnTableAndAFailedEnvelopeKeepsACopy(t *testing.T) {
+	t.Parallel()
+	b := setupStore(t, envelope.StoreOptions{})
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `SELECT envelope_partition_create(date_trunc('day', now()) + interval '30 days', date_trunc('day', now()) + interval '31 days')`)
+	require.NoError(t, err)
+	require.Zero(t, pgtest.Count(t, b.pool, `
+		SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		 WHERE i.inhparent = 'envelope'::regclass AND NOT coalesce(c.reloptions @> '{toast_tuple_target=128}', false)`))
+	require.Zero(t, pgtest.Count(t, b.pool, `
+		SELECT count(*) FROM envelope_partition p
+		 WHERE p.dropped_at IS NULL AND NOT p.bodies_in_rows AND to_regclass('envelope_body_' || p.name) IS NULL`))
+	require.Greater(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'envelope_body'::regclass`), 4)
+
+	const n = 3
+	var ids []int64
+	bodies := map[int64]string{}
+	for i := range n {
+		// ~1.6 KB: digests that do not compress, and line items that do.
+		var sb strings.Builder
+		fmt.Fprintf(&sb, `{"id":"evt_%d","fingerprint":"`, i)
+		for j := range 12 {
+			sum := sha256.Sum256([]byte{byte(i), byte(j)})
+			sb.WriteString(hex.EncodeToString(sum[:]))
+		}
+		sb.WriteString(`","items":[`)
+		for j := range 12 {
+			fmt.Fprintf(&sb, `%s{"sku":"sku_%d","qty":%d,"description":"Widget, standard edition, boxed"}`, map[bool]string{true: ",", false: ""}[j > 0], j, j%3+1)
+		}
+		sb.WriteString(`]}`)
+		res, err := b.store.Insert(ctx, ghDelivery(fmt.Sprintf("own-table-%d", i), sb.String()))
+		require.NoError(t, err)
+		ids = append(ids, res.EnvelopeID)
+		bodies[res.EnvelopeID] = sb.String()
+	}
+	require.Equal(t, n, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND body IS NULL AND payload IS NULL`, ids), "no body in the rows")
+	for _, id := range ids {
+		var body []byte
+		var payload, part string
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT body, payload::text, tableoid::regclass::text FROM envelope_body WHERE id = $1`, id).Scan(&body, &payload, &part))
+		require.Equal(t, bodies[id], string(body), "byte for byte")
+		require.JSONEq(t, bodies[id], payload)
+		require.Equal(t, "envelope_body_"+time.Now().UTC().Format("20060102"), part)
+		e, err := envelope.Get(ctx, b.pool, id)
+		require.NoError(t, err)
+		require.Equal(t, bodies[id], string(e.Body), "read through envelope_body")
+	}
+
+	// One done, one failed: the failed one gets its copy, out of line.
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := envelope.FinishMany(ctx, tx, "w", []envelope.Record{
+			{EnvelopeID: ids[0], Status: envelope.StatusDone, Result: json.RawMessage(`{"posted":true,"transaction_id":1234567890}`),
+				Attempt: envelope.Attempt{Attempt: 1, Outcome: envelope.OutcomeDone, StartedAt: time.Now()}},
+			{EnvelopeID: ids[1], Status: envelope.StatusFailed,
+				Attempt: envelope.Attempt{Attempt: 1, Outcome: envelope.OutcomeFailed, Error: "permanent: no", Cause: "unknown_currency", StartedAt: time.Now()}},
+		})
+		return err
+	}))
+	var copied []byte
+	var copiedPayload string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT body, payload::text FROM envelope WHERE id = $1`, ids[1]).Scan(&copied, &copiedPayload))
+	require.Equal(t, bodies[ids[1]], string(copied), "the failed envelope's copy, byte for byte")
+	require.JSONEq(t, bodies[ids[1]], copiedPayload)
+	require.Equal(t, n-1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND body IS NULL AND payload IS NULL`, ids), "the done and the pending one hold none")
+	var toast string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT c.reltoastrelid::regclass::text FROM envelope e JOIN pg_class c ON c.oid = e.tableoid WHERE e.id = $1`, ids[1]).Scan(&toast))
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(DISTINCT chunk_id) FROM `+toast), "the copy's body and payload out of line, and nothing else (result, headers, digest) of the rows")
 }

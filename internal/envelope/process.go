@@ -46,11 +46,18 @@ type Attempt struct {
 	Worker    string
 }
 
-const envelopeColumns = `id, source, provider, delivery_id, event_type, status,
-	body, CASE WHEN body IS NULL THEN convert_to(payload::text, 'UTF8') END, headers, body_sha256, signed_at, received_at,
+// envelopeColumns are scanEnvelope's columns, read FROM envelopeFrom. The
+// body lives in envelope_body (migration 00200), or in the row itself for
+// an envelope stored before it and for the copy a failed one keeps.
+const envelopeColumns = `envelope.id, source, provider, delivery_id, event_type, status,
+	coalesce(envelope.body, b.body),
+	CASE WHEN envelope.body IS NULL AND b.id IS NULL THEN convert_to(envelope.payload::text, 'UTF8') END,
+	headers, body_sha256, signed_at, received_at,
 	processed_at, attempts, last_error, result,
 	(SELECT max(r.replayed_at) FROM envelope_replay r WHERE r.envelope_id = envelope.id),
 	coalesce(trace_context, '')`
+
+const envelopeFrom = `envelope LEFT JOIN envelope_body b ON b.id = envelope.id`
 
 func scanEnvelope(row pgx.Row) (*Envelope, error) {
 	var e Envelope
@@ -91,7 +98,7 @@ func Lock(ctx context.Context, tx pgx.Tx, id int64) (*Envelope, time.Time, error
 
 // Get loads one envelope without locking it.
 func Get(ctx context.Context, q pg.Querier, id int64) (*Envelope, error) {
-	e, err := scanEnvelope(q.QueryRow(ctx, `SELECT `+envelopeColumns+` FROM envelope WHERE id = $1`, id))
+	e, err := scanEnvelope(q.QueryRow(ctx, `SELECT `+envelopeColumns+` FROM `+envelopeFrom+` WHERE envelope.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("envelope %d: %w", id, ErrNotFound)
 	}
@@ -111,7 +118,7 @@ var ErrNotPending = errors.New("envelope is no longer pending")
 // With skipLocked, rows another transaction holds are left out instead of
 // waited for (the caller tells them from missing ones with Existing).
 func LockMany(ctx context.Context, tx pgx.Tx, ids []int64, skipLocked bool) (map[int64]*Envelope, map[int64]time.Time, error) {
-	q := `SELECT clock_timestamp(), ` + envelopeColumns + ` FROM envelope WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`
+	q := `SELECT clock_timestamp(), ` + envelopeColumns + ` FROM ` + envelopeFrom + ` WHERE envelope.id = ANY($1) ORDER BY envelope.id FOR NO KEY UPDATE OF envelope`
 	if skipLocked {
 		q += ` SKIP LOCKED`
 	}
@@ -213,7 +220,13 @@ func FinishMany(ctx context.Context, tx pgx.Tx, worker string, recs []Record) (m
 			       last_error = CASE i.status WHEN 'pending' THEN i.error WHEN 'failed' THEN coalesce(i.error, envelope.last_error) END,
 			       last_cause = CASE i.status WHEN 'pending' THEN i.cause WHEN 'failed' THEN coalesce(i.cause, envelope.last_cause) END,
 			       processed_at = CASE WHEN i.status = 'pending' THEN NULL ELSE clock_timestamp() END,
-			       attempts = envelope.attempts + CASE WHEN i.outcome = 'snoozed' THEN 0 ELSE 1 END
+			       attempts = envelope.attempts + CASE WHEN i.outcome = 'snoozed' THEN 0 ELSE 1 END,
+			       -- A failed envelope keeps a copy of its body in its row: an operator
+			       -- may replay it until its partition goes, after its body's (00200).
+			       body = CASE WHEN i.status = 'failed' AND envelope.body IS NULL AND envelope.payload IS NULL
+			                   THEN (SELECT b.body FROM envelope_body b WHERE b.id = envelope.id) ELSE envelope.body END,
+			       payload = CASE WHEN i.status = 'failed' AND envelope.body IS NULL AND envelope.payload IS NULL
+			                      THEN (SELECT b.payload FROM envelope_body b WHERE b.id = envelope.id) ELSE envelope.payload END
 			  FROM input i
 			 WHERE envelope.id = i.id AND envelope.status = 'pending'
 			RETURNING envelope.id

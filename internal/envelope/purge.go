@@ -3,6 +3,7 @@ package envelope
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,11 @@ type PurgeBatch struct {
 	// StoredFrom, when not zero, keeps only envelopes stored at or after it
 	// (those before are in partitions that go whole).
 	StoredFrom time.Time
+	// RowsBelow, when not 0, keeps only envelopes with an id below it: the
+	// partitions whose rows hold their body (BodiesInRowsBelow). Done and
+	// ignored envelopes stored since keep theirs in envelope_body, which
+	// goes a partition at a time (DropBodyPartitions).
+	RowsBelow int64
 	// Resolved takes resolved envelopes instead of done and ignored ones
 	// (few, served by the status index rather than the partial one the
 	// done and ignored pass walks), those whose last resolution is older
@@ -44,7 +50,8 @@ const purgeCandidates = `
 	   AND e.processed_at < $1
 	   AND (e.processed_at, e.id) > ($2, $3)
 	   AND NOT EXISTS (SELECT 1 FROM ledger_transaction t WHERE t.envelope_id = e.id)
-	   AND e.id >= $5
+	   AND e.id >= $5 AND e.id < $6
+	   AND (e.body IS NOT NULL OR e.payload IS NOT NULL)
 	 ORDER BY e.processed_at, e.id
 	 LIMIT $4`
 
@@ -79,7 +86,11 @@ func DropBodies(ctx context.Context, db DB, b PurgeBatch) (int, PurgeCursor, err
 	 WHERE e.id = c.id
 	RETURNING e.id, c.processed_at`
 	}
-	rows, err := db.Query(ctx, q, b.Cutoff, b.After.ProcessedAt, b.After.ID, b.Limit, IDAt(b.StoredFrom))
+	below := int64(math.MaxInt64)
+	if b.RowsBelow != 0 && !b.Resolved {
+		below = b.RowsBelow
+	}
+	rows, err := db.Query(ctx, q, b.Cutoff, b.After.ProcessedAt, b.After.ID, b.Limit, IDAt(b.StoredFrom), below)
 	if err != nil {
 		return 0, PurgeCursor{}, fmt.Errorf("drop bodies: %w", err)
 	}
@@ -97,4 +108,18 @@ func DropBodies(ctx context.Context, db DB, b PurgeBatch) (int, PurgeCursor, err
 		return 0, PurgeCursor{}, fmt.Errorf("drop bodies: %w", err)
 	}
 	return n, last, nil
+}
+
+// BodiesInRowsBelow returns the id below which envelopes may hold their
+// body in their own row (stored before envelope_body, migration 00200): the
+// upper bound of the newest live partition marked bodies_in_rows, or 1 (no
+// id) when none is left. Failed and resolved envelopes keep a copy in their
+// row wherever they are.
+func BodiesInRowsBelow(ctx context.Context, db DB) (int64, error) {
+	var below int64
+	err := db.QueryRow(ctx, `SELECT coalesce(max(upper_id), 1) FROM envelope_partition WHERE dropped_at IS NULL AND bodies_in_rows`).Scan(&below)
+	if err != nil {
+		return 0, fmt.Errorf("read the partitions holding bodies in rows: %w", err)
+	}
+	return below, nil
 }

@@ -62,8 +62,9 @@ func (s Selection) Where() (string, []any) {
 }
 
 func (s Selection) appendTo(q *sqlBuilder) {
+	start := len(q.conds)
 	if s.Replayable {
-		q.cond("(body IS NOT NULL OR payload IS NOT NULL)")
+		q.cond("(body IS NOT NULL OR payload IS NOT NULL OR EXISTS (" + bodyQuery("1") + "))")
 	}
 	if len(s.IDs) > 0 {
 		q.cond("id = ANY(" + q.arg(s.IDs) + "::bigint[])")
@@ -93,8 +94,14 @@ func (s Selection) appendTo(q *sqlBuilder) {
 	}
 	for _, c := range s.Contains {
 		// A literal text argument cast to jsonb: the planner sees the value
-		// (customPlan), and with status = failed uses envelope_failed_payload_idx.
-		q.cond("payload @> " + q.arg(string(c)) + "::jsonb")
+		// (customPlan). A failed or resolved envelope keeps its payload in
+		// its row, so status = failed uses envelope_failed_payload_idx; any
+		// other reads envelope_body's when the row has none.
+		if s.Status == StatusFailed || s.Status == StatusResolved {
+			q.cond("payload @> " + q.arg(string(c)) + "::jsonb")
+		} else {
+			q.cond("coalesce(payload, (" + bodyQuery("b.payload") + ")) @> " + q.arg(string(c)) + "::jsonb")
+		}
 	}
 	names := make([]string, 0, len(s.Headers))
 	for k := range s.Headers {
@@ -109,25 +116,53 @@ func (s Selection) appendTo(q *sqlBuilder) {
 		q.cond("EXISTS (SELECT 1 FROM jsonb_each_text(headers) h WHERE lower(h.key) = " + q.arg(strings.ToLower(k)) +
 			" AND h.value = " + q.arg(s.Headers[k]) + ")")
 	}
+	// The window's bounds on ids (IDAt, IDBefore, the cursors) prune the
+	// partitions of envelope, and of envelope_body in the conditions above
+	// that read the body.
+	var ids []string
 	if !s.Since.IsZero() {
 		q.cond("received_at >= " + q.arg(s.Since))
 		if !s.Since.Before(s.LegacyUntil) {
-			q.cond("id >= " + q.arg(IDAt(s.Since)))
+			ids = append(ids, ">= "+q.arg(IDAt(s.Since)))
+			q.cond("id " + ids[len(ids)-1])
 		}
 	}
 	if !s.Until.IsZero() {
 		// Legacy ids are all below any IDBefore: no exception needed.
-		q.cond("received_at < " + q.arg(s.Until) + " AND id < " + q.arg(IDBefore(s.Until)))
+		until := q.arg(s.Until)
+		ids = append(ids, "< "+q.arg(IDBefore(s.Until)))
+		q.cond("received_at < " + until + " AND id " + ids[len(ids)-1])
 	}
 	if s.AfterID != 0 {
-		q.cond("id > " + q.arg(s.AfterID))
+		ids = append(ids, "> "+q.arg(s.AfterID))
+		q.cond("id " + ids[len(ids)-1])
 	}
 	if s.MaxID != 0 {
-		q.cond("id <= " + q.arg(s.MaxID))
+		ids = append(ids, "<= "+q.arg(s.MaxID))
+		q.cond("id " + ids[len(ids)-1])
 	}
 	if s.BeforeID != 0 {
-		q.cond("id < " + q.arg(s.BeforeID))
+		ids = append(ids, "< "+q.arg(s.BeforeID))
+		q.cond("id " + ids[len(ids)-1])
 	}
+	var bounds strings.Builder
+	for _, b := range ids {
+		bounds.WriteString(" AND b.id " + b)
+	}
+	for i := start; i < len(q.conds); i++ {
+		q.conds[i] = strings.ReplaceAll(q.conds[i], bodyBounds, bounds.String())
+	}
+}
+
+// bodyBounds marks where bodyQuery's subquery takes the window's id bounds,
+// known once every condition is written.
+const bodyBounds = "/*window*/"
+
+// bodyQuery selects what of envelope_body's row of the envelope under
+// selection (envelope.id); appendTo bounds it by the window's ids, which
+// prune envelope_body's partitions when planned.
+func bodyQuery(what string) string {
+	return "SELECT " + what + " FROM envelope_body b WHERE b.id = envelope.id" + bodyBounds
 }
 
 // Indexed reports whether an index serves s, or its window's partitions
@@ -342,7 +377,11 @@ func CountLive(ctx context.Context, q pg.Querier, s Selection) (int, error) {
 // Purged returns, in id order, those of ids whose body and parsed payload
 // retention dropped: there is nothing left to process.
 func Purged(ctx context.Context, q pg.Querier, ids []int64) ([]int64, error) {
-	rows, err := q.Query(ctx, `SELECT id FROM envelope WHERE id = ANY($1::bigint[]) AND body IS NULL AND payload IS NULL ORDER BY id`, ids)
+	rows, err := q.Query(ctx, `
+		SELECT id FROM envelope
+		 WHERE id = ANY($1::bigint[]) AND body IS NULL AND payload IS NULL
+		   AND NOT EXISTS (SELECT 1 FROM envelope_body b WHERE b.id = envelope.id)
+		 ORDER BY id`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("check purged envelopes: %w", err)
 	}

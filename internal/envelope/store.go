@@ -546,12 +546,20 @@ func insertEnvelopes(ctx context.Context, tx pgx.Tx, items []prepared, idx []int
 			RETURNING delivery_id, source, envelope_id
 		), k AS (
 			SELECT * FROM fresh UNION ALL SELECT * FROM takeover
+		), e AS (
+			INSERT INTO envelope (id, source, provider, delivery_id, event_type, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, trace_context)
+			SELECT k.envelope_id, f.source, f.provider, f.delivery_id, f.event_type, f.headers, f.body_sha256, f.body_size, f.signed_at, f.origin, f.backfill_run_id, nullif(f.trace_context, '')
+			  FROM k JOIN first f ON f.source = k.source AND f.delivery_id = k.delivery_id
+			 ORDER BY f.ord
+			RETURNING id, source, delivery_id
+		), b AS (
+			-- The body in its own table (00200): retention drops it a
+			-- partition at a time, and the row the worker updates stays small.
+			INSERT INTO envelope_body (id, body, payload)
+			SELECT k.envelope_id, f.body, f.payload
+			  FROM k JOIN first f ON f.source = k.source AND f.delivery_id = k.delivery_id
 		)
-		INSERT INTO envelope (id, source, provider, delivery_id, event_type, body, payload, headers, body_sha256, body_size, signed_at, origin, backfill_run_id, trace_context)
-		SELECT k.envelope_id, f.source, f.provider, f.delivery_id, f.event_type, f.body, f.payload, f.headers, f.body_sha256, f.body_size, f.signed_at, f.origin, f.backfill_run_id, nullif(f.trace_context, '')
-		  FROM k JOIN first f ON f.source = k.source AND f.delivery_id = k.delivery_id
-		 ORDER BY f.ord
-		RETURNING id, source, delivery_id`,
+		SELECT id, source, delivery_id FROM e`,
 		sources, providers, ids, types, bodies, payloads, headers, sums, sizes, signed, origins, runs, traces)
 	if err != nil {
 		return nil, fmt.Errorf("insert envelopes: %w", err)

@@ -68,7 +68,7 @@ func TestContentLengthWithChunkedClosesTheConnection(t *testing.T) {
 	require.True(t, resp.Close, "the response says the connection closes")
 	_, err = br.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the connection is closed; the smuggled request is not answered")
-	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE delivery_id = 'clte-1' AND body = $1`, d.Body))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE delivery_id = 'clte-1' AND body = $1`, d.Body))
 
 	// A request with a Content-Length alone keeps its connection.
 	_, d2 := sample(provider.GitHub, "cl-only")

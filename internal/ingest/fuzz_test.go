@@ -43,7 +43,7 @@ func TestBodyJSONBCannotHoldIsStoredRaw(t *testing.T) {
 				d.Body = fmt.Appendf(nil, `{"id":%q,"object":"event","type":"payment.succeeded","note":%s,"data":{"object":{}}}`, id, frag)
 				r := b.send(t, source, d)
 				require.Equal(t, http.StatusAccepted, r.code, r.raw)
-				require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND body = $2 AND payload IS NULL`, r.EnvelopeID, d.Body))
+				require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE id = $1 AND body = $2 AND payload IS NULL`, r.EnvelopeID, d.Body))
 				require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, r.EnvelopeID))
 				again := b.send(t, source, d)
 				require.Equal(t, http.StatusOK, again.code, again.raw)
@@ -110,7 +110,7 @@ func FuzzIngest(f *testing.F) {
 			require.NoError(t, json.Unmarshal(raw, &res), "%s", raw)
 			// Stored under that envelope, or (a resend of its delivery id with
 			// another body, answered 200 duplicate) recorded as its conflict.
-			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND source = $2 AND body = $3`, res.EnvelopeID, source, body)+
+			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE id = $1 AND source = $2 AND body = $3`, res.EnvelopeID, source, body)+
 				pgtest.Count(t, b.pool, `SELECT least(count(*), 1) FROM envelope_conflict WHERE envelope_id = $1 AND source = $2 AND body = $3`, res.EnvelopeID, source, body),
 				"a %d must have this body stored under envelope %d or recorded as its conflict", code, res.EnvelopeID)
 			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND (args->>'envelope_id')::bigint = $1`, res.EnvelopeID))
@@ -119,9 +119,9 @@ func FuzzIngest(f *testing.F) {
 				wantNew = 1
 			}
 			require.Equal(t, before+wantNew, after)
-			if pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND payload IS NOT NULL`, res.EnvelopeID) == 1 {
+			if pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE id = $1 AND payload IS NOT NULL`, res.EnvelopeID) == 1 {
 				// A stored payload is the body, parsed.
-				require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND payload = convert_from(body, 'UTF8')::jsonb`, res.EnvelopeID))
+				require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE id = $1 AND payload = convert_from(body, 'UTF8')::jsonb`, res.EnvelopeID))
 			}
 		default:
 			t.Fatalf("%s: unexpected status %d %s", prov, code, raw)

@@ -51,7 +51,7 @@ sources:
 	require.Equal(t, http.StatusAccepted, r.code, r.raw)
 	var prov, id, typ string
 	var stored []byte
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT provider, delivery_id, event_type, body FROM envelope WHERE id = $1`, r.EnvelopeID).
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT provider, delivery_id, event_type, body FROM envelope_with_body WHERE id = $1`, r.EnvelopeID).
 		Scan(&prov, &id, &typ, &stored))
 	require.Equal(t, [3]string{"hmac", "Ev08MFMKH6", "app_mention"}, [3]string{prov, id, typ})
 	require.Equal(t, body, stored)

@@ -208,7 +208,7 @@ func TestAcceptedStoresEnvelopeAndJobForEachProvider(t *testing.T) {
 			require.NoError(t, b.pool.QueryRow(context.Background(), `
 				SELECT provider, delivery_id, event_type, status, body, headers, body_sha256,
 				       payload = convert_from(body, 'UTF8')::jsonb
-				  FROM envelope WHERE id = $1 AND source = $2`, r.EnvelopeID, source).
+				  FROM envelope_with_body WHERE id = $1 AND source = $2`, r.EnvelopeID, source).
 				Scan(&gotProvider, &deliveryID, &eventType, &status, &body, &headers, &sum, &payloadOK))
 			require.Equal(t, p, gotProvider)
 			require.Equal(t, id, deliveryID)
@@ -274,7 +274,7 @@ func TestSameDeliveryIDDifferentBodyIs200DuplicateAndRecorded(t *testing.T) {
 	env, jobs, conflicts := b.stored(t)
 	require.Equal(t, [3]int{1, 1, 1}, [3]int{env, jobs, conflicts})
 	// The original is untouched.
-	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND body = $2`, first.EnvelopeID, original))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE id = $1 AND body = $2`, first.EnvelopeID, original))
 	require.Equal(t, 0, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_duplicate`), "a conflict is not a duplicate")
 	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1 AND body = $2 AND body_sha256 = sha256($2)`, first.EnvelopeID, d.Body))
 
@@ -335,7 +335,7 @@ func TestVerifiedDeliveryIsStoredWhateverItsBody(t *testing.T) {
 				payload   *string
 			)
 			require.NoError(t, b.pool.QueryRow(context.Background(),
-				`SELECT event_type, body, payload::text FROM envelope WHERE id = $1`, r.EnvelopeID).Scan(&eventType, &body, &payload))
+				`SELECT event_type, body, payload::text FROM envelope_with_body WHERE id = $1`, r.EnvelopeID).Scan(&eventType, &body, &payload))
 			require.Equal(t, c.wantType, eventType)
 			require.Equal(t, c.d.Body, body, "raw body byte-exact")
 			if c.wantPayload == "" {

@@ -143,7 +143,7 @@ func TestFullBodyBudgetAnswers503(t *testing.T) {
 	waitFor(t, srv, "the body budget to drain", func(n int64) bool { return n == 0 })
 	r = b.send(t, "github", big)
 	require.Equal(t, http.StatusAccepted, r.code, r.raw)
-	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE delivery_id = 'big-during-stall' AND body = $1`, big.Body))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE delivery_id = 'big-during-stall' AND body = $1`, big.Body))
 }
 
 // Bodies read through the budget arrive byte-exact whatever their size and
@@ -170,7 +170,7 @@ func TestBudgetedBodiesAreExact(t *testing.T) {
 			}
 			r := do(t, req)
 			require.Equal(t, http.StatusAccepted, r.code, "%d bytes chunked=%v: %s", len(body), chunked, r.raw)
-			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE delivery_id = $1 AND body = $2`, id, body))
+			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE delivery_id = $1 AND body = $2`, id, body))
 		}
 	}
 	over := webhooktest.Delivery{Provider: provider.GitHub, Secret: githubSecret, DeliveryID: "over", EventType: "push",

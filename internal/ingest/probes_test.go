@@ -61,7 +61,7 @@ func githubDelivery(id string, body []byte) webhooktest.Delivery {
 }
 
 func payloadIsNull(t *testing.T, b *bundle, id string) {
-	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE delivery_id = $1 AND payload IS NULL AND body IS NOT NULL`, id))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE delivery_id = $1 AND payload IS NULL AND body IS NOT NULL`, id))
 }
 
 var probes = []probe{
@@ -81,7 +81,7 @@ var probes = []probe{
 	{name: "emoji as a surrogate pair keeps its parsed payload", id: "p-pair", code: http.StatusAccepted, stored: 1,
 		send: signed("github", githubDelivery("p-pair", []byte(`{"ref":"\ud83d\ude00"}`)), nil),
 		check: func(t *testing.T, b *bundle, _ *http.Response, _ []byte) {
-			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE delivery_id = 'p-pair' AND payload->>'ref' = '😀'`))
+			require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE delivery_id = 'p-pair' AND payload->>'ref' = '😀'`))
 		}},
 
 	// 7. Request ids are the server's; logged request strings are bounded.

@@ -78,7 +78,15 @@ type Report struct {
 	BodyCutoff time.Time `json:"body_cutoff"`
 	// DeleteCutoff: done/ignored envelopes processed before it are deleted.
 	DeleteCutoff time.Time `json:"delete_cutoff"`
-	// BodiesDropped counts envelopes whose body and payload were set to NULL.
+	// BodyPartitions lists the body partitions (envelope_body) past
+	// BodyCutoff, oldest first, and what became of each: dropped, held (it
+	// still holds pending envelopes; the others are tried), busy, or, in a
+	// dry run, would drop. Envelopes: the done and ignored envelopes whose
+	// body went with it (for a held one, how many are pending).
+	BodyPartitions []envelope.PartitionDrop `json:"body_partitions"`
+	// BodiesDropped counts the envelopes whose body and payload were set to
+	// NULL in their row: rows stored before envelope_body, and the copies
+	// resolved envelopes keep (BodyPartitions count the rest).
 	BodiesDropped int64 `json:"bodies_dropped"`
 	// Partitions lists the partitions past DeleteCutoff, oldest first, and
 	// what became of each: dropped, held (it still holds pending
@@ -107,14 +115,20 @@ const LockWait = 500 * time.Millisecond
 // tuples, no WAL per row (envelope.DropPartitions). A partition that still
 // holds a pending envelope stops it there (work not done is never
 // dropped), and is reported held. Then it sweeps the dedup keys of dropped
-// envelopes, in batches. Last, in batches of cfg.BatchSize envelopes, each
-// its own short transaction, it sets body and payload to NULL and
-// body_purged_at to now() on done/ignored envelopes processed before now()
-// - BodyAfter, in (processed_at, id) order, never one referenced by a
-// ledger transaction (its evidence is kept whole until its partition
-// goes), stopping after a batch smaller than the batch size.
+// envelopes, in batches. Then it drops the bodies (envelope_body) of each
+// partition whose envelopes were all stored before now() - BodyAfter, a
+// partition at a time (envelope.DropBodyPartitions), ledger postings or
+// not: the posting keeps its link to the delivery, the row its hash. Last,
+// for the bodies still held in rows (envelopes stored before envelope_body,
+// migration 00200), in batches of cfg.BatchSize envelopes, each its own
+// short transaction, it sets body and payload to NULL and body_purged_at to
+// now() on done/ignored envelopes processed before now() - BodyAfter, in
+// (processed_at, id) order, never one referenced by a ledger transaction,
+// stopping after a batch smaller than the batch size; and likewise on
+// resolved envelopes resolved before it.
 //
-// Failed envelopes keep their body, and go with their partition.
+// Failed envelopes keep their body (a copy in their row), and go with their
+// partition.
 // Rows locked by someone else (a replay, a duplicate being counted) are
 // skipped by the body phase, and left for the next run.
 //
@@ -162,14 +176,27 @@ func Purge(ctx context.Context, pool *pgxpool.Pool, cfg Config) (Report, error) 
 		}
 	}
 
-	// Bodies of envelopes whose partition went (or, in a dry run, would go)
-	// are not counted again.
-	batch := envelope.PurgeBatch{Cutoff: rep.BodyCutoff, Limit: cfg.BatchSize, DryRun: cfg.DryRun}
+	// Bodies a partition at a time (envelope_body, migration 00200), but
+	// those of partitions that went (or, in a dry run, would go) whole.
+	var gone time.Time
 	for _, p := range rep.Partitions {
 		if p.Outcome == envelope.PartitionDropped || p.Outcome == envelope.PartitionWouldDrop {
-			batch.StoredFrom = p.UpperAt
+			gone = p.UpperAt
 		}
 	}
+	rep.BodyPartitions, err = envelope.DropBodyPartitions(ctx, pool, rep.BodyCutoff, gone, LockWait, cfg.DryRun)
+	if err != nil {
+		return rep, err
+	}
+
+	// Bodies in rows: of envelopes stored before envelope_body, and the
+	// copies resolved envelopes keep. Those of envelopes whose partition
+	// went (or, in a dry run, would go) are not counted again.
+	below, err := envelope.BodiesInRowsBelow(ctx, pool)
+	if err != nil {
+		return rep, err
+	}
+	batch := envelope.PurgeBatch{Cutoff: rep.BodyCutoff, Limit: cfg.BatchSize, DryRun: cfg.DryRun, RowsBelow: below, StoredFrom: gone}
 	// Done and ignored envelopes, then resolved ones (failed envelopes an
 	// operator closed: final too, and few).
 	for _, resolved := range []bool{false, true} {

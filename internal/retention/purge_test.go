@@ -320,7 +320,7 @@ func TestPurgeWorksInBatches(t *testing.T) {
 			got.Partitions = nil
 			require.Equal(t, tc.want, got)
 			if tc.wantAll {
-				require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE body IS NOT NULL`))
+				require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE body IS NOT NULL`))
 			}
 		})
 	}
@@ -465,22 +465,29 @@ func TestTombstoneStillBlocksARedeliveredID(t *testing.T) {
 	first, err := store.Insert(b.ctx, delivery)
 	require.NoError(t, err)
 	require.False(t, first.Duplicate)
-	// Processed 40 days ago (as the worker would have), then purged.
+	// Stored and processed 40 days ago (as the worker would have), then
+	// its day's bodies dropped.
 	_, err = b.pool.Exec(b.ctx, `
-		UPDATE envelope SET status = 'done', attempts = 1, received_at = now() - interval '40 days',
-		                    processed_at = now() - interval '40 days' WHERE id = $1`, first.EnvelopeID)
+		UPDATE envelope SET status = 'done', attempts = 1, processed_at = now() - interval '40 days' WHERE id = $1`, first.EnvelopeID)
 	require.NoError(t, err)
-	require.Equal(t, retention.Report{BodiesDropped: 1, Batches: 1}, counts(purge(t, b, retention.Config{})))
-	tomb := b.envelopeJSON(t, first.EnvelopeID)
-	require.Nil(t, tomb["body"])
-	require.NotNil(t, tomb["body_purged_at"])
+	id := envelopetest.MoveTo(t, b.pool, first.EnvelopeID, time.Now().Add(-40*24*time.Hour))
+	bodies := counts(purge(t, b, retention.Config{}))
+	require.Len(t, bodies.BodyPartitions, 1)
+	require.Equal(t, envelope.PartitionDropped, bodies.BodyPartitions[0].Outcome)
+	require.Equal(t, int64(1), bodies.BodyPartitions[0].Envelopes)
+	require.Zero(t, bodies.BodiesDropped, "no row rewritten")
+	require.Nil(t, b.envelopeJSON(t, id)["body"])
+	tomb, err := envelope.LoadDetail(b.ctx, b.pool, id, false)
+	require.NoError(t, err)
+	require.Nil(t, tomb.Body)
+	require.NotNil(t, tomb.BodyPurgedAt)
 	jobs := pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`)
 
 	again, err := store.Insert(b.ctx, delivery)
 	require.NoError(t, err)
-	require.Equal(t, envelope.InsertResult{EnvelopeID: first.EnvelopeID, Duplicate: true}, again)
+	require.Equal(t, envelope.InsertResult{EnvelopeID: id, Duplicate: true}, again)
 	require.Equal(t, jobs, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`), "a redelivery enqueued a job")
-	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_duplicate WHERE envelope_id = $1`, first.EnvelopeID))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_duplicate WHERE envelope_id = $1`, id))
 
 	other := delivery
 	other.Body = []byte(`{"ref":"refs/heads/evil","repository":{"full_name":"octo/repo"},"commits":[]}`)
@@ -488,16 +495,16 @@ func TestTombstoneStillBlocksARedeliveredID(t *testing.T) {
 	_, err = store.Insert(b.ctx, other)
 	var conflict *envelope.ConflictError
 	require.ErrorAs(t, err, &conflict)
-	require.Equal(t, first.EnvelopeID, conflict.EnvelopeID)
+	require.Equal(t, id, conflict.EnvelopeID)
 	require.Equal(t, jobs, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job`))
 	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope`))
-	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1`, first.EnvelopeID))
-	require.Nil(t, b.envelopeJSON(t, first.EnvelopeID)["body"], "the conflict restored a body")
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_conflict WHERE envelope_id = $1`, id))
+	require.Nil(t, b.envelopeJSON(t, id)["body"], "the conflict restored a body")
 
 	// Once the tombstone window is over too, the id is forgotten: its
 	// partition is dropped, and the key, left behind, is taken over by the
 	// next delivery of the id (before the sweep deletes it, and after).
-	moved := envelopetest.MoveTo(t, b.pool, first.EnvelopeID, time.Now().Add(-91*24*time.Hour))
+	moved := envelopetest.MoveTo(t, b.pool, id, time.Now().Add(-91*24*time.Hour))
 	rep := purge(t, b, retention.Config{})
 	require.Equal(t, int64(1), dropped(t, rep, envelope.PartitionDropped))
 	require.Equal(t, int64(1), rep.KeysSwept)

@@ -287,6 +287,6 @@ func TestBatchedPaymentsPostOnceEvenWhenOneBatchHoldsThemTwice(t *testing.T) {
 	require.Equal(t, 1000, pgtest.Count(t, b.pool, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'`))
 	require.Equal(t, 2, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND result->>'posted' = 'false'`, ids))
 	// Every envelope's result names the transaction that records its payment.
-	require.Equal(t, 12, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope e JOIN ledger_transaction t ON t.id = (e.result->>'ledger_transaction_id')::bigint
+	require.Equal(t, 12, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body e JOIN ledger_transaction t ON t.id = (e.result->>'ledger_transaction_id')::bigint
 		WHERE e.id = ANY($1) AND t.idempotency_key = 'standard:m_1:payment:' || (e.payload->'data'->>'payment_id')`, ids))
 }

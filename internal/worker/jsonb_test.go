@@ -20,7 +20,7 @@ func TestBodyJSONBCannotHoldIsProcessed(t *testing.T) {
 	body := []byte(`{"type":"payment.succeeded","note":"Thanks \ud83d","big":1e1000000,` +
 		`"data":{"payment_id":"pay_jsonb","merchant_id":"m_jsonb","amount_minor":4321,"currency":"EUR"}}`)
 	id := b.insert(t, "standard", "msg_jsonb", "payment.succeeded", body, 0)
-	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = $1 AND payload IS NULL AND body = $2`, id, body))
+	require.Equal(t, 1, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope_with_body WHERE id = $1 AND payload IS NULL AND body = $2`, id, body))
 	e := b.waitFinal(t, id)
 	require.Equal(t, envelope.StatusDone, e.Status, "last error %v", e.LastError)
 	require.Equal(t, 4321, pgtest.Count(t, b.pool, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_jsonb' AND account = 'psp_clearing'"))

@@ -126,6 +126,12 @@ func CreateMany(ctx context.Context, q pg.Querier, rows []Row) ([]int64, error) 
 			  FROM r ORDER BY ord
 		), keys AS (
 			INSERT INTO envelope_key (delivery_id, source, envelope_id) SELECT delivery_id, source, id FROM r
+		), layout AS (
+			-- Bodies in the rows, as before envelope_body (00200): the
+			-- row-by-row body purge goes through these partitions.
+			UPDATE envelope_partition p SET bodies_in_rows = true
+			 WHERE p.dropped_at IS NULL AND NOT p.bodies_in_rows
+			   AND EXISTS (SELECT 1 FROM r WHERE r.id >= coalesce(p.lower_id, -9223372036854775808) AND r.id < p.upper_id)
 		)
 		SELECT array_agg(id ORDER BY ord) FROM r`,
 		c.source, c.provider, c.deliveryID, c.eventType, c.status, c.body, c.payload, c.headers,
@@ -180,6 +186,8 @@ func MoveTo(t testing.TB, q pg.Querier, id int64, at time.Time) int64 {
 	err := q.QueryRow(ctx, `
 		WITH n AS MATERIALIZED (SELECT envelope_id_at($2) | (nextval('envelope_id_seq') & 1048575) AS id),
 		e AS (UPDATE envelope SET id = n.id, received_at = $2 FROM n WHERE envelope.id = $1 RETURNING envelope.id),
+		ob AS (DELETE FROM envelope_body WHERE id = $1 RETURNING body, payload),
+		nb AS (INSERT INTO envelope_body (id, body, payload) SELECT n.id, ob.body, ob.payload FROM n, ob),
 		k AS (UPDATE envelope_key SET envelope_id = n.id FROM n WHERE envelope_id = $1),
 		a AS (UPDATE envelope_attempt SET envelope_id = n.id FROM n WHERE envelope_id = $1),
 		d AS (UPDATE envelope_duplicate SET envelope_id = n.id FROM n WHERE envelope_id = $1),

@@ -1,0 +1,118 @@
+package retention_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
+	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/retention"
+)
+
+// Bodies stored through ingest's insert live in envelope_body and go a
+// partition at a time once the partition ended before the body window
+// (migration 00200): no row of envelope is rewritten. A partition with a
+// pending envelope is held. A failed envelope keeps the copy the worker put
+// in its row, so it can still be replayed; the done and ignored ones lose
+// theirs (their row, its digest and the delivery id stay until the
+// tombstone window). A dry run says what would go and changes nothing.
+func TestPurgeDropsBodiesAPartitionAtATime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc, err := envelope.NewInsertClient(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	store := envelope.NewStoreWith(b.pool, rc, envelope.StoreOptions{})
+	body := func(i int) string {
+		return fmt.Sprintf(`{"type":"payment.succeeded","data":{"payment_id":"pay_%d"}}`, i)
+	}
+	ids := make([]int64, 5)
+	for i := range ids {
+		res, err := store.Insert(b.ctx, envelope.NewDelivery{Source: "src", Provider: "github", DeliveryID: fmt.Sprintf("bodies-%d", i),
+			EventType: "push", Body: []byte(body(i)), Payload: []byte(body(i)), Headers: map[string]string{"X-GitHub-Event": "push"}})
+		require.NoError(t, err)
+		ids[i] = res.EnvelopeID
+	}
+	finish := func(id int64, st envelope.Status) {
+		t.Helper()
+		out := envelope.OutcomeDone
+		if st == envelope.StatusFailed {
+			out = envelope.OutcomeFailed
+		}
+		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := envelope.FinishMany(b.ctx, tx, "w", []envelope.Record{{EnvelopeID: id, Status: st, Result: json.RawMessage(`{}`),
+				Attempt: envelope.Attempt{Attempt: 1, Outcome: out, Error: "permanent: x", StartedAt: time.Now()}}})
+			return err
+		}))
+	}
+	done, failed, done2, pending, bare := ids[0], ids[1], ids[2], ids[3], ids[4]
+	finish(done, envelope.StatusDone)
+	finish(failed, envelope.StatusFailed)
+	finish(done2, envelope.StatusDone)
+	// Failed by hand, without the worker's copy: the drop makes one.
+	_, err = b.pool.Exec(b.ctx, `UPDATE envelope SET status = 'failed', processed_at = now() WHERE id = $1`, bare)
+	require.NoError(t, err)
+	// Stored 40 days ago, in that day's partitions (envelope and envelope_body).
+	at := time.Now().Add(-40 * 24 * time.Hour)
+	for i, id := range ids {
+		ids[i] = envelopetest.MoveTo(t, b.pool, id, at)
+	}
+	done, failed, done2, pending, bare = ids[0], ids[1], ids[2], ids[3], ids[4]
+	day := at.UTC().Format("20060102")
+	bodyPartition := func() bool {
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_class WHERE relname = $1`, "envelope_body_"+day) == 1
+	}
+	bodyOf := func(id int64) []byte {
+		t.Helper()
+		e, err := envelope.Get(b.ctx, b.pool, id)
+		require.NoError(t, err)
+		return e.Body
+	}
+	require.True(t, bodyPartition())
+
+	rep := purge(t, b, retention.Config{DryRun: true})
+	require.Equal(t, []envelope.PartitionDrop{{Name: day, UpperAt: rep.BodyPartitions[0].UpperAt, Outcome: envelope.PartitionHeld, Envelopes: 1}}, rep.BodyPartitions)
+	rep = purge(t, b, retention.Config{})
+	require.Len(t, rep.BodyPartitions, 1)
+	require.Equal(t, envelope.PartitionHeld, rep.BodyPartitions[0].Outcome, "a pending envelope holds its body")
+	require.True(t, bodyPartition())
+	require.Equal(t, body(0), string(bodyOf(done)))
+
+	finish(pending, envelope.StatusDone)
+	rep = purge(t, b, retention.Config{DryRun: true})
+	require.Equal(t, envelope.PartitionWouldDrop, rep.BodyPartitions[0].Outcome)
+	require.Equal(t, int64(3), rep.BodyPartitions[0].Envelopes, "three done")
+	require.True(t, bodyPartition(), "a dry run changes nothing")
+	rep = purge(t, b, retention.Config{})
+	require.Equal(t, []envelope.PartitionDrop{{Name: day, UpperAt: rep.BodyPartitions[0].UpperAt, Outcome: envelope.PartitionDropped, Envelopes: 3}}, rep.BodyPartitions)
+	require.Zero(t, rep.BodiesDropped, "no row rewritten")
+	require.False(t, bodyPartition())
+
+	for _, id := range []int64{done, done2, pending} {
+		require.Nil(t, bodyOf(id))
+		d, err := envelope.LoadDetail(b.ctx, b.pool, id, false)
+		require.NoError(t, err)
+		require.NotNil(t, d.BodyPurgedAt, "when its body partition went")
+	}
+	purged, err := envelope.Purged(b.ctx, b.pool, ids)
+	require.NoError(t, err)
+	require.Equal(t, []int64{done, done2, pending}, purged)
+	require.Equal(t, body(1), string(bodyOf(failed)), "the failed envelope's copy")
+	require.Equal(t, body(4), string(bodyOf(bare)), "the copy the drop made")
+	d, err := envelope.LoadDetail(b.ctx, b.pool, failed, false)
+	require.NoError(t, err)
+	require.Nil(t, d.BodyPurgedAt)
+	require.Equal(t, 5, pgtest.Count(t, b.pool, `SELECT count(*) FROM envelope WHERE id = ANY($1)`, ids), "the rows stay")
+	require.Equal(t, 2, pgtest.Count(t, b.pool, `
+		SELECT count(*) FROM envelope_with_body WHERE id = ANY($1) AND body IS NOT NULL`, ids))
+
+	rep = purge(t, b, retention.Config{})
+	require.Empty(t, rep.BodyPartitions, "nothing left to drop")
+}
