@@ -3,6 +3,7 @@ package envelope_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +144,34 @@ func TestLoadDetail(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, c)
 	require.Empty(t, c)
+}
+
+// A selection by cause without a status (a replay's dry run by cause: the
+// failed ones and the pending ones between retries) has an index on every
+// partition (migration 00201, partial on last_cause IS NOT NULL; on this
+// small database the migration built it on every existing partition, and
+// a partition made since gets it when attached), and its plan can use it.
+func TestCauseSelectionHasAnIndexOnEveryPartition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `SELECT envelope_partition_create(date_trunc('day', now()) + interval '20 days', date_trunc('day', now()) + interval '21 days')`)
+	require.NoError(t, err)
+	require.Zero(t, pgtest.Count(t, b.pool, `
+		SELECT count(*) FROM pg_inherits i
+		 WHERE i.inhparent = 'envelope'::regclass
+		   AND NOT EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = i.inhrelid
+		                      AND pg_get_indexdef(x.indexrelid) LIKE '%(last_cause, id) WHERE (last_cause IS NOT NULL)')`))
+
+	sql, args := envelope.SummariesSQL(envelope.Selection{Cause: "unknown_currency", NotStatus: envelope.StatusResolved}, 50, false)
+	tx := pgtest.Tx(t, b.pool)
+	_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan = off`)
+	require.NoError(t, err)
+	rows, err := tx.Query(ctx, "EXPLAIN "+sql, envelope.CustomPlan(args)...)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	require.Regexp(t, `Index Cond: \(last_cause = `, plan)
+	require.Regexp(t, `using envelope_\d{8}\w*_(cause|last_cause_id)_idx`, plan)
 }
