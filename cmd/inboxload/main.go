@@ -28,6 +28,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -143,6 +145,7 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	deadline := fs.Duration("deadline", 0, "count the requests answered later than this after they were due (late)")
 	resend := fs.Bool("resend-refused", false, "after the load, resend once each delivery that got no 2xx, and report the answers")
 	verifyURL := fs.String("verify-database-url", "", "after the load, check in this database that every acknowledged delivery is stored, and which refused ones are")
+	bodyBytes := fs.Int("body-bytes", 0, "pad each payment body to about this many bytes (a metadata object: half digests that do not compress, half text that does, as providers' events); 0: the bare payment, ~150 bytes")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -156,7 +159,7 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	post := func(n int64) (answer, error) {
 		m := fmt.Sprintf("m_%03d", n%int64(*merchants))
 		d := webhooktest.Delivery{Provider: provider.Standard, Secret: secret, DeliveryID: id(n),
-			Body: webhooktest.StandardPayment("pay_"+id(n), m, 1000+n%1000, "EUR")}
+			Body: padBody(webhooktest.StandardPayment("pay_"+id(n), m, 1000+n%1000, "EUR"), *bodyBytes, id(n))}
 		req, err := d.Request(ctx, endpoint)
 		if err != nil {
 			return answer{}, err
@@ -450,4 +453,26 @@ func runRSS(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return json.NewEncoder(stdout).Encode(out)
+}
+
+// padBody returns the JSON object body grown to about n bytes by a
+// "metadata" member: half hex digests chained from seed (they do not
+// compress), half repeated text (it does), as a provider's event carries
+// ids and descriptions. A body already n bytes or more is returned as is.
+func padBody(body []byte, n int, seed string) []byte {
+	const frame = `,"metadata":{"fingerprint":"","note":""}`
+	extra := n - len(body) - len(frame)
+	if extra <= 0 || len(body) == 0 || body[len(body)-1] != '}' {
+		return body
+	}
+	var digests strings.Builder
+	sum := sha256.Sum256([]byte(seed))
+	for digests.Len() < extra/2 {
+		digests.WriteString(hex.EncodeToString(sum[:]))
+		sum = sha256.Sum256(sum[:])
+	}
+	note := strings.Repeat("Widget, standard edition, boxed. ", extra/33+1)[:extra-extra/2]
+	out := append([]byte(nil), body[:len(body)-1]...)
+	out = fmt.Appendf(out, `,"metadata":{"fingerprint":"%s","note":"%s"}`, digests.String()[:extra/2], note)
+	return append(out, '}')
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
 // -h says how to use it and succeeds (issue 23: it exited 1 with
@@ -70,4 +72,28 @@ func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
 	require.NotNil(t, res.Resent)
 	require.Equal(t, map[string]int{"503": 3, "unanswered": 3}, res.Resent.Codes)
 	require.Equal(t, int64(6), resends.Load())
+}
+
+// --body-bytes grows a payment to the size asked, still one valid JSON
+// object with the payment's fields; each delivery's digests differ.
+func TestPadBodyReachesTheSizeAsked(t *testing.T) {
+	base := webhooktest.StandardPayment("pay_1", "m_001", 1000, "EUR")
+	require.Equal(t, base, padBody(base, 0, "a"), "0: the bare payment")
+	require.Equal(t, base, padBody(base, len(base), "a"))
+	for _, n := range []int{300, 1700, 8000} {
+		got := padBody(base, n, "load-1")
+		require.Equal(t, n, len(got))
+		var doc struct {
+			Type string
+			Data struct {
+				PaymentID string `json:"payment_id"`
+			}
+			Metadata struct{ Fingerprint, Note string }
+		}
+		require.NoError(t, json.Unmarshal(got, &doc), "%s", got)
+		require.Equal(t, "payment.succeeded", doc.Type)
+		require.Equal(t, "pay_1", doc.Data.PaymentID)
+		require.NotEmpty(t, doc.Metadata.Fingerprint)
+		require.NotEqual(t, got, padBody(base, n, "load-2"))
+	}
 }
