@@ -75,15 +75,16 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 	}
 	// What a partition holds is spread over the seconds between its first
 	// and last envelope (two probes of its primary key), not over its
-	// width: today's partition is filled up to now only.
+	// width: today's partition is filled up to now only. envelope_span
+	// plans each partition's probe by itself (migration 00202): a LATERAL
+	// min/max over envelope was planned over every partition kept.
 	rows, err := q.Query(ctx, `
 		SELECT p.name, p.lower_at, p.upper_at, p.upper_id, envelope_id_time(m.lo), envelope_id_time(m.hi),
 		       coalesce((SELECT sum(c.n) FROM envelope_count c
 		                  WHERE c.kind IN ('pending', 'done', 'failed', 'ignored', 'resolved')
 		                    AND c.bucket <@ envelope_count_range(p.lower_id, p.upper_id)), 0)::bigint
 		  FROM envelope_partition p
-		  LEFT JOIN LATERAL (SELECT min(e.id) AS lo, max(e.id) AS hi FROM envelope e
-		                      WHERE e.id >= p.lower_id AND e.id < p.upper_id) m ON p.lower_id IS NOT NULL
+		  LEFT JOIN LATERAL envelope_span(p.lower_id, p.upper_id) m ON p.lower_id IS NOT NULL
 		 WHERE p.dropped_at IS NULL
 		   AND ($1::timestamptz IS NULL OR p.upper_at > $1)
 		   AND ($2::timestamptz IS NULL OR p.lower_at IS NULL OR p.lower_at < $2)
