@@ -37,12 +37,12 @@ func LoadDetail(ctx context.Context, q pg.Querier, id int64, noBody bool) (*Deta
 	dest := append(summaryDest(&d.Summary), &d.Headers, &d.BodySHA256, &d.Body, &d.BodyPurgedAt, &d.SignedAt, &result,
 		&d.LastDuplicateAt, &d.Origin, &d.BackfillRunID, &d.TraceContext)
 	err := q.QueryRow(ctx, `
-		SELECT `+summaryColumns+`, headers, body_sha256,
-		       CASE WHEN $2 THEN NULL ELSE coalesce(envelope.body, (SELECT b.body FROM envelope_body b WHERE b.id = envelope.id)) END,
+		SELECT `+summaryColumnsWithin([]string{"= $1"})+`, headers, body_sha256,
+		       CASE WHEN $2 THEN NULL ELSE coalesce(envelope.body, (SELECT b.body FROM envelope_body b WHERE b.id = $1)) END,
 		       CASE WHEN envelope.body IS NULL AND envelope.payload IS NULL
 		            THEN coalesce(body_purged_at, envelope_body_dropped_at(envelope.id)) END,
 		       signed_at, result,
-		       (SELECT max(d.received_at) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
+		       (SELECT max(d.received_at) FROM envelope_duplicate d WHERE d.envelope_id = $1),
 		       origin, backfill_run_id, trace_context
 		  FROM envelope WHERE id = $1`, id, noBody).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -57,7 +57,13 @@ const envelopeColumns = `envelope.id, source, provider, delivery_id, event_type,
 	(SELECT max(r.replayed_at) FROM envelope_replay r WHERE r.envelope_id = envelope.id),
 	coalesce(trace_context, '')`
 
-const envelopeFrom = `envelope LEFT JOIN envelope_body b ON b.id = envelope.id`
+// envelopeFrom joins the body of the envelopes whose ids are ids (a SQL
+// expression: "$1", "ANY($1)"): the join names them too, so the executor
+// prunes envelope_body to their partitions before it starts, where the join
+// column alone would open every partition kept.
+func envelopeFrom(ids string) string {
+	return `envelope LEFT JOIN envelope_body b ON b.id = envelope.id AND b.id = ` + ids
+}
 
 func scanEnvelope(row pgx.Row) (*Envelope, error) {
 	var e Envelope
@@ -98,7 +104,7 @@ func Lock(ctx context.Context, tx pgx.Tx, id int64) (*Envelope, time.Time, error
 
 // Get loads one envelope without locking it.
 func Get(ctx context.Context, q pg.Querier, id int64) (*Envelope, error) {
-	e, err := scanEnvelope(q.QueryRow(ctx, `SELECT `+envelopeColumns+` FROM `+envelopeFrom+` WHERE envelope.id = $1`, id))
+	e, err := scanEnvelope(q.QueryRow(ctx, `SELECT `+envelopeColumns+` FROM `+envelopeFrom("$1")+` WHERE envelope.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("envelope %d: %w", id, ErrNotFound)
 	}
@@ -118,7 +124,7 @@ var ErrNotPending = errors.New("envelope is no longer pending")
 // With skipLocked, rows another transaction holds are left out instead of
 // waited for (the caller tells them from missing ones with Existing).
 func LockMany(ctx context.Context, tx pgx.Tx, ids []int64, skipLocked bool) (map[int64]*Envelope, map[int64]time.Time, error) {
-	q := `SELECT clock_timestamp(), ` + envelopeColumns + ` FROM ` + envelopeFrom + ` WHERE envelope.id = ANY($1) ORDER BY envelope.id FOR NO KEY UPDATE OF envelope`
+	q := `SELECT clock_timestamp(), ` + envelopeColumns + ` FROM ` + envelopeFrom("ANY($1)") + ` WHERE envelope.id = ANY($1) ORDER BY envelope.id FOR NO KEY UPDATE OF envelope`
 	if skipLocked {
 		q += ` SKIP LOCKED`
 	}

@@ -152,6 +152,7 @@ func (s Selection) appendTo(q *sqlBuilder) {
 	for i := start; i < len(q.conds); i++ {
 		q.conds[i] = strings.ReplaceAll(q.conds[i], bodyBounds, bounds.String())
 	}
+	q.ids = append(q.ids, ids...)
 }
 
 // bodyBounds marks where bodyQuery's subquery takes the window's id bounds,
@@ -180,6 +181,9 @@ func (s Selection) Indexed() bool {
 type sqlBuilder struct {
 	conds []string
 	args  []any
+	// ids are the window's id bounds appendTo wrote (">= $2", ...), for
+	// the subqueries of other tables on envelope's partition bounds.
+	ids []string
 }
 
 // arg adds v as the next argument and returns its placeholder.
@@ -233,13 +237,35 @@ type Summary struct {
 	Reason *string `json:"reason"`
 }
 
+// summaryColumns are summaryDest's columns. The subqueries of duplicates
+// and conflicts (partitioned on envelope's bounds) take the statement's id
+// bounds (summaryColumnsWithin), so the planner keeps only the window's
+// partitions: against envelope.id alone, each was planned over every
+// partition kept.
 const summaryColumns = `id, source, provider, delivery_id, event_type, status, received_at,
 	processed_at, attempts, last_error, last_cause,
-	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id),
-	(SELECT count(*) FROM envelope_conflict c WHERE c.envelope_id = envelope.id), body_size,
+	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id` + dupBounds + `),
+	(SELECT count(*) FROM envelope_conflict c WHERE c.envelope_id = envelope.id` + conflictBounds + `), body_size,
 	CASE WHEN status = 'ignored' THEN result->>'reason'
 	     WHEN status = 'resolved' THEN (SELECT r.reason FROM envelope_resolution r
 	                                      WHERE r.envelope_id = envelope.id AND r.action = 'resolve' ORDER BY r.id DESC LIMIT 1) END`
+
+// Where summaryColumns' subqueries take their id bounds.
+const (
+	dupBounds = "/*window d*/"
+	conflictBounds = "/*window c*/"
+)
+
+// summaryColumnsWithin is summaryColumns with each subquery bounded by ids
+// (each an operator and a placeholder, as "< $3").
+func summaryColumnsWithin(ids []string) string {
+	var d, c strings.Builder
+	for _, b := range ids {
+		d.WriteString(" AND d.envelope_id " + b)
+		c.WriteString(" AND c.envelope_id " + b)
+	}
+	return strings.NewReplacer(dupBounds, d.String(), conflictBounds, c.String()).Replace(summaryColumns)
+}
 
 // summaryDest returns the scan destinations of summaryColumns into s.
 func summaryDest(s *Summary) []any {
@@ -280,7 +306,7 @@ func SummariesSQL(s Selection, limit int, oldestFirst bool) (string, []any) {
 	if oldestFirst {
 		order = "ASC"
 	}
-	return `SELECT ` + summaryColumns + ` FROM envelope WHERE ` + b.where() + ` ORDER BY id ` + order + ` LIMIT ` + b.arg(limit), b.args
+	return `SELECT ` + summaryColumnsWithin(b.ids) + ` FROM envelope WHERE ` + b.where() + ` ORDER BY id ` + order + ` LIMIT ` + b.arg(limit), b.args
 }
 
 // Count returns how many envelopes s selects.
