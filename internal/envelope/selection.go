@@ -252,7 +252,7 @@ const summaryColumns = `id, source, provider, delivery_id, event_type, status, r
 
 // Where summaryColumns' subqueries take their id bounds.
 const (
-	dupBounds = "/*window d*/"
+	dupBounds      = "/*window d*/"
 	conflictBounds = "/*window c*/"
 )
 
