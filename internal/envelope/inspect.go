@@ -58,7 +58,7 @@ func Find(ctx context.Context, q pg.Querier, term string, limit int) ([]int64, e
 func StoredBody(ctx context.Context, q pg.Querier, id int64) ([]byte, error) {
 	var body []byte
 	err := q.QueryRow(ctx, `
-		SELECT coalesce(e.body, (SELECT b.body FROM envelope_body b WHERE b.id = e.id)) FROM envelope e WHERE e.id = $1`, id).Scan(&body)
+		SELECT coalesce(e.body, (SELECT b.body FROM envelope_body b WHERE b.id = $1)) FROM envelope e WHERE e.id = $1`, id).Scan(&body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}

@@ -229,10 +229,11 @@ func FinishMany(ctx context.Context, tx pgx.Tx, worker string, recs []Record) (m
 			       attempts = envelope.attempts + CASE WHEN i.outcome = 'snoozed' THEN 0 ELSE 1 END,
 			       -- A failed envelope keeps a copy of its body in its row: an operator
 			       -- may replay it until its partition goes, after its body's (00200).
+			       -- ANY($1): planned over the batch's partitions only, not every one kept.
 			       body = CASE WHEN i.status = 'failed' AND envelope.body IS NULL AND envelope.payload IS NULL
-			                   THEN (SELECT b.body FROM envelope_body b WHERE b.id = envelope.id) ELSE envelope.body END,
+			                   THEN (SELECT b.body FROM envelope_body b WHERE b.id = envelope.id AND b.id = ANY($1)) ELSE envelope.body END,
 			       payload = CASE WHEN i.status = 'failed' AND envelope.body IS NULL AND envelope.payload IS NULL
-			                      THEN (SELECT b.payload FROM envelope_body b WHERE b.id = envelope.id) ELSE envelope.payload END
+			                      THEN (SELECT b.payload FROM envelope_body b WHERE b.id = envelope.id AND b.id = ANY($1)) ELSE envelope.payload END
 			  FROM input i
 			 WHERE envelope.id = i.id AND envelope.status = 'pending'
 			RETURNING envelope.id

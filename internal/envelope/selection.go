@@ -66,8 +66,10 @@ func (s Selection) appendTo(q *sqlBuilder) {
 	if s.Replayable {
 		q.cond("(body IS NOT NULL OR payload IS NOT NULL OR EXISTS (" + bodyQuery("1") + "))")
 	}
+	var ids []string // the id bounds (see below), and the ids asked for
 	if len(s.IDs) > 0 {
-		q.cond("id = ANY(" + q.arg(s.IDs) + "::bigint[])")
+		ids = append(ids, "= ANY("+q.arg(s.IDs)+"::bigint[])")
+		q.cond("id " + ids[0])
 	}
 	if s.Source != "" {
 		q.cond("source = " + q.arg(s.Source))
@@ -119,7 +121,6 @@ func (s Selection) appendTo(q *sqlBuilder) {
 	// The window's bounds on ids (IDAt, IDBefore, the cursors) prune the
 	// partitions of envelope, and of envelope_body in the conditions above
 	// that read the body.
-	var ids []string
 	if !s.Since.IsZero() {
 		q.cond("received_at >= " + q.arg(s.Since))
 		if !s.Since.Before(s.LegacyUntil) {
@@ -406,7 +407,7 @@ func Purged(ctx context.Context, q pg.Querier, ids []int64) ([]int64, error) {
 	rows, err := q.Query(ctx, `
 		SELECT id FROM envelope
 		 WHERE id = ANY($1::bigint[]) AND body IS NULL AND payload IS NULL
-		   AND NOT EXISTS (SELECT 1 FROM envelope_body b WHERE b.id = envelope.id)
+		   AND NOT EXISTS (SELECT 1 FROM envelope_body b WHERE b.id = envelope.id AND b.id = ANY($1::bigint[]))
 		 ORDER BY id`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("check purged envelopes: %w", err)
