@@ -9,10 +9,11 @@
 --
 -- What keeps its body past the drop: an envelope that failed or was resolved. The worker copies the
 -- body and payload into the envelope's own row when it fails one (2.5 % of envelopes in the brief's mix;
--- a replay may come any time until the partition goes), and the drop copies any it finds without one.
--- Those copies are dropped by the row-by-row purge once the envelope is resolved (or done after a
--- replay) past the body window, as before. A partition still holding a pending envelope is held, as for
--- the partition drop. Envelopes a ledger transaction references no longer keep their body: the posting
+-- a replay may come any time until the partition goes), and envelope_body_keep copies any it finds
+-- without one before the drop. A resolved envelope's copy is dropped by the row-by-row purge once it was
+-- resolved longer ago than the body window, as before; a copy kept by an envelope replayed to done stays
+-- until its partition goes. A partition still holding a pending envelope is held, as for the partition
+-- drop. Envelopes a ledger transaction references no longer keep their body: the posting
 -- keeps its link to the delivery (source, delivery id, envelope id), and the envelope row its hash.
 --
 -- The envelope's body and payload columns stay, for the rows that hold their body in line: those stored
@@ -20,6 +21,10 @@
 -- only those, and the copies' statuses), and the copies. A reader takes coalesce(e.body, b.body).
 --
 -- envelope_body_dropped_at(id): when the body partition of envelope id was dropped (NULL: not dropped).
+--
+-- Upgrading: stop the workers of the previous release before `worker migrate` (they read bodies from the
+-- row, and would fail the envelopes the new ingest stores); an older ingest still running afterwards
+-- stores bodies in rows of days not marked bodies_in_rows, kept until their partition goes.
 
 -- +goose Up
 CREATE TABLE envelope_body (
@@ -50,7 +55,7 @@ BEGIN
     -- current one, which receives envelopes from now on) get their body partition.
     UPDATE envelope_partition SET bodies_in_rows = true WHERE dropped_at IS NULL AND (lower_at IS NULL OR lower_at <= now());
     FOR p IN SELECT * FROM envelope_partition WHERE dropped_at IS NULL AND lower_id IS NOT NULL AND upper_at > now() LOOP
-        EXECUTE format('CREATE TABLE %I (LIKE envelope_body INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)', 'envelope_body_' || p.name);
+        EXECUTE format('CREATE TABLE %I (LIKE envelope_body INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', 'envelope_body_' || p.name);
         EXECUTE format('ALTER TABLE envelope_body ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)', 'envelope_body_' || p.name, p.lower_id, p.upper_id);
     END LOOP;
 END
@@ -77,10 +82,8 @@ BEGIN
     END IF;
     FOREACH t IN ARRAY ARRAY['envelope', 'envelope_body', 'envelope_attempt', 'envelope_duplicate', 'envelope_conflict'] LOOP
         -- LIKE and ATTACH rather than PARTITION OF: ATTACH holds the parent in SHARE UPDATE
-        -- EXCLUSIVE mode, which does not block ingest or the worker. INCLUDING STORAGE: the
-        -- parent's STORAGE MAIN columns.
-        EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE)%s',
-                       t || '_' || name, t, CASE WHEN t = 'envelope' THEN ' WITH (toast_tuple_target = 128)' ELSE '' END);
+        -- EXCLUSIVE mode, which does not block ingest or the worker.
+        EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED)', t || '_' || name, t);
         EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)', t, t || '_' || name, lo, hi);
     END LOOP;
     INSERT INTO envelope_partition (name, lower_id, upper_id, lower_at, upper_at)
@@ -146,14 +149,43 @@ $function$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Copies into its row the body of each failed or resolved envelope of partition <part> that has no copy
+-- (the worker makes one when it fails an envelope; this catches any other: one failed by an older worker),
+-- so it can still be replayed once its day's bodies are dropped; returns how many. Row locks only: run it
+-- before envelope_body_drop, in a transaction of its own, so that the drop's lock is held for no copy.
+CREATE FUNCTION envelope_body_keep(part text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    copied bigint;
+BEGIN
+    IF to_regclass('envelope_body_' || part) IS NULL THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('UPDATE %I e SET body = b.body, payload = b.payload FROM %I b
+                     WHERE b.id = e.id AND e.status IN (%L, %L) AND e.body IS NULL AND e.payload IS NULL AND e.body_purged_at IS NULL',
+                   'envelope_' || part, 'envelope_body_' || part, 'failed', 'resolved');
+    GET DIAGNOSTICS copied = ROW_COUNT;
+    RETURN copied;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Drops envelope_body_<part>, the bodies of the envelopes stored in partition <part>, which must have
--- ended at or before cutoff (now() - the body window), and returns 'dropped' with how many of its
--- envelopes lost their body (its done and ignored ones; for a partition that also holds bodies in rows,
--- the bodies of the table less the copies made); or, changing nothing, 'held' with how many are pending
--- (work not done keeps its body; an empty body partition holds nothing). First it copies the body of each failed or resolved envelope that has none in its row
--- (the worker copies them when it fails one; this catches any other), so they can still be replayed.
--- EXCLUSIVE on the envelope partition: a replay holding its rows FOR UPDATE is waited for (or the
--- lock_wait expires: lock_not_available, retried by the next purge), and none starts meanwhile.
+-- ended at or before cutoff (now() - the body window), and returns 'dropped' with how many bodies went
+-- (the day's done and ignored envelopes, from the counts; for a partition that also holds bodies in
+-- rows, the body table's rows less the copies made); or, changing nothing, 'held' with how many
+-- envelopes are pending (work not done keeps its body; an empty body table holds nothing).
+--
+-- Locks: the parent envelope_body in ACCESS EXCLUSIVE mode first, as DETACH needs it, and nothing else
+-- before it (but the partition-change advisory lock), so no reader or writer of bodies, which lock the
+-- parent before any partition, can hold something the drop waits for. Once it has it, no transaction
+-- holds a body: a replay that checked this day's bodies is over (it held its lock until it committed), and
+-- none can make an envelope pending, or find a body, until the drop commits. Everyone touching bodies
+-- waits for the drop's few milliseconds (the checks, the copy of any straggler, the DETACH and DROP); the
+-- drop waits at most lock_wait for those before it (lock_not_available: busy, retried by the next purge).
+-- No lock on the envelope partition: only a replay makes one of its envelopes pending, and the failed
+-- ones were copied by envelope_body_keep.
 CREATE FUNCTION envelope_body_drop(part text, cutoff timestamptz, lock_wait interval DEFAULT interval '500 milliseconds')
     RETURNS TABLE (outcome text, bodies bigint)
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -162,7 +194,7 @@ DECLARE
     buckets int4range;
     pending boolean;
     copied bigint;
-    kept bigint;
+    n bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock(7305733214712620181); -- one partition change at a time
     SELECT * INTO p FROM envelope_partition x
@@ -173,15 +205,16 @@ BEGIN
     IF p.upper_at > cutoff THEN
         RAISE EXCEPTION 'envelope partition % ends at %, after the cutoff %', part, p.upper_at, cutoff USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
-    EXECUTE format('LOCK TABLE %I IN EXCLUSIVE MODE', 'envelope_' || part);
-    EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', 'envelope_body_' || part);
     buckets := envelope_count_range(p.lower_id, p.upper_id);
+    -- What goes, counted before the lock: no envelope is stored into a day past the body window.
     IF p.bodies_in_rows THEN
-        -- Envelopes stored before 00200 hold their bodies in their rows: count the partition's own.
-        EXECUTE format('SELECT count(*) FROM %I', 'envelope_body_' || part) INTO kept;
+        EXECUTE format('SELECT count(*) FROM %I', 'envelope_body_' || part) INTO n;
+    ELSE
+        SELECT coalesce(sum(c.n), 0) INTO n FROM envelope_count c WHERE c.kind IN ('done', 'ignored') AND c.bucket <@ buckets;
     END IF;
-    IF kept IS DISTINCT FROM 0 THEN -- an empty body partition holds no work
+    PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
+    LOCK TABLE envelope_body IN ACCESS EXCLUSIVE MODE;
+    IF n > 0 OR NOT p.bodies_in_rows THEN -- an empty body table of a day stored in rows holds no work
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE status = %L)', 'envelope_' || part, 'pending') INTO pending;
         IF pending THEN
             RETURN QUERY SELECT 'held'::text, coalesce(sum(c.n), 0)::bigint FROM envelope_count c
@@ -189,24 +222,16 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    EXECUTE format('UPDATE %I e SET body = b.body, payload = b.payload FROM %I b
-                     WHERE b.id = e.id AND e.status IN (%L, %L) AND e.body IS NULL AND e.payload IS NULL AND e.body_purged_at IS NULL',
-                   'envelope_' || part, 'envelope_body_' || part, 'failed', 'resolved');
-    GET DIAGNOSTICS copied = ROW_COUNT;
+    copied := envelope_body_keep(part); -- stragglers since envelope_body_keep ran: none, or a few
     EXECUTE format('ALTER TABLE envelope_body DETACH PARTITION %I', 'envelope_body_' || part);
     EXECUTE format('DROP TABLE %I', 'envelope_body_' || part);
     UPDATE envelope_partition x SET body_dropped_at = now() WHERE x.name = part AND x.dropped_at IS NULL;
-    IF kept IS NOT NULL THEN
-        RETURN QUERY SELECT 'dropped'::text, kept - copied;
-        RETURN;
-    END IF;
-    RETURN QUERY SELECT 'dropped'::text, coalesce(sum(c.n), 0)::bigint FROM envelope_count c
-                  WHERE c.kind IN ('done', 'ignored') AND c.bucket <@ buckets;
+    RETURN QUERY SELECT 'dropped'::text, CASE WHEN p.bodies_in_rows THEN n - copied ELSE n END;
 END
 $$;
 -- +goose StatementEnd
-REVOKE ALL ON FUNCTION envelope_body_drop(text, timestamptz, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION envelope_body_drop(text, timestamptz, interval) TO inbox_worker, inbox_admin;
+REVOKE ALL ON FUNCTION envelope_body_drop(text, timestamptz, interval), envelope_body_keep(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION envelope_body_drop(text, timestamptz, interval), envelope_body_keep(text) TO inbox_worker, inbox_admin;
 
 CREATE FUNCTION envelope_body_dropped_at(id bigint) RETURNS timestamptz
     LANGUAGE sql STABLE PARALLEL SAFE AS $$
@@ -258,8 +283,13 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
--- Bodies go back into their rows first (nothing is lost), then the table.
-UPDATE envelope e SET body = b.body, payload = b.payload FROM envelope_body b WHERE b.id = e.id AND e.body IS NULL;
+-- Bodies go back into their rows first (nothing is lost), then the table; rows whose day's bodies were
+-- dropped get that time as their body_purged_at, as the row purge would have set.
+UPDATE envelope e SET body = b.body, payload = b.payload FROM envelope_body b
+ WHERE b.id = e.id AND e.body IS NULL AND e.payload IS NULL AND e.body_purged_at IS NULL;
+UPDATE envelope e SET body_purged_at = p.body_dropped_at FROM envelope_partition p
+ WHERE p.body_dropped_at IS NOT NULL AND p.dropped_at IS NULL AND e.id >= p.lower_id AND e.id < p.upper_id
+   AND e.body IS NULL AND e.payload IS NULL AND e.body_purged_at IS NULL;
 -- +goose StatementBegin
 DO $$
 DECLARE
@@ -285,6 +315,7 @@ $$;
 DROP VIEW envelope_with_body;
 DROP FUNCTION envelope_body_dropped_at(bigint);
 DROP FUNCTION envelope_body_drop(text, timestamptz, interval);
+DROP FUNCTION envelope_body_keep(text);
 
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION envelope_partition_create(lower_at timestamptz, upper_at timestamptz) RETURNS text
@@ -306,10 +337,8 @@ BEGIN
     END IF;
     FOREACH t IN ARRAY ARRAY['envelope', 'envelope_attempt', 'envelope_duplicate', 'envelope_conflict'] LOOP
         -- LIKE and ATTACH rather than PARTITION OF: ATTACH holds the parent in SHARE UPDATE
-        -- EXCLUSIVE mode, which does not block ingest or the worker. INCLUDING STORAGE: the
-        -- parent's STORAGE MAIN columns.
-        EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE)%s',
-                       t || '_' || name, t, CASE WHEN t = 'envelope' THEN ' WITH (toast_tuple_target = 128)' ELSE '' END);
+        -- EXCLUSIVE mode, which does not block ingest or the worker.
+        EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED)', t || '_' || name, t);
         EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)', t, t || '_' || name, lo, hi);
     END LOOP;
     INSERT INTO envelope_partition (name, lower_id, upper_id, lower_at, upper_at)

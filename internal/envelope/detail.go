@@ -39,7 +39,7 @@ func LoadDetail(ctx context.Context, q pg.Querier, id int64, noBody bool) (*Deta
 	err := q.QueryRow(ctx, `
 		SELECT `+summaryColumnsWithin([]string{"= $1"})+`, headers, body_sha256,
 		       CASE WHEN $2 THEN NULL ELSE coalesce(envelope.body, (SELECT b.body FROM envelope_body b WHERE b.id = $1)) END,
-		       CASE WHEN envelope.body IS NULL AND envelope.payload IS NULL
+		       CASE WHEN envelope.body IS NULL AND envelope.payload IS NULL AND NOT EXISTS (SELECT 1 FROM envelope_body b WHERE b.id = $1)
 		            THEN coalesce(body_purged_at, envelope_body_dropped_at(envelope.id)) END,
 		       signed_at, result,
 		       (SELECT max(d.received_at) FROM envelope_duplicate d WHERE d.envelope_id = $1),

@@ -181,10 +181,10 @@ func DropPartitions(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, l
 // DropBodyPartitions drops, oldest first, the body partition
 // (envelope_body_<name>) of each live partition whose envelopes were all
 // stored before cutoff (now() - the body window), each drop in a
-// transaction of its own: O(1), no dead tuples, no WAL per row. First the
-// failed and resolved envelopes that have no copy of their body in their
-// row get one (replays stay possible); everything else of the partition
-// loses its body, ledger postings or not. A partition still holding a
+// transaction of its own: O(1), no dead tuples, no WAL per row. First, in
+// a transaction of its own, the failed and resolved envelopes that have no
+// copy of their body in their row get one (replays stay possible);
+// everything else of the partition loses its body, ledger postings or not. A partition still holding a
 // pending envelope is held and the next ones are tried; a lock busy past
 // lockWait stops the run (the next one retries). A dry run drops nothing
 // and says what would go. Envelopes: how many done and ignored envelopes
@@ -239,6 +239,11 @@ func DropBodyPartitions(ctx context.Context, pool *pgxpool.Pool, cutoff, after t
 				out = append(out, d)
 			}
 			continue
+		}
+		// The copies first, in a transaction of their own: the drop's lock
+		// then covers no copy.
+		if _, err := pool.Exec(ctx, `SELECT envelope_body_keep($1)`, d.Name); err != nil {
+			return out, fmt.Errorf("keep the failed envelopes' bodies of envelope partition %s: %w", d.Name, err)
 		}
 		err := pool.QueryRow(ctx, `SELECT outcome, bodies FROM envelope_body_drop($1, $2, $3::bigint * interval '1 microsecond')`,
 			d.Name, cutoff, lockWait.Microseconds()).Scan(&d.Outcome, &d.Envelopes)

@@ -92,6 +92,7 @@ func (w *PurgeWorker) Work(ctx context.Context, job *river.Job[PurgeArgs]) error
 		"bodies_dropped", rep.BodiesDropped,
 		"envelopes_deleted", rep.EnvelopesDeleted,
 		"partitions", partitionSummary(rep.Partitions),
+		"body_partitions", partitionSummary(rep.BodyPartitions),
 		"keys_swept", rep.KeysSwept,
 		"batches", rep.Batches,
 		"body_cutoff", rep.BodyCutoff,
@@ -106,6 +107,16 @@ func (w *PurgeWorker) Work(ctx context.Context, job *river.Job[PurgeArgs]) error
 		if p.Outcome == envelope.PartitionHeld {
 			log.Warn("purge: an envelope partition past the delete-after window still holds pending envelopes; it and the newer ones are kept until they are processed",
 				"partition", p.Name, "pending", p.Envelopes)
+		}
+	}
+	for _, p := range rep.BodyPartitions {
+		switch p.Outcome {
+		case envelope.PartitionHeld:
+			log.Warn("purge: a day past the body-after window still holds pending envelopes; its bodies are kept until they are processed",
+				"partition", p.Name, "pending", p.Envelopes)
+		case envelope.PartitionBusy:
+			log.Warn("purge: a day's bodies were not dropped: transactions held the body table past the lock wait; the next purge tries again",
+				"partition", p.Name)
 		}
 	}
 	log.Info("purge done", attrs...)
