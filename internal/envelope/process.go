@@ -226,14 +226,7 @@ func FinishMany(ctx context.Context, tx pgx.Tx, worker string, recs []Record) (m
 			       last_error = CASE i.status WHEN 'pending' THEN i.error WHEN 'failed' THEN coalesce(i.error, envelope.last_error) END,
 			       last_cause = CASE i.status WHEN 'pending' THEN i.cause WHEN 'failed' THEN coalesce(i.cause, envelope.last_cause) END,
 			       processed_at = CASE WHEN i.status = 'pending' THEN NULL ELSE clock_timestamp() END,
-			       attempts = envelope.attempts + CASE WHEN i.outcome = 'snoozed' THEN 0 ELSE 1 END,
-			       -- A failed envelope keeps a copy of its body in its row: an operator
-			       -- may replay it until its partition goes, after its body's (00200).
-			       -- ANY($1): planned over the batch's partitions only, not every one kept.
-			       body = CASE WHEN i.status = 'failed' AND envelope.body IS NULL AND envelope.payload IS NULL
-			                   THEN (SELECT b.body FROM envelope_body b WHERE b.id = envelope.id AND b.id = ANY($1)) ELSE envelope.body END,
-			       payload = CASE WHEN i.status = 'failed' AND envelope.body IS NULL AND envelope.payload IS NULL
-			                      THEN (SELECT b.payload FROM envelope_body b WHERE b.id = envelope.id AND b.id = ANY($1)) ELSE envelope.payload END
+			       attempts = envelope.attempts + CASE WHEN i.outcome = 'snoozed' THEN 0 ELSE 1 END
 			  FROM input i
 			 WHERE envelope.id = i.id AND envelope.status = 'pending'
 			RETURNING envelope.id
@@ -254,6 +247,25 @@ func FinishMany(ctx context.Context, tx pgx.Tx, worker string, recs []Record) (m
 	})
 	if err != nil {
 		return nil, fmt.Errorf("record %d attempts: %w", n, err)
+	}
+	// A failed envelope keeps a copy of its body in its row: an operator may
+	// replay it until its partition goes, after its day's bodies (migration
+	// 00200). A statement of its own, run only for a batch with a failure:
+	// the main one does not read envelope_body, so it is neither planned over
+	// its partitions nor re-planned when retention drops one.
+	var failed []int64
+	for _, r := range recs {
+		if r.Status == StatusFailed && done[r.EnvelopeID] {
+			failed = append(failed, r.EnvelopeID)
+		}
+	}
+	if len(failed) > 0 {
+		if _, err := tx.Exec(ctx, `
+			UPDATE envelope e SET body = b.body, payload = b.payload
+			  FROM envelope_body b
+			 WHERE e.id = ANY($1) AND b.id = ANY($1) AND b.id = e.id AND e.body IS NULL AND e.payload IS NULL`, failed); err != nil {
+			return nil, fmt.Errorf("keep the bodies of %d failed envelopes: %w", len(failed), err)
+		}
 	}
 	return done, nil
 }
