@@ -118,6 +118,12 @@ BEGIN
         RAISE EXCEPTION 'envelope partition % is not the oldest: drop the older ones first', part USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
+    -- The parents first, envelope first (what ingest's and the worker's statements lock first), as
+    -- every DETACH below needs them: no transaction can then hold a partition the drop waits for while
+    -- it waits for the drop. Taking the day's partition first, as before 00200, deadlocked with the
+    -- worker's transactions and gave up (busy) on every run under traffic
+    -- (TestPartitionDropUnderIngestAndWorkerTraffic).
+    LOCK TABLE ONLY envelope, envelope_body, envelope_attempt, envelope_duplicate, envelope_conflict IN ACCESS EXCLUSIVE MODE;
     -- No writer changes the partition from here on (a replay cannot make one of its envelopes
     -- pending between the check and the drop).
     EXECUTE format('LOCK TABLE %I IN SHARE MODE', 'envelope_' || part);
