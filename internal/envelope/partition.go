@@ -198,11 +198,10 @@ func DropBodyPartitions(ctx context.Context, pool *pgxpool.Pool, cutoff, after t
 	// A partition that also holds bodies in its rows (stored before 00200)
 	// counts its body table's rows instead: it is the one such, or none.
 	rows, err := pool.Query(ctx, `
-		SELECT p.name, p.upper_at,
+		SELECT p.name, p.upper_at, p.bodies_in_rows,
 		       CASE WHEN p.bodies_in_rows THEN (SELECT count(*) FROM envelope_body b WHERE b.id >= p.lower_id AND b.id < p.upper_id)
 		            ELSE coalesce(sum(c.n) FILTER (WHERE c.kind IN ('done', 'ignored')), 0) END,
-		       CASE WHEN p.bodies_in_rows AND NOT EXISTS (SELECT 1 FROM envelope_body b WHERE b.id >= p.lower_id AND b.id < p.upper_id) THEN 0
-		            ELSE coalesce(sum(c.n) FILTER (WHERE c.kind = 'pending'), 0) END
+		       coalesce(sum(c.n) FILTER (WHERE c.kind = 'pending'), 0)
 		  FROM envelope_partition p
 		  LEFT JOIN envelope_count c ON c.bucket <@ envelope_count_range(p.lower_id, p.upper_id)
 		 WHERE p.dropped_at IS NULL AND p.body_dropped_at IS NULL AND p.upper_at <= $1 AND p.upper_at > $2
@@ -213,12 +212,13 @@ func DropBodyPartitions(ctx context.Context, pool *pgxpool.Pool, cutoff, after t
 		return nil, fmt.Errorf("list body partitions: %w", err)
 	}
 	type candidate struct {
-		d       PartitionDrop
-		pending int64
+		d            PartitionDrop
+		bodiesInRows bool
+		pending      int64
 	}
 	var cands []candidate
 	var c candidate
-	if _, err := pgx.ForEachRow(rows, []any{&c.d.Name, &c.d.UpperAt, &c.d.Envelopes, &c.pending}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&c.d.Name, &c.d.UpperAt, &c.bodiesInRows, &c.d.Envelopes, &c.pending}, func() error {
 		cands = append(cands, c)
 		return nil
 	}); err != nil {
@@ -232,7 +232,9 @@ func DropBodyPartitions(ctx context.Context, pool *pgxpool.Pool, cutoff, after t
 		d := c.d
 		if dryRun {
 			d.Outcome = PartitionWouldDrop
-			if c.pending > 0 {
+			// An empty body table of a day stored in rows holds no work (as
+			// envelope_body_drop decides).
+			if c.pending > 0 && (d.Envelopes > 0 || !c.bodiesInRows) {
 				d.Outcome, d.Envelopes = PartitionHeld, c.pending
 			}
 			if d.Envelopes > 0 {

@@ -146,12 +146,8 @@ func (s Selection) appendTo(q *sqlBuilder) {
 		ids = append(ids, "< "+q.arg(s.BeforeID))
 		q.cond("id " + ids[len(ids)-1])
 	}
-	var bounds strings.Builder
-	for _, b := range ids {
-		bounds.WriteString(" AND b.id " + b)
-	}
 	for i := start; i < len(q.conds); i++ {
-		q.conds[i] = strings.ReplaceAll(q.conds[i], bodyBounds, bounds.String())
+		q.conds[i] = strings.ReplaceAll(q.conds[i], bodyBounds, within("b.id", ids))
 	}
 	q.ids = append(q.ids, ids...)
 }
@@ -238,37 +234,31 @@ type Summary struct {
 	Reason *string `json:"reason"`
 }
 
-// summaryColumns are summaryDest's columns. The subqueries of duplicates
-// and conflicts (partitioned on envelope's bounds) take the statement's id
-// bounds (summaryColumnsWithin), so the planner keeps only the window's
-// partitions: against envelope.id alone, each was planned over every
-// partition kept.
-const summaryColumns = `id, source, provider, delivery_id, event_type, status, received_at,
+// summaryColumnsWithin is summaryDest's columns. The subqueries of
+// duplicates and conflicts (partitioned on envelope's bounds) take the
+// statement's id bounds ids (each an operator and a placeholder, as "< $3"),
+// so the planner keeps only the window's partitions: against envelope.id
+// alone, each was planned over every partition kept.
+func summaryColumnsWithin(ids []string) string {
+	return `id, source, provider, delivery_id, event_type, status, received_at,
 	processed_at, attempts, last_error, last_cause,
-	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id` + dupBounds + `),
-	(SELECT count(*) FROM envelope_conflict c WHERE c.envelope_id = envelope.id` + conflictBounds + `), body_size,
+	(SELECT count(*) FROM envelope_duplicate d WHERE d.envelope_id = envelope.id` + within("d.envelope_id", ids) + `),
+	(SELECT count(*) FROM envelope_conflict c WHERE c.envelope_id = envelope.id` + within("c.envelope_id", ids) + `), body_size,
 	CASE WHEN status = 'ignored' THEN result->>'reason'
 	     WHEN status = 'resolved' THEN (SELECT r.reason FROM envelope_resolution r
 	                                      WHERE r.envelope_id = envelope.id AND r.action = 'resolve' ORDER BY r.id DESC LIMIT 1) END`
-
-// Where summaryColumns' subqueries take their id bounds.
-const (
-	dupBounds      = "/*window d*/"
-	conflictBounds = "/*window c*/"
-)
-
-// summaryColumnsWithin is summaryColumns with each subquery bounded by ids
-// (each an operator and a placeholder, as "< $3").
-func summaryColumnsWithin(ids []string) string {
-	var d, c strings.Builder
-	for _, b := range ids {
-		d.WriteString(" AND d.envelope_id " + b)
-		c.WriteString(" AND c.envelope_id " + b)
-	}
-	return strings.NewReplacer(dupBounds, d.String(), conflictBounds, c.String()).Replace(summaryColumns)
 }
 
-// summaryDest returns the scan destinations of summaryColumns into s.
+// within is " AND col <bound>" for each of the id bounds ids.
+func within(col string, ids []string) string {
+	var b strings.Builder
+	for _, bound := range ids {
+		b.WriteString(" AND " + col + " " + bound)
+	}
+	return b.String()
+}
+
+// summaryDest returns the scan destinations of summaryColumnsWithin into s.
 func summaryDest(s *Summary) []any {
 	return []any{&s.ID, &s.Source, &s.Provider, &s.DeliveryID, &s.EventType, &s.Status, &s.ReceivedAt,
 		&s.ProcessedAt, &s.Attempts, &s.LastError, &s.LastCause, &s.Duplicates, &s.Conflicts, &s.BodySize, &s.Reason}
