@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,10 +32,11 @@ const MaxListLimit = 10000
 // hours before Until.
 const DefaultWindow = 24 * time.Hour
 
-// DefaultScanBudget is how many envelopes a search no index serves (body
-// containment, header values) reads at most before it stops and says how
-// far it got: about 1.3 s on the reference machine (docs/benchmarks.md,
-// "Reads at size").
+// DefaultScanBudget is how many envelopes a search no index serves (header
+// values; a body containment in a day without the body index, or of a
+// value too common for it) reads at most before it stops and says how far
+// it got: about 1.3 s on the reference machine (docs/benchmarks.md, "Reads
+// at size").
 const DefaultScanBudget = 400_000
 
 // scanChunk is about how many envelopes one statement of a bounded search
@@ -43,8 +46,9 @@ const scanChunk = 50_000
 // ListRequest asks for one page of envelopes, newest (highest id) first.
 type ListRequest struct {
 	Filter Filter
-	// ScanBudget bounds a search that no index serves (Filter.Contains
-	// without status failed, Filter.Headers): it reads the window newest
+	// ScanBudget bounds a search that no index serves (Filter.Headers;
+	// Filter.Contains without status failed, in the days without the body
+	// index or for a value too common for it): it reads the window newest
 	// first, chunk by chunk, and stops before reading more than about this
 	// many envelopes, saying how far back it got (Scan). 0 is
 	// DefaultScanBudget.
@@ -107,8 +111,12 @@ type Scan struct {
 	// to SearchedFrom. Stopped says the budget ran out before the window's
 	// start: the page holds what was found, and NextBeforeID goes on from
 	// SearchedFrom.
-	Budget       int64     `json:"budget,omitempty"`
-	Searched     int64     `json:"searched,omitempty"`
+	Budget   int64 `json:"budget,omitempty"`
+	Searched int64 `json:"searched,omitempty"`
+	// Indexed is about how many envelopes of the window a body search read
+	// through the body index (Chunk.BodyIndexed) rather than one by one:
+	// outside the budget, back to SearchedFrom too.
+	Indexed      int64     `json:"indexed,omitempty"`
 	SearchedFrom time.Time `json:"searched_from,omitzero"`
 	Stopped      bool      `json:"stopped,omitempty"`
 	// Elapsed is the time the reads took.
@@ -137,8 +145,8 @@ type ListResult struct {
 // read-only transaction: it changes nothing. Pages are stable under new
 // arrivals: the cursor is an id, and ids only grow. Unless the filter names
 // its envelopes, it reads a window (DefaultWindow unless given), which
-// prunes to that window's partitions; a filter no index serves reads under
-// ScanBudget.
+// prunes to that window's partitions; a body or header search reads
+// through the body index where it can, and under ScanBudget otherwise.
 func List(ctx context.Context, pool *pgxpool.Pool, req ListRequest) (ListResult, error) {
 	if err := req.Validate(); err != nil {
 		return ListResult{}, err
@@ -249,11 +257,17 @@ func listPage(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRe
 // listBounded reads the window newest first, a chunk (a statement) at a
 // time, until the page is full, the window is read, or the next chunk
 // would take the envelopes read past the budget (the first chunk is
-// always read). Its count is what it found.
+// always read). A body containment reads the chunks of a partition that
+// has the body index (Chunk.BodyIndexed) through it instead, outside the
+// budget: the partition's matching ids once (at most a chunk's worth;
+// more, and the value is common enough for the walk to find a page
+// sooner), then each chunk's candidates by key. Its count is what it
+// found.
 func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRequest, res *ListResult) error {
 	// Chunks of an eighth of the budget at most: the budget is checked
 	// between them.
-	chunks, err := envelope.PlanScan(ctx, tx, sel.Since, sel.Until, min(scanChunk, max(1, req.ScanBudget/8)))
+	chunkRows := min(scanChunk, max(1, req.ScanBudget/8))
+	chunks, err := envelope.PlanScan(ctx, tx, sel.Since, sel.Until, chunkRows)
 	if err != nil {
 		return err
 	}
@@ -261,37 +275,58 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 	scan.Partitions, scan.Envelopes = summarize(chunks)
 	scan.Budget = req.ScanBudget
 	res.Envelopes = []Summary{}
+	byIndex := len(sel.Contains) > 0 && len(sel.Headers) == 0
+	matches := map[string]*bodyMatches{}
 	read := false
 	for _, c := range chunks {
 		if req.BeforeID != 0 && c.LowerID >= req.BeforeID {
 			continue // above the cursor: an earlier page's
 		}
-		if read && scan.Searched+c.Envelopes > req.ScanBudget {
+		upper := c.UpperID
+		if req.BeforeID != 0 {
+			upper = min(upper, req.BeforeID)
+		}
+		var m *bodyMatches
+		if byIndex && c.BodyIndexed {
+			if m = matches[c.Partition]; m == nil {
+				m = &bodyMatches{}
+				lower, top := partitionRange(chunks, c.Partition)
+				if req.BeforeID != 0 {
+					top = min(top, req.BeforeID)
+				}
+				m.ids, m.complete, err = envelope.BodyMatches(ctx, tx, sel.Contains, lower, top, int(chunkRows))
+				if err != nil {
+					return err
+				}
+				matches[c.Partition] = m
+			}
+		}
+		indexed := m != nil && m.complete
+		if !indexed && read && scan.Searched+c.Envelopes > req.ScanBudget {
 			// The page is not full (a full one stops below): the next one
 			// goes on from this chunk's top.
 			scan.Stopped = true
-			next := c.UpperID
-			if req.BeforeID != 0 {
-				next = min(next, req.BeforeID)
-			}
-			res.NextBeforeID = &next
+			res.NextBeforeID = &upper
 			break
 		}
-		s := sel
-		s.BeforeID = c.UpperID
-		if req.BeforeID != 0 {
-			s.BeforeID = min(s.BeforeID, req.BeforeID)
+		var page []Summary
+		if indexed {
+			page, err = m.summaries(ctx, tx, sel, c.LowerID, upper, req.Limit+1-len(res.Envelopes))
+			scan.Indexed += c.Envelopes
+		} else {
+			s := sel
+			s.BeforeID = upper
+			if c.LowerID != math.MinInt64 {
+				s.AfterID = c.LowerID - 1
+			}
+			page, err = envelope.Summaries(ctx, tx, s, req.Limit+1-len(res.Envelopes), false)
+			scan.Searched += c.Envelopes
 		}
-		if c.LowerID != math.MinInt64 {
-			s.AfterID = c.LowerID - 1
-		}
-		page, err := envelope.Summaries(ctx, tx, s, req.Limit+1-len(res.Envelopes), false)
 		if err != nil {
 			return err
 		}
 		res.Envelopes = append(res.Envelopes, page...)
 		read = true
-		scan.Searched += c.Envelopes
 		scan.SearchedFrom = c.From
 		if len(res.Envelopes) > req.Limit {
 			break
@@ -302,6 +337,53 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 		res.MatchedMore = len(res.Envelopes) > req.CountUpTo || scan.Stopped || len(res.Envelopes) > req.Limit
 	}
 	return nil
+}
+
+// bodyMatches is what a partition's body index gave a search: its
+// matching ids, highest first, when complete.
+type bodyMatches struct {
+	ids      []int64
+	complete bool
+}
+
+// candidateBatch is how many of a partition's matching ids one statement
+// checks against the rest of the selection.
+const candidateBatch = 1000
+
+// summaries returns up to limit of the envelopes sel selects among m's ids
+// in [lower, upper), newest first: the matching ids, a batch at a time,
+// looked up by key with every condition of sel (the containment too:
+// checked again on the body a reader sees).
+func (m *bodyMatches) summaries(ctx context.Context, tx pgx.Tx, sel envelope.Selection, lower, upper int64, limit int) ([]Summary, error) {
+	// m.ids is highest first: those in [lower, upper) are a run of it.
+	from, _ := slices.BinarySearchFunc(m.ids, upper, func(id, t int64) int { return cmp.Compare(t, id+1) })
+	var out []Summary
+	for i := from; i < len(m.ids) && m.ids[i] >= lower && len(out) < limit; {
+		j := i
+		for j < len(m.ids) && m.ids[j] >= lower && j-i < candidateBatch {
+			j++
+		}
+		s := sel
+		s.IDs = m.ids[i:j]
+		page, err := envelope.Summaries(ctx, tx, s, limit-len(out), false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		i = j
+	}
+	return out, nil
+}
+
+// partitionRange is the ids [lower, upper) the chunks of partition cover.
+func partitionRange(chunks []envelope.Chunk, partition string) (lower, upper int64) {
+	lower, upper = math.MaxInt64, math.MinInt64
+	for _, c := range chunks {
+		if c.Partition == partition {
+			lower, upper = min(lower, c.LowerID), max(upper, c.UpperID)
+		}
+	}
+	return lower, upper
 }
 
 // summarize counts the partitions of chunks and the envelopes they hold.
@@ -352,6 +434,9 @@ func (s Scan) String() string {
 	fmt.Fprintf(&b, ": %s, ~%s", cli.Count(s.Partitions, "partition", "partitions"), cli.Count(s.Envelopes, "envelope", "envelopes"))
 	if s.Budget > 0 {
 		fmt.Fprintf(&b, "; body/header search read ~%d of them", s.Searched)
+		if s.Indexed > 0 {
+			fmt.Fprintf(&b, " one by one and ~%d through the body index", s.Indexed)
+		}
 		if !s.SearchedFrom.IsZero() {
 			fmt.Fprintf(&b, ", back to %s", s.SearchedFrom.UTC().Format(time.RFC3339))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -262,4 +263,109 @@ func TestPlanScanChunks(t *testing.T) {
 	require.InDelta(t, 1250, total, 100)
 	_, err = envelope.PlanScan(ctx, b.pool, since, until, 0)
 	require.ErrorContains(t, err, "must be positive")
+}
+
+// A body search reads the partitions that have the body index (migration
+// 00203) through it: the rare value is found with a budget far too small
+// for the walk (TestListBoundedSearchStopsAtItsBudget), outside the
+// budget, each candidate checked against the rest of the filter; the
+// lookup's plan is a bitmap scan of the window's body partitions' indexes
+// only. A value too common for the index is walked newest first, and so
+// is a partition without it (bodies in rows), in the same search, whose
+// cursor goes from one to the other.
+func TestBodySearchReadsTheBodyIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	clock, err := envelope.ReadClock(ctx, b.pool)
+	require.NoError(t, err)
+	seedDays(t, b, clock.Now, 3, 400) // one every 3.6 minutes; rare@ is 30 minutes old, source alpha
+	require.EqualValues(t, 1200, envelopetest.MoveBodies(t, b.pool))
+	_, err = b.pool.Exec(ctx, `ANALYZE envelope_body`)
+	require.NoError(t, err)
+	rare, err := ParseField("data.customer.email=rare@example.com")
+	require.NoError(t, err)
+	email := func(id int64) string {
+		var e string
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT payload #>> '{data,customer,email}' FROM envelope_with_body WHERE id = $1`, id).Scan(&e))
+		return e
+	}
+
+	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{Contains: []json.RawMessage{rare}}, ScanBudget: 16})
+	require.NoError(t, err)
+	require.Len(t, page.Envelopes, 1)
+	require.Equal(t, "rare@example.com", email(page.Envelopes[0].ID))
+	s := page.Scan
+	require.False(t, s.Stopped, "%+v", s)
+	require.Zero(t, s.Searched, "nothing walked")
+	require.InDelta(t, 400, s.Indexed, 40, "the window's envelopes, through the index")
+	require.Nil(t, page.NextBeforeID)
+	require.Contains(t, s.String(), "through the body index")
+
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Source: "beta", Contains: []json.RawMessage{rare}}, ScanBudget: 16})
+	require.NoError(t, err)
+	require.Empty(t, page.Envelopes, "a candidate of another source")
+	require.False(t, page.Scan.Stopped)
+
+	// The lookup's plan: the body indexes of today's and yesterday's
+	// partitions (the default window), no other day's. Sequential scans
+	// off: a seeded test table is small enough for one to be cheapest.
+	sel, _ := listSelection(Filter{Contains: []json.RawMessage{rare}}, clock)
+	chunks, err := envelope.PlanScan(ctx, b.pool, sel.Since, sel.Until, math.MaxInt64)
+	require.NoError(t, err)
+	sql, args := envelope.BodyMatchesSQL(sel.Contains, chunks[len(chunks)-1].LowerID, chunks[0].UpperID, 51)
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan = off`)
+	require.NoError(t, err)
+	rows, err := tx.Query(ctx, `EXPLAIN `+sql, envelope.CustomPlan(args)...)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	plan := strings.Join(lines, "\n")
+	require.Regexp(t, `Bitmap Index Scan on envelope_body_\d{8}_payload_idx`, plan)
+	require.NotContains(t, plan, "Seq Scan")
+	var days []string
+	for _, c := range chunks {
+		require.True(t, c.BodyIndexed, "%+v", c)
+		days = append(days, c.Partition)
+	}
+	for _, d := range partitionNames(plan) {
+		require.Contains(t, days, d, "a partition outside the window:\n%s", plan)
+	}
+
+	// Every envelope has this type: more matches in a partition than a
+	// chunk's worth (budget/8 = 10), so the search walks, newest first.
+	common := json.RawMessage(`{"type":"payment.succeeded"}`)
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Contains: []json.RawMessage{common}}, ScanBudget: 80, Limit: 5})
+	require.NoError(t, err)
+	window := sel
+	window.Contains = nil
+	newest, err := envelope.Summaries(ctx, b.pool, window, 5, false)
+	require.NoError(t, err)
+	require.Equal(t, newest, page.Envelopes)
+	require.Zero(t, page.Scan.Indexed)
+	require.Positive(t, page.Scan.Searched)
+
+	// A second rare body two days back, in a partition whose bodies are in
+	// their rows (InsertMany stores them so): no index there.
+	old := envelopetest.InsertMany(t, b.pool, 1, func(int) envelopetest.Row {
+		return envelopetest.Row{Source: "alpha", Status: "done", ReceivedAt: clock.Now.Add(-47 * time.Hour),
+			Body: []byte(`{"type":"payment.succeeded","data":{"customer":{"email":"rare@example.com"}}}`)}
+	})[0]
+	req := ListRequest{Filter: Filter{Since: Bound{At: clock.Now.Add(-72 * time.Hour)}, Contains: []json.RawMessage{rare}}, Limit: 1}
+	page, err = List(ctx, b.pool, req)
+	require.NoError(t, err)
+	require.Len(t, page.Envelopes, 1)
+	require.Positive(t, page.Scan.Indexed)
+	require.NotNil(t, page.NextBeforeID)
+	req.BeforeID = *page.NextBeforeID
+	page, err = List(ctx, b.pool, req)
+	require.NoError(t, err)
+	require.Len(t, page.Envelopes, 1)
+	require.Equal(t, old, page.Envelopes[0].ID)
+	require.Positive(t, page.Scan.Searched, "the old day walked")
+	require.False(t, page.Scan.Stopped)
 }

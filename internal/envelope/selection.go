@@ -3,6 +3,7 @@ package envelope
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -437,4 +438,45 @@ func Missing(ctx context.Context, q pg.Querier, ids []int64) ([]int64, error) {
 	}
 	slices.Sort(missing)
 	return slices.Compact(missing), nil
+}
+
+// BodyMatches returns the ids in [lower, upper) of the envelopes whose
+// envelope_body payload contains every document of contains, highest
+// first, read through envelope_body_payload_idx: the range must lie in
+// one partition whose Chunk is BodyIndexed. It returns at most limit ids;
+// complete is false when there are more (a value too common for the index
+// to pay: a walk newest first finds a page of it sooner). The index is
+// lossy (jsonb_path_ops hashes paths): PostgreSQL rechecks each candidate,
+// so the ids are exact.
+func BodyMatches(ctx context.Context, q pg.Querier, contains []json.RawMessage, lower, upper int64, limit int) (ids []int64, complete bool, err error) {
+	if len(contains) == 0 {
+		return nil, false, errors.New("body matches: no document to contain")
+	}
+	sql, args := BodyMatchesSQL(contains, lower, upper, limit+1)
+	rows, err := q.Query(ctx, sql, CustomPlan(args)...)
+	if err != nil {
+		return nil, false, fmt.Errorf("search bodies: %w", err)
+	}
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, false, fmt.Errorf("search bodies: %w", err)
+	}
+	if len(ids) > limit {
+		return nil, false, nil
+	}
+	slices.Sort(ids)
+	slices.Reverse(ids)
+	return ids, true, nil
+}
+
+// BodyMatchesSQL is the statement BodyMatches runs (up to limit ids) and
+// its arguments, to run with CustomPlan: for a test of its plan.
+func BodyMatchesSQL(contains []json.RawMessage, lower, upper int64, limit int) (string, []any) {
+	var b sqlBuilder
+	b.cond("b.id >= " + b.arg(lower))
+	b.cond("b.id < " + b.arg(upper))
+	for _, c := range contains {
+		b.cond("b.payload @> " + b.arg(string(c)) + "::jsonb")
+	}
+	return `SELECT b.id FROM envelope_body b WHERE ` + b.where() + ` LIMIT ` + b.arg(limit), b.args
 }

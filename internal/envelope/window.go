@@ -62,6 +62,13 @@ type Chunk struct {
 	// envelope_count, not a scan) times the chunk's share of the
 	// partition's time.
 	Envelopes int64
+	// BodyIndexed says every body of the partition is in envelope_body and
+	// that partition has its GIN index on payload (migration 00203,
+	// envelope_body_payload_idx): a body containment can read it by index
+	// (BodyMatches). A partition whose bodies are stored in their rows
+	// (bodies_in_rows), were dropped (failed ones keep copies in their
+	// rows), or that predates the index on a large inbox, is not.
+	BodyIndexed bool
 }
 
 // PlanScan splits the window [since, until) into chunks of about
@@ -82,7 +89,11 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 		SELECT p.name, p.lower_at, p.upper_at, p.upper_id, envelope_id_time(m.lo), envelope_id_time(m.hi),
 		       coalesce((SELECT sum(c.n) FROM envelope_count c
 		                  WHERE c.kind IN ('pending', 'done', 'failed', 'ignored', 'resolved')
-		                    AND c.bucket <@ envelope_count_range(p.lower_id, p.upper_id)), 0)::bigint
+		                    AND c.bucket <@ envelope_count_range(p.lower_id, p.upper_id)), 0)::bigint,
+		       NOT p.bodies_in_rows AND p.body_dropped_at IS NULL
+		         AND EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
+		                      WHERE i.inhparent = to_regclass('envelope_body_payload_idx')
+		                        AND x.indrelid = to_regclass('envelope_body_' || p.name) AND x.indisvalid)
 		  FROM envelope_partition p
 		  LEFT JOIN LATERAL envelope_span(p.lower_id, p.upper_id) m ON p.lower_id IS NOT NULL
 		 WHERE p.dropped_at IS NULL
@@ -99,10 +110,11 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 		hiID        int64
 		first, last *time.Time
 		n           int64
+		indexed     bool
 	}
 	var parts []part
 	var p part
-	if _, err := pgx.ForEachRow(rows, []any{&p.name, &p.lo, &p.hi, &p.hiID, &p.first, &p.last, &p.n}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&p.name, &p.lo, &p.hi, &p.hiID, &p.first, &p.last, &p.n, &p.indexed}, func() error {
 		parts = append(parts, p)
 		return nil
 	}); err != nil {
@@ -118,7 +130,7 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 			if p.lo != nil && p.lo.After(from) {
 				from = *p.lo
 			}
-			out = append(out, Chunk{Partition: p.name, From: from, To: to, LowerID: math.MinInt64, UpperID: p.hiID, Envelopes: p.n})
+			out = append(out, Chunk{Partition: p.name, From: from, To: to, LowerID: math.MinInt64, UpperID: p.hiID, Envelopes: p.n, BodyIndexed: p.indexed})
 			continue
 		}
 		if p.lo.After(from) {
@@ -145,7 +157,7 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 			if lo.Sub(from) < step/2 {
 				lo = from // the last piece takes the rest rather than leave a sliver
 			}
-			out = append(out, Chunk{Partition: p.name, From: lo, To: hi, LowerID: IDAt(lo), UpperID: IDBefore(hi), Envelopes: share(lo, hi)})
+			out = append(out, Chunk{Partition: p.name, From: lo, To: hi, LowerID: IDAt(lo), UpperID: IDBefore(hi), Envelopes: share(lo, hi), BodyIndexed: p.indexed})
 			hi = lo
 		}
 	}

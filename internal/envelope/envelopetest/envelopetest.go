@@ -87,6 +87,37 @@ func InsertMany(t testing.TB, q pg.Querier, n int, row func(i int) Row) []int64 
 	return ids
 }
 
+// MoveBodies lays the bodies of the envelopes whose partitions are marked
+// bodies_in_rows (those InsertMany stores) out as ingest stores them since
+// migration 00200: each body in envelope_body, a copy left in the row of a
+// failed or resolved envelope only (as the worker keeps it), and the
+// partitions no longer marked. A body search then reads them through
+// envelope_body (and its index, 00203). It returns how many bodies it
+// moved, and fails the test on any error.
+func MoveBodies(t testing.TB, q pg.Querier) int64 {
+	t.Helper()
+	var moved int64
+	err := q.QueryRow(context.Background(), `
+		WITH p AS (
+			UPDATE envelope_partition SET bodies_in_rows = false
+			 WHERE dropped_at IS NULL AND bodies_in_rows AND lower_id IS NOT NULL
+			RETURNING lower_id, upper_id
+		), e AS (
+			SELECT e.id, e.body, e.payload, e.status FROM envelope e JOIN p ON e.id >= p.lower_id AND e.id < p.upper_id
+			 WHERE e.body IS NOT NULL
+		), b AS (
+			INSERT INTO envelope_body (id, body, payload) SELECT id, body, payload FROM e
+		), u AS (
+			UPDATE envelope x SET body = NULL, payload = NULL
+			  FROM e WHERE x.id = e.id AND e.status NOT IN ('failed', 'resolved')
+		)
+		SELECT count(*) FROM e`).Scan(&moved)
+	if err != nil {
+		t.Fatalf("envelopetest: move bodies to envelope_body: %v", err)
+	}
+	return moved
+}
+
 // CreateMany is InsertMany for code without a test: it inserts rows in one
 // statement and returns their ids in order, or the error.
 func CreateMany(ctx context.Context, q pg.Querier, rows []Row) ([]int64, error) {

@@ -1,0 +1,42 @@
+-- A GIN index (jsonb_path_ops) on every body's parsed payload, per day partition of envelope_body (issue 21: a
+-- body search, `worker envelopes list --field/--contains` and the console's search, read every body of its
+-- window newest first under a scan budget: a rare value over 24 h took about a second at 10 M envelopes, and a
+-- week could not be searched at all). With it, a search reads the matching ids of each indexed partition from
+-- the index (admin.List; a value too common for that falls back to the newest-first walk, which finds a page of
+-- a common value quickly). Its cost on ingest is in docs/benchmarks.md ("A GIN on every body").
+--
+-- envelope_body is written once and never updated, so the index costs an insert per body (fastupdate's pending
+-- list, merged in batches) and nothing after; it goes with its partition when the day's bodies are dropped.
+--
+-- Built without holding ingest, as envelope_cause_idx (00201): made ON ONLY the partitioned table, then per
+-- partition. A partition made from now on gets it when it is attached (envelope_partition_create), empty. An
+-- existing partition gets it now only when the inbox is small (under 1,000,000 envelopes by envelope_count:
+-- seconds); on a larger one the days stored so far are searched by the walk as before until their bodies are
+-- dropped, or an operator builds theirs concurrently (docs/operations.md, "Migrations"). A search uses the index
+-- of each partition that has one (envelope.PlanScan's BodyIndexed).
+
+-- +goose Up
+CREATE INDEX envelope_body_payload_idx ON ONLY envelope_body USING gin (payload jsonb_path_ops);
+-- +goose StatementBegin
+DO $$
+DECLARE
+    small boolean := (SELECT coalesce(sum(n), 0) < 1000000 FROM envelope_count
+                       WHERE kind IN ('pending', 'done', 'failed', 'ignored', 'resolved'));
+    p record;
+    ix text;
+BEGIN
+    FOR p IN SELECT c.oid::regclass AS part, c.relname
+               FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+               LEFT JOIN envelope_partition r ON 'envelope_body_' || r.name = c.relname AND r.dropped_at IS NULL
+              WHERE i.inhparent = 'envelope_body'::regclass AND (small OR r.lower_at > now())
+    LOOP
+        ix := left(p.relname || '_payload_idx', 63);
+        EXECUTE format('CREATE INDEX %I ON %s USING gin (payload jsonb_path_ops)', ix, p.part);
+        EXECUTE format('ALTER INDEX envelope_body_payload_idx ATTACH PARTITION %I', ix);
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+DROP INDEX envelope_body_payload_idx;
