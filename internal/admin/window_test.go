@@ -298,7 +298,8 @@ func TestBodySearchReadsTheBodyIndex(t *testing.T) {
 	s := page.Scan
 	require.False(t, s.Stopped, "%+v", s)
 	require.Zero(t, s.Searched, "nothing walked")
-	require.InDelta(t, 400, s.Indexed, 40, "the window's envelopes, through the index")
+	require.Positive(t, s.Indexed)
+	require.Equal(t, s.Envelopes, s.Indexed, "the whole window (the counters' estimate), through the index")
 	require.Nil(t, page.NextBeforeID)
 	require.Contains(t, s.String(), "through the body index")
 
