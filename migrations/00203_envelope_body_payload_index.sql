@@ -13,7 +13,12 @@
 -- existing partition gets it now only when the inbox is small (under 1,000,000 envelopes by envelope_count:
 -- seconds); on a larger one the days stored so far are searched by the walk as before until their bodies are
 -- dropped, or an operator builds theirs concurrently (docs/operations.md, "Migrations"). A search uses the index
--- of each partition that has one (envelope.PlanScan's BodyIndexed).
+-- of each partition that has one (envelope.PlanScan's BodyIndexed) and whose bodies are all in envelope_body.
+--
+-- On a small inbox it also unmarks the days 00200 marked bodies_in_rows that hold no body in a row without its
+-- copy in envelope_body: 00200 marked the day it ran (today's partition, to come, included) whatever it held,
+-- so on a new install the first day was searched (and purged) row by row. A day that holds such a row stays
+-- marked; on a larger inbox every mark stays (the check reads the day), until the day passes.
 
 -- +goose Up
 CREATE INDEX envelope_body_payload_idx ON ONLY envelope_body USING gin (payload jsonb_path_ops);
@@ -24,6 +29,7 @@ DECLARE
                        WHERE kind IN ('pending', 'done', 'failed', 'ignored', 'resolved'));
     p record;
     ix text;
+    held boolean;
 BEGIN
     FOR p IN SELECT c.oid::regclass AS part, c.relname
                FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -34,6 +40,19 @@ BEGIN
         EXECUTE format('CREATE INDEX %I ON %s USING gin (payload jsonb_path_ops)', ix, p.part);
         EXECUTE format('ALTER INDEX envelope_body_payload_idx ATTACH PARTITION %I', ix);
     END LOOP;
+    IF small THEN
+        FOR p IN SELECT r.name FROM envelope_partition r
+                  WHERE r.dropped_at IS NULL AND r.bodies_in_rows AND r.lower_id IS NOT NULL
+                    AND to_regclass('envelope_body_' || r.name) IS NOT NULL
+        LOOP
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I e WHERE (e.body IS NOT NULL OR e.payload IS NOT NULL)
+                                AND NOT EXISTS (SELECT 1 FROM %I b WHERE b.id = e.id))',
+                           'envelope_' || p.name, 'envelope_body_' || p.name) INTO held;
+            IF NOT held THEN
+                UPDATE envelope_partition SET bodies_in_rows = false WHERE name = p.name;
+            END IF;
+        END LOOP;
+    END IF;
 END
 $$;
 -- +goose StatementEnd

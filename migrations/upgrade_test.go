@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/migrations"
 )
@@ -127,4 +128,56 @@ func TestUpgradeToPartitionedEnvelopesKeepsEverything(t *testing.T) {
 	res, err = store.Insert(ctx, old)
 	require.NoError(t, err)
 	require.False(t, res.Duplicate, "an id past the window is new again")
+}
+
+// Migration 00203, on a small inbox, unmarks the days 00200 marked
+// bodies_in_rows that hold no body in a row without its copy in
+// envelope_body (the day 00200 ran, on a new install), and keeps the mark
+// of a day that does: a body search reads the first through the body
+// index, the second row by row.
+func TestBodyIndexMigrationUnmarksDaysWithoutBodiesInRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.EmptyURL(t)
+	pool := pgtest.OpenPool(t, url)
+	require.NoError(t, migrations.MigrateTo(ctx, pool, 202))
+	now := time.Now()
+
+	// Today's, as ingest stores since 00200 (a failed one with its copy),
+	// then marked as 00200 marked the day it ran.
+	envelopetest.InsertMany(t, pool, 3, func(i int) envelopetest.Row {
+		r := envelopetest.Row{Status: "done", ReceivedAt: now.Add(-time.Minute)}
+		if i == 2 {
+			r.Status, r.LastError = "failed", "permanent: x"
+		}
+		return r
+	})
+	require.EqualValues(t, 3, envelopetest.MoveBodies(t, pool))
+	// Two days back, as before 00200: the body in the row only.
+	envelopetest.InsertMany(t, pool, 1, func(int) envelopetest.Row {
+		return envelopetest.Row{Status: "done", ReceivedAt: now.Add(-48 * time.Hour)}
+	})
+	partition := func(at time.Time) string {
+		var name string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT name FROM envelope_partition WHERE dropped_at IS NULL AND lower_id <= envelope_id_at($1) AND upper_id > envelope_id_at($1)`, at).Scan(&name))
+		return name
+	}
+	today, old := partition(now), partition(now.Add(-48*time.Hour))
+	_, err := pool.Exec(ctx, `UPDATE envelope_partition SET bodies_in_rows = true WHERE name = $1`, today)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Migrate(ctx, pool, io.Discard))
+	marked := func(name string) bool {
+		var b bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT bodies_in_rows FROM envelope_partition WHERE name = $1`, name).Scan(&b))
+		return b
+	}
+	require.False(t, marked(today), "today's bodies are all in envelope_body")
+	require.True(t, marked(old), "a body only in its row")
+	chunks, err := envelope.PlanScan(ctx, pool, now.Add(-72*time.Hour), now.Add(time.Hour), 1<<40)
+	require.NoError(t, err)
+	indexed := map[string]bool{}
+	for _, c := range chunks {
+		indexed[c.Partition] = c.BodyIndexed
+	}
+	require.Equal(t, map[string]bool{today: true, old: false}, map[string]bool{today: indexed[today], old: indexed[old]})
 }
