@@ -114,9 +114,12 @@ type Scan struct {
 	Budget   int64 `json:"budget,omitempty"`
 	Searched int64 `json:"searched,omitempty"`
 	// Indexed is about how many envelopes of the window a body search read
-	// through the body index (Chunk.BodyIndexed) rather than one by one:
-	// outside the budget, back to SearchedFrom too.
+	// through the body index (Chunk.BodyIndexed) rather than one by one,
+	// back to SearchedFrom too; Matches is how many matches the index gave
+	// (each read and checked), which count against the budget with
+	// Searched.
 	Indexed      int64     `json:"indexed,omitempty"`
+	Matches      int64     `json:"matches,omitempty"`
 	SearchedFrom time.Time `json:"searched_from,omitzero"`
 	Stopped      bool      `json:"stopped,omitempty"`
 	// Elapsed is the time the reads took.
@@ -258,15 +261,28 @@ func listPage(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRe
 // time, until the page is full, the window is read, or the next chunk
 // would take the envelopes read past the budget (the first chunk is
 // always read). A body containment reads the chunks of a partition that
-// has the body index (Chunk.BodyIndexed) through it instead, outside the
-// budget: the partition's matching ids once (at most a chunk's worth;
-// more, and the value is common enough for the walk to find a page
-// sooner), then each chunk's candidates by key. Its count is what it
-// found.
+// has the body index (Chunk.BodyIndexed) through it instead: the
+// partition's matching ids once (at most a chunk's worth, and what the
+// budget has left: each match counts against it; more, and the value is
+// common enough for the walk to find a page sooner), then each chunk's
+// candidates by key. Its count is what it found.
 func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRequest, res *ListResult) error {
 	// Chunks of an eighth of the budget at most: the budget is checked
 	// between them.
 	chunkRows := min(scanChunk, max(1, req.ScanBudget/8))
+	byIndex := len(sel.Contains) > 0 && len(sel.Headers) == 0
+	if byIndex {
+		// Which days are indexed is read from the catalog (PlanScan), not
+		// from the snapshot: a day's bodies dropped between that and the
+		// lookup would read as "no match" while its failed envelopes keep
+		// copies in their rows. Holding envelope_body (ACCESS SHARE: what
+		// any read of it takes) makes envelope_body_drop wait until the
+		// search ends (it gives up after its lock wait, and retries at the
+		// next purge).
+		if _, err := tx.Exec(ctx, `LOCK TABLE envelope_body IN ACCESS SHARE MODE`); err != nil {
+			return fmt.Errorf("search bodies: %w", err)
+		}
+	}
 	chunks, err := envelope.PlanScan(ctx, tx, sel.Since, sel.Until, chunkRows)
 	if err != nil {
 		return err
@@ -275,7 +291,6 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 	scan.Partitions, scan.Envelopes = summarize(chunks)
 	scan.Budget = req.ScanBudget
 	res.Envelopes = []Summary{}
-	byIndex := len(sel.Contains) > 0 && len(sel.Headers) == 0
 	matches := map[string]*bodyMatches{}
 	read := false
 	for _, c := range chunks {
@@ -294,15 +309,22 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 				if req.BeforeID != 0 {
 					top = min(top, req.BeforeID)
 				}
-				m.ids, m.complete, err = envelope.BodyMatches(ctx, tx, sel.Contains, lower, top, int(chunkRows))
-				if err != nil {
-					return err
+				// Each match is a body read and checked, then an envelope
+				// looked up: they count against the budget like the walk's
+				// envelopes, and a day with more than the budget has left
+				// is walked (and stops there) instead.
+				if limit := min(chunkRows, req.ScanBudget-scan.Searched-scan.Matches); limit > 0 {
+					m.ids, m.complete, err = envelope.BodyMatches(ctx, tx, sel.Contains, lower, top, int(limit))
+					if err != nil {
+						return err
+					}
+					scan.Matches += int64(len(m.ids))
 				}
 				matches[c.Partition] = m
 			}
 		}
 		indexed := m != nil && m.complete
-		if !indexed && read && scan.Searched+c.Envelopes > req.ScanBudget {
+		if !indexed && read && scan.Searched+scan.Matches+c.Envelopes > req.ScanBudget {
 			// The page is not full (a full one stops below): the next one
 			// goes on from this chunk's top.
 			scan.Stopped = true
@@ -435,7 +457,7 @@ func (s Scan) String() string {
 	if s.Budget > 0 {
 		fmt.Fprintf(&b, "; body/header search read ~%d of them", s.Searched)
 		if s.Indexed > 0 {
-			fmt.Fprintf(&b, " one by one and ~%d through the body index", s.Indexed)
+			fmt.Fprintf(&b, " one by one and ~%d through the body index (%s checked)", s.Indexed, cli.Count(s.Matches, "match", "matches"))
 		}
 		if !s.SearchedFrom.IsZero() {
 			fmt.Fprintf(&b, ", back to %s", s.SearchedFrom.UTC().Format(time.RFC3339))

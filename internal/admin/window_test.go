@@ -370,3 +370,73 @@ func TestBodySearchReadsTheBodyIndex(t *testing.T) {
 	require.Positive(t, page.Scan.Searched, "the old day walked")
 	require.False(t, page.Scan.Stopped)
 }
+
+// Paged through by the body index, a search returns what the walk would:
+// the same envelopes, newest first, across partitions and index batches,
+// with or without another filter. The index's matches count against the
+// budget: a filter that rejects every match stops at the budget instead of
+// reading every day's matches.
+func TestBodySearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	clock, err := envelope.ReadClock(ctx, b.pool)
+	require.NoError(t, err)
+	const days, perDay = 10, 1500
+	envelopetest.InsertMany(t, b.pool, days*perDay, func(i int) envelopetest.Row {
+		return envelopetest.Row{Source: []string{"alpha", "beta"}[i%2], Status: []string{"done", "failed", "ignored", "resolved"}[i%4],
+			ReceivedAt: clock.Now.Add(-time.Duration(i)*24*time.Hour/perDay - time.Second), ProcessedAt: clock.Now,
+			Body: fmt.Appendf(nil, `{"type":"t","data":{"k":"v%d","n":%d}}`, i%3, i)}
+	})
+	require.EqualValues(t, days*perDay, envelopetest.MoveBodies(t, b.pool))
+	_, err = b.pool.Exec(ctx, `ANALYZE envelope, envelope_body`)
+	require.NoError(t, err)
+	since := Bound{At: clock.Now.Add(-(days + 1) * 24 * time.Hour)}
+	v0 := []json.RawMessage{json.RawMessage(`{"data":{"k":"v0"}}`)}
+
+	// v0 matches a third (500 a day), every type all (1,500 a day: more
+	// than a batch of candidates).
+	for _, c := range []struct {
+		source   string
+		contains string
+		want     int
+	}{{"", `{"data":{"k":"v0"}}`, days * perDay / 3}, {"alpha", `{"data":{"k":"v0"}}`, days * perDay / 6}, {"", `{"type":"t"}`, days * perDay}} {
+		rows, err := b.pool.Query(ctx, `SELECT id FROM envelope_with_body WHERE payload @> $2::jsonb AND ($1 = '' OR source = $1) ORDER BY id DESC`, c.source, c.contains)
+		require.NoError(t, err)
+		want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		require.Len(t, want, c.want)
+
+		req := ListRequest{Filter: Filter{Source: c.source, Since: since, Contains: []json.RawMessage{json.RawMessage(c.contains)}}, Limit: 1100}
+		var got []int64
+		for pages := 0; ; pages++ {
+			require.Less(t, pages, 20)
+			page, err := List(ctx, b.pool, req)
+			require.NoError(t, err)
+			require.Zero(t, page.Scan.Searched, "read by the index, not walked")
+			require.False(t, page.Scan.Stopped)
+			for _, e := range page.Envelopes {
+				got = append(got, e.ID)
+			}
+			if page.NextBeforeID == nil {
+				break
+			}
+			req.BeforeID = *page.NextBeforeID
+		}
+		require.Equal(t, want, got, "%+v", c)
+	}
+
+	// 500 matches a day (UTC days cut the seed unevenly), a budget of 8
+	// days' matches (chunks of 500), and a source no envelope has: days read
+	// by the index until their matches reach the budget, then a stop.
+	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{Source: "gamma", Since: since, Contains: v0}, ScanBudget: 8 * perDay / 3})
+	require.NoError(t, err)
+	require.Empty(t, page.Envelopes)
+	s := page.Scan
+	require.True(t, s.Stopped, "%+v", s)
+	require.LessOrEqual(t, s.Matches, s.Budget)
+	require.Greater(t, s.Matches, s.Budget/2)
+	require.Zero(t, s.Searched)
+	require.NotNil(t, page.NextBeforeID)
+	require.Contains(t, s.String(), fmt.Sprintf("%d matches checked", s.Matches))
+}
