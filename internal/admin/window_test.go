@@ -57,8 +57,15 @@ var siblingPartitionName = regexp.MustCompile(`envelope_(?:duplicate_|conflict_|
 // enough for one to be cheapest, where the same table at size is not).
 func explain(t *testing.T, b *bundle, sel envelope.Selection, noSeqScan bool) string {
 	t.Helper()
-	ctx := context.Background()
 	sql, args := envelope.SummariesSQL(sel, 51, false)
+	return explainSQL(t, b, sql, args, noSeqScan)
+}
+
+// explainSQL returns the plan of sql with args (run as CustomPlan runs
+// them), with sequential scans disabled when noSeqScan.
+func explainSQL(t *testing.T, b *bundle, sql string, args []any, noSeqScan bool) string {
+	t.Helper()
+	ctx := context.Background()
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
@@ -315,17 +322,7 @@ func TestBodySearchReadsTheBodyIndex(t *testing.T) {
 	chunks, err := envelope.PlanScan(ctx, b.pool, sel.Since, sel.Until, math.MaxInt64)
 	require.NoError(t, err)
 	sql, args := envelope.BodyMatchesSQL(sel.Contains, chunks[len(chunks)-1].LowerID, chunks[0].UpperID, 51)
-	tx, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan = off`)
-	require.NoError(t, err)
-	rows, err := tx.Query(ctx, `EXPLAIN `+sql, envelope.CustomPlan(args)...)
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	require.NoError(t, tx.Rollback(ctx))
-	plan := strings.Join(lines, "\n")
+	plan := explainSQL(t, b, sql, args, true)
 	require.Regexp(t, `Bitmap Index Scan on envelope_body_\d{8}_payload_idx`, plan)
 	require.NotContains(t, plan, "Seq Scan")
 	var days []string

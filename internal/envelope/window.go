@@ -66,8 +66,9 @@ type Chunk struct {
 	// that partition has its GIN index on payload (migration 00203,
 	// envelope_body_payload_idx): a body containment can read it by index
 	// (BodyMatches). A partition whose bodies are stored in their rows
-	// (bodies_in_rows), were dropped (failed ones keep copies in their
-	// rows), or that predates the index on a large inbox, is not.
+	// (bodies_in_rows), were dropped (its envelope_body partition is gone;
+	// failed ones keep copies in their rows), or that predates the index
+	// on a large inbox, is not.
 	BodyIndexed bool
 }
 
@@ -90,7 +91,7 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 		       coalesce((SELECT sum(c.n) FROM envelope_count c
 		                  WHERE c.kind IN ('pending', 'done', 'failed', 'ignored', 'resolved')
 		                    AND c.bucket <@ envelope_count_range(p.lower_id, p.upper_id)), 0)::bigint,
-		       NOT p.bodies_in_rows AND p.body_dropped_at IS NULL
+		       NOT p.bodies_in_rows
 		         AND EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
 		                      WHERE i.inhparent = to_regclass('envelope_body_payload_idx')
 		                        AND x.indrelid = to_regclass('envelope_body_' || p.name) AND x.indisvalid)
