@@ -207,7 +207,17 @@ func TestListenLimitedAnswersOverflowAtOnce(t *testing.T) {
 	for _, c := range busy {
 		readOK(t, c, bufio.NewReader(c))
 	}
-	c := s.dial(t)
-	send(t, c, "/after")
-	readOK(t, c, bufio.NewReader(c))
+	// The server marks a connection idle just after writing its answer,
+	// which the client may read first: until it has, both slots still look
+	// busy and a new connection is overflow. Once it has, a new sender is
+	// served (a slot's idle connection makes room).
+	require.Eventually(t, func() bool {
+		c := s.dial(t)
+		send(t, c, "/after")
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 10*time.Millisecond, "a new sender served once the busy connections finished")
 }
