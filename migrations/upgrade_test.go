@@ -181,3 +181,56 @@ func TestBodyIndexMigrationUnmarksDaysWithoutBodiesInRows(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{today: true, old: false}, map[string]bool{today: indexed[today], old: indexed[old]})
 }
+
+// Migration 00204 on a large inbox (100,000 envelopes or more) builds the
+// headers index of the partitions to come only: the days stored so far
+// are not indexed (a header search walks them), and the build
+// docs/operations.md gives an operator, CREATE INDEX CONCURRENTLY then
+// ATTACH, indexes one without holding ingest.
+func TestHeadersIndexMigrationOnALargeInboxIndexesDaysToCome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.EmptyURL(t)
+	pool := pgtest.OpenPool(t, url)
+	require.NoError(t, migrations.MigrateTo(ctx, pool, 203))
+	now := time.Now()
+	id := envelopetest.InsertMany(t, pool, 1, func(int) envelopetest.Row {
+		return envelopetest.Row{Status: "done", ReceivedAt: now.Add(-time.Minute), Headers: map[string]string{"X-Shopify-Shop-Domain": "a.myshopify.com"}}
+	})[0]
+	// As large as the threshold, by the counters the migration reads.
+	_, err := pool.Exec(ctx, `UPDATE envelope_count SET n = n + 100000 WHERE kind = 'done'`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Migrate(ctx, pool, io.Discard))
+	_, err = pool.Exec(ctx, `UPDATE envelope_count SET n = n - 100000 WHERE kind = 'done'`)
+	require.NoError(t, err)
+
+	indexed := func() map[string]bool {
+		chunks, err := envelope.PlanScan(ctx, pool, now.Add(-time.Hour), now.Add(72*time.Hour), 1<<40)
+		require.NoError(t, err)
+		out := map[string]bool{}
+		for _, c := range chunks {
+			out[c.Partition] = c.HeadersIndexed
+		}
+		return out
+	}
+	var today string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT name FROM envelope_partition WHERE dropped_at IS NULL AND lower_id <= $1 AND upper_id > $1`, id).Scan(&today))
+	days := indexed()
+	require.Greater(t, len(days), 1, "today's and the days made ahead: %v", days)
+	for day, ok := range days {
+		require.Equal(t, day != today, ok, "%s: only the days to come are indexed: %v", day, days)
+	}
+
+	// docs/operations.md, "Upgrading to the headers index".
+	_, err = pool.Exec(ctx, fmt.Sprintf(`CREATE INDEX CONCURRENTLY envelope_%s_headers_idx ON envelope_%s USING gin ((lower(headers::text)::jsonb) jsonb_path_ops)`, today, today))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, fmt.Sprintf(`ALTER INDEX envelope_headers_idx ATTACH PARTITION envelope_%s_headers_idx`, today))
+	require.NoError(t, err)
+	require.True(t, indexed()[today])
+	var lower, upper int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT lower_id, upper_id FROM envelope_partition WHERE name = $1`, today).Scan(&lower, &upper))
+	ids, complete, err := envelope.HeaderMatches(ctx, pool, map[string]string{"x-shopify-shop-domain": "a.myshopify.com"}, lower, upper, 10)
+	require.NoError(t, err)
+	require.True(t, complete)
+	require.Equal(t, []int64{id}, ids)
+}

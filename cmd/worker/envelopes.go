@@ -54,9 +54,10 @@ const listUsage = `usage: worker envelopes list [flags]
 
 List envelopes, newest first. Without --since (and without --delivery-id) it
 reads the last 24 hours: --since 7d, or an RFC 3339 time, looks further back.
-A body or header search that no index serves (--field, --contains, --header,
-unless --status failed) reads at most --scan-budget envelopes of the window,
-newest first, and says how far back it got. A line under the list says what
+A body or header search (--field, --contains, --header) reads each day of
+the window through its index (the bodies', the headers'); a day without one,
+or a value too common for it, is read newest first under --scan-budget, and
+the search says how far back it got. A line under the list says what
 was read (window, partitions, envelopes, time); the last line names the
 --before-id of the next page. Changes nothing.
 

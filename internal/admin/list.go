@@ -32,11 +32,11 @@ const MaxListLimit = 10000
 // hours before Until.
 const DefaultWindow = 24 * time.Hour
 
-// DefaultScanBudget is how many envelopes a search no index serves (header
-// values; a body containment in a day without the body index, or of a
-// value too common for it) reads at most before it stops and says how far
-// it got: about 1.3 s on the reference machine (docs/benchmarks.md, "Reads
-// at size").
+// DefaultScanBudget is how many envelopes a search no index serves (a
+// header value or a body containment in a day without the headers or body
+// index, or a value too common for it) reads at most before it stops and
+// says how far it got: about 1.3 s on the reference machine
+// (docs/benchmarks.md, "Reads at size").
 const DefaultScanBudget = 400_000
 
 // scanChunk is about how many envelopes one statement of a bounded search
@@ -46,12 +46,12 @@ const scanChunk = 50_000
 // ListRequest asks for one page of envelopes, newest (highest id) first.
 type ListRequest struct {
 	Filter Filter
-	// ScanBudget bounds a search that no index serves (Filter.Headers;
-	// Filter.Contains without status failed, in the days without the body
-	// index or for a value too common for it): it reads the window newest
-	// first, chunk by chunk, and stops before reading more than about this
-	// many envelopes, saying how far back it got (Scan). 0 is
-	// DefaultScanBudget.
+	// ScanBudget bounds a search that no index serves (Filter.Headers, or
+	// Filter.Contains without status failed, in the days without the
+	// headers or body index or for a value too common for it): it reads
+	// the window newest first, chunk by chunk, and stops before reading more
+	// than about this many envelopes, saying how far back it got (Scan). 0
+	// is DefaultScanBudget.
 	ScanBudget int64
 	// Limit is the page size: DefaultListLimit when 0, at most MaxListLimit.
 	Limit int
@@ -113,8 +113,9 @@ type Scan struct {
 	// SearchedFrom.
 	Budget   int64 `json:"budget,omitempty"`
 	Searched int64 `json:"searched,omitempty"`
-	// Indexed is about how many envelopes of the window a body search read
-	// through the body index (Chunk.BodyIndexed) rather than one by one,
+	// Indexed is about how many envelopes of the window a search read
+	// through the headers or body index (Chunk.HeadersIndexed,
+	// Chunk.BodyIndexed) rather than one by one,
 	// back to SearchedFrom too; Matches is how many matches the index gave
 	// (each read and checked), which count against the budget with
 	// Searched.
@@ -149,7 +150,8 @@ type ListResult struct {
 // arrivals: the cursor is an id, and ids only grow. Unless the filter names
 // its envelopes, it reads a window (DefaultWindow unless given), which
 // prunes to that window's partitions; a body or header search reads
-// through the body index where it can, and under ScanBudget otherwise.
+// through the headers or body index where it can, and under ScanBudget
+// otherwise.
 func List(ctx context.Context, pool *pgxpool.Pool, req ListRequest) (ListResult, error) {
 	if err := req.Validate(); err != nil {
 		return ListResult{}, err
@@ -260,8 +262,8 @@ func listPage(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRe
 // listBounded reads the window newest first, a chunk (a statement) at a
 // time, until the page is full, the window is read, or the next chunk
 // would take the envelopes read past the budget (the first chunk is
-// always read). A body containment reads the chunks of a partition that
-// has the body index (Chunk.BodyIndexed) through it instead: the
+// always read). A header or body search reads the chunks of a partition
+// that has the headers or body index (indexFor) through it instead: the
 // partition's matching ids once (at most a chunk's worth, and what the
 // budget has left: each match counts against it; more, and the value is
 // common enough for the walk to find a page sooner), then each chunk's
@@ -270,8 +272,7 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 	// Chunks of an eighth of the budget at most: the budget is checked
 	// between them.
 	chunkRows := min(scanChunk, max(1, req.ScanBudget/8))
-	byIndex := len(sel.Contains) > 0 && len(sel.Headers) == 0
-	if byIndex {
+	if len(sel.Contains) > 0 {
 		// Which days are indexed is read from the catalog (PlanScan), not
 		// from the snapshot: a day's bodies dropped between that and the
 		// lookup would read as "no match" while its failed envelopes keep
@@ -291,7 +292,7 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 	scan.Partitions, scan.Envelopes = summarize(chunks)
 	scan.Budget = req.ScanBudget
 	res.Envelopes = []Summary{}
-	matches := map[string]*bodyMatches{}
+	matches := map[string]*indexMatches{}
 	read := false
 	for _, c := range chunks {
 		if req.BeforeID != 0 && c.LowerID >= req.BeforeID {
@@ -301,10 +302,10 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 		if req.BeforeID != 0 {
 			upper = min(upper, req.BeforeID)
 		}
-		var m *bodyMatches
-		if byIndex && c.BodyIndexed {
+		var m *indexMatches
+		if ix := indexFor(sel, c); ix != "" {
 			if m = matches[c.Partition]; m == nil {
-				m = &bodyMatches{}
+				m = &indexMatches{}
 				lower, top := partitionRange(chunks, c.Partition)
 				if req.BeforeID != 0 {
 					top = min(top, req.BeforeID)
@@ -314,7 +315,11 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 				// envelopes, and a day with more than the budget has left
 				// is walked (and stops there) instead.
 				if limit := min(chunkRows, req.ScanBudget-scan.Searched-scan.Matches); limit > 0 {
-					m.ids, m.complete, err = envelope.BodyMatches(ctx, tx, sel.Contains, lower, top, int(limit))
+					if ix == "headers" {
+						m.ids, m.complete, err = envelope.HeaderMatches(ctx, tx, sel.Headers, lower, top, int(limit))
+					} else {
+						m.ids, m.complete, err = envelope.BodyMatches(ctx, tx, sel.Contains, lower, top, int(limit))
+					}
 					if err != nil {
 						return err
 					}
@@ -361,9 +366,23 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 	return nil
 }
 
-// bodyMatches is what a partition's body index gave a search: its
-// matching ids, highest first, when complete.
-type bodyMatches struct {
+// indexFor is the index a bounded search reads c's matches from: the
+// headers' when sel has headers and c has that index (it serves every day
+// whose envelopes are kept), else the body's when sel has a containment
+// and c has that one; "" when c is walked.
+func indexFor(sel envelope.Selection, c envelope.Chunk) string {
+	switch {
+	case len(sel.Headers) > 0 && c.HeadersIndexed:
+		return "headers"
+	case len(sel.Contains) > 0 && c.BodyIndexed:
+		return "body"
+	}
+	return ""
+}
+
+// indexMatches is what a partition's body or headers index gave a search:
+// its matching ids, highest first, when complete.
+type indexMatches struct {
 	ids      []int64
 	complete bool
 }
@@ -376,7 +395,7 @@ const candidateBatch = 1000
 // in [lower, upper), newest first: the matching ids, a batch at a time,
 // looked up by key with every condition of sel (the containment too:
 // checked again on the body a reader sees).
-func (m *bodyMatches) summaries(ctx context.Context, tx pgx.Tx, sel envelope.Selection, lower, upper int64, limit int) ([]Summary, error) {
+func (m *indexMatches) summaries(ctx context.Context, tx pgx.Tx, sel envelope.Selection, lower, upper int64, limit int) ([]Summary, error) {
 	// m.ids is highest first: those in [lower, upper) are a run of it.
 	from, _ := slices.BinarySearchFunc(m.ids, upper, func(id, t int64) int { return cmp.Compare(t, id+1) })
 	var out []Summary
@@ -457,7 +476,7 @@ func (s Scan) String() string {
 	if s.Budget > 0 {
 		fmt.Fprintf(&b, "; body/header search read ~%d of them", s.Searched)
 		if s.Indexed > 0 {
-			fmt.Fprintf(&b, " one by one and ~%d through the body index (%s checked)", s.Indexed, cli.Count(s.Matches, "match", "matches"))
+			fmt.Fprintf(&b, " one by one and ~%d through an index (%s checked)", s.Indexed, cli.Count(s.Matches, "match", "matches"))
 		}
 		if !s.SearchedFrom.IsZero() {
 			fmt.Fprintf(&b, ", back to %s", s.SearchedFrom.UTC().Format(time.RFC3339))

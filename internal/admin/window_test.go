@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -308,7 +309,7 @@ func TestBodySearchReadsTheBodyIndex(t *testing.T) {
 	require.Positive(t, s.Indexed)
 	require.Equal(t, s.Envelopes, s.Indexed, "the whole window (the counters' estimate), through the index")
 	require.Nil(t, page.NextBeforeID)
-	require.Contains(t, s.String(), "through the body index")
+	require.Contains(t, s.String(), "through an index")
 
 	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Source: "beta", Contains: []json.RawMessage{rare}}, ScanBudget: 16})
 	require.NoError(t, err)
@@ -368,12 +369,12 @@ func TestBodySearchReadsTheBodyIndex(t *testing.T) {
 	require.False(t, page.Scan.Stopped)
 }
 
-// Paged through by the body index, a search returns what the walk would:
-// the same envelopes, newest first, across partitions and index batches,
-// with or without another filter. The index's matches count against the
+// Paged through by the body or headers index, a search returns what the
+// walk would: the same envelopes, newest first, across partitions and
+// index batches, with or without another filter. The index's matches count against the
 // budget: a filter that rejects every match stops at the budget instead of
 // reading every day's matches.
-func TestBodySearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
+func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -383,7 +384,8 @@ func TestBodySearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	envelopetest.InsertMany(t, b.pool, days*perDay, func(i int) envelopetest.Row {
 		return envelopetest.Row{Source: []string{"alpha", "beta"}[i%2], Status: []string{"done", "failed", "ignored", "resolved"}[i%4],
 			ReceivedAt: clock.Now.Add(-time.Duration(i)*24*time.Hour/perDay - time.Second), ProcessedAt: clock.Now,
-			Body: fmt.Appendf(nil, `{"type":"t","data":{"k":"v%d","n":%d}}`, i%3, i)}
+			Body:    fmt.Appendf(nil, `{"type":"t","data":{"k":"v%d","n":%d}}`, i%3, i),
+			Headers: map[string]string{"X-K": fmt.Sprintf("v%d", i%3), "X-T": "t"}}
 	})
 	require.EqualValues(t, days*perDay, envelopetest.MoveBodies(t, b.pool))
 	_, err = b.pool.Exec(ctx, `ANALYZE envelope, envelope_body`)
@@ -391,20 +393,38 @@ func TestBodySearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	since := Bound{At: clock.Now.Add(-(days + 1) * 24 * time.Hour)}
 	v0 := []json.RawMessage{json.RawMessage(`{"data":{"k":"v0"}}`)}
 
-	// v0 matches a third (500 a day), every type all (1,500 a day: more
-	// than a batch of candidates).
+	// v0 matches a third (500 a day), every type and X-T all (1,500 a day:
+	// more than a batch of candidates).
 	for _, c := range []struct {
 		source   string
 		contains string
+		header   string // X-K, or X-T when "t"
 		want     int
-	}{{"", `{"data":{"k":"v0"}}`, days * perDay / 3}, {"alpha", `{"data":{"k":"v0"}}`, days * perDay / 6}, {"", `{"type":"t"}`, days * perDay}} {
-		rows, err := b.pool.Query(ctx, `SELECT id FROM envelope_with_body WHERE payload @> $2::jsonb AND ($1 = '' OR source = $1) ORDER BY id DESC`, c.source, c.contains)
+	}{
+		{"", `{"data":{"k":"v0"}}`, "", days * perDay / 3}, {"alpha", `{"data":{"k":"v0"}}`, "", days * perDay / 6}, {"", `{"type":"t"}`, "", days * perDay},
+		{"", "", "v0", days * perDay / 3}, {"alpha", "", "v0", days * perDay / 6}, {"", "", "t", days * perDay},
+	} {
+		f := Filter{Source: c.source, Since: since}
+		if c.contains != "" {
+			f.Contains = []json.RawMessage{json.RawMessage(c.contains)}
+		}
+		name := "x-k"
+		if c.header == "t" {
+			name = "X-t"
+		}
+		if c.header != "" {
+			f.Headers = map[string]string{name: c.header}
+		}
+		rows, err := b.pool.Query(ctx, `
+			SELECT id FROM envelope_with_body
+			 WHERE ($2 = '' OR payload @> $2::jsonb) AND ($3 = '' OR headers ->> $4 = $3) AND ($1 = '' OR source = $1)
+			 ORDER BY id DESC`, c.source, c.contains, c.header, http.CanonicalHeaderKey(name))
 		require.NoError(t, err)
 		want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		require.NoError(t, err)
 		require.Len(t, want, c.want)
 
-		req := ListRequest{Filter: Filter{Source: c.source, Since: since, Contains: []json.RawMessage{json.RawMessage(c.contains)}}, Limit: 1100}
+		req := ListRequest{Filter: f, Limit: 1100}
 		var got []int64
 		for pages := 0; ; pages++ {
 			require.Less(t, pages, 20)
@@ -436,4 +456,91 @@ func TestBodySearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	require.Zero(t, s.Searched)
 	require.NotNil(t, page.NextBeforeID)
 	require.Contains(t, s.String(), fmt.Sprintf("%d matches checked", s.Matches))
+}
+
+// A header search reads the partitions that have the headers index
+// (migration 00204) through it, as a body search reads the body index: a
+// rare value is found with a budget far too small for the walk, its name
+// in any case; a value that differs only in case is a candidate of the
+// index (the headers are indexed lowercased) that the search's own check
+// rejects; the lookup's plan is a bitmap scan of the window's partitions'
+// indexes only; a value too common for the index is walked. Without the
+// index (an operator's DROP INDEX), the search walks and finds the same.
+func TestHeaderSearchReadsTheHeadersIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	clock, err := envelope.ReadClock(ctx, b.pool)
+	require.NoError(t, err)
+	seedDays(t, b, clock.Now, 3, 400) // one every 3.6 minutes; w-8 is 30 minutes old
+	rare := map[string]string{"webhook-ID": "w-8"}
+
+	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{Headers: rare}, ScanBudget: 16})
+	require.NoError(t, err)
+	require.Len(t, page.Envelopes, 1)
+	require.Equal(t, "w-8", page.Envelopes[0].DeliveryID)
+	s := page.Scan
+	require.False(t, s.Stopped, "%+v", s)
+	require.Zero(t, s.Searched, "nothing walked")
+	require.Equal(t, s.Envelopes, s.Indexed, "the whole window (the counters' estimate), through the index")
+	require.EqualValues(t, 1, s.Matches)
+	require.Contains(t, s.String(), "through an index (1 match checked)")
+
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Headers: map[string]string{"Webhook-Id": "W-8"}}, ScanBudget: 16})
+	require.NoError(t, err)
+	require.Empty(t, page.Envelopes, "values match exactly")
+	require.EqualValues(t, 1, page.Scan.Matches, "the index's candidate, rejected by the check")
+	require.Zero(t, page.Scan.Searched)
+
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Source: "beta", Headers: rare}, ScanBudget: 16})
+	require.NoError(t, err)
+	require.Empty(t, page.Envelopes, "a candidate of another source")
+	require.False(t, page.Scan.Stopped)
+
+	// The lookup's plan: the headers indexes of today's and yesterday's
+	// partitions (the default window), no other day's.
+	sel, _ := listSelection(Filter{Headers: rare}, clock)
+	chunks, err := envelope.PlanScan(ctx, b.pool, sel.Since, sel.Until, math.MaxInt64)
+	require.NoError(t, err)
+	sql, args, err := envelope.HeaderMatchesSQL(sel.Headers, chunks[len(chunks)-1].LowerID, chunks[0].UpperID, 51)
+	require.NoError(t, err)
+	plan := explainSQL(t, b, sql, args, true)
+	require.Regexp(t, `Bitmap Index Scan on envelope_\d{8}_headers_idx`, plan)
+	require.NotContains(t, plan, "Seq Scan")
+	var days []string
+	for _, c := range chunks {
+		require.True(t, c.HeadersIndexed, "%+v", c)
+		days = append(days, c.Partition)
+	}
+	for _, d := range partitionNames(plan) {
+		require.Contains(t, days, d, "a partition outside the window:\n%s", plan)
+	}
+
+	// Half the envelopes have this tenant: more matches in a partition
+	// than a chunk's worth (budget/8 = 10), so the search walks.
+	common := map[string]string{"X-Tenant": "t2"}
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Headers: common}, ScanBudget: 80, Limit: 5})
+	require.NoError(t, err)
+	window := sel
+	window.Headers = common
+	newest, err := envelope.Summaries(ctx, b.pool, window, 5, false)
+	require.NoError(t, err)
+	require.Len(t, newest, 5)
+	require.Equal(t, newest, page.Envelopes)
+	require.Zero(t, page.Scan.Indexed)
+	require.Positive(t, page.Scan.Searched)
+
+	// Dropped (docs/operations.md): no day has it, and the search walks.
+	_, err = b.pool.Exec(ctx, `DROP INDEX envelope_headers_idx`)
+	require.NoError(t, err)
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Headers: rare}, ScanBudget: 4})
+	require.NoError(t, err)
+	require.Empty(t, page.Envelopes)
+	require.True(t, page.Scan.Stopped, "walked, under a budget of ~15 minutes of the seed")
+	require.Zero(t, page.Scan.Indexed)
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Headers: rare}})
+	require.NoError(t, err)
+	require.Len(t, page.Envelopes, 1)
+	require.Equal(t, "w-8", page.Envelopes[0].DeliveryID)
+	require.Positive(t, page.Scan.Searched)
 }

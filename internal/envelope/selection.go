@@ -113,9 +113,10 @@ func (s Selection) appendTo(q *sqlBuilder) {
 	slices.Sort(names) // a stable SQL text
 	for _, k := range names {
 		// Names in any case: ingest stores them canonical (X-Github-Event),
-		// and nothing else promises to. No index serves headers: combine
-		// with a selective filter (source, event type, time) on a large
-		// inbox.
+		// and nothing else promises to. A list reads its candidates from
+		// envelope_headers_idx (HeaderMatches) where a day has it, and
+		// checks each with this condition, which the walk of a day without
+		// it runs on every envelope.
 		q.cond("EXISTS (SELECT 1 FROM jsonb_each_text(headers) h WHERE lower(h.key) = " + q.arg(strings.ToLower(k)) +
 			" AND h.value = " + q.arg(s.Headers[k]) + ")")
 	}
@@ -164,10 +165,11 @@ func bodyQuery(what string) string {
 	return "SELECT " + what + " FROM envelope_body b WHERE b.id = envelope.id" + bodyBounds
 }
 
-// Indexed reports whether an index serves s, or its window's partitions
-// bound it: false for a body containment (unless it selects failed
-// envelopes: envelope_failed_payload_idx) or a header value, which read
-// every envelope of the window.
+// Indexed reports whether one statement serves s, through an index or
+// the window's partitions: false for a body containment (unless it selects
+// failed envelopes: envelope_failed_payload_idx) or a header value, which
+// a list reads day by day through their own indexes (BodyMatches,
+// HeaderMatches) or walks under a budget.
 func (s Selection) Indexed() bool {
 	if len(s.IDs) > 0 || s.DeliveryID != "" {
 		return true
@@ -453,20 +455,7 @@ func BodyMatches(ctx context.Context, q pg.Querier, contains []json.RawMessage, 
 		return nil, false, errors.New("body matches: no document to contain")
 	}
 	sql, args := BodyMatchesSQL(contains, lower, upper, limit+1)
-	rows, err := q.Query(ctx, sql, CustomPlan(args)...)
-	if err != nil {
-		return nil, false, fmt.Errorf("search bodies: %w", err)
-	}
-	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, false, fmt.Errorf("search bodies: %w", err)
-	}
-	if len(ids) > limit {
-		return nil, false, nil
-	}
-	slices.Sort(ids)
-	slices.Reverse(ids)
-	return ids, true, nil
+	return matches(ctx, q, "search bodies", sql, args, limit)
 }
 
 // BodyMatchesSQL is the statement BodyMatches runs (up to limit ids) and
@@ -479,4 +468,62 @@ func BodyMatchesSQL(contains []json.RawMessage, lower, upper int64, limit int) (
 		b.cond("b.payload @> " + b.arg(string(c)) + "::jsonb")
 	}
 	return `SELECT b.id FROM envelope_body b WHERE ` + b.where() + ` LIMIT ` + b.arg(limit), b.args
+}
+
+// HeaderMatches is BodyMatches for headers, read through
+// envelope_headers_idx: the range must lie in one partition whose Chunk is
+// HeadersIndexed. Its ids are a superset of the envelopes with those
+// headers: the index is on the headers lowercased (names match in any
+// case, as Selection's do), so a value that differs only in case is among
+// them too; the caller checks each against its Selection.
+func HeaderMatches(ctx context.Context, q pg.Querier, headers map[string]string, lower, upper int64, limit int) (ids []int64, complete bool, err error) {
+	if len(headers) == 0 {
+		return nil, false, errors.New("header matches: no header to match")
+	}
+	sql, args, err := HeaderMatchesSQL(headers, lower, upper, limit+1)
+	if err != nil {
+		return nil, false, err
+	}
+	return matches(ctx, q, "search headers", sql, args, limit)
+}
+
+// HeaderMatchesSQL is the statement HeaderMatches runs (up to limit ids)
+// and its arguments, to run with CustomPlan: for a test of its plan.
+func HeaderMatchesSQL(headers map[string]string, lower, upper int64, limit int) (string, []any, error) {
+	doc, err := json.Marshal(headers)
+	if err != nil {
+		return "", nil, fmt.Errorf("search headers: %w", err)
+	}
+	var b sqlBuilder
+	b.cond("e.id >= " + b.arg(lower))
+	b.cond("e.id < " + b.arg(upper))
+	// Both sides through the index's expression (migration 00204): lower()
+	// of jsonb's own text, so that a value is compared as that text, not
+	// as the JSON the caller wrote (escapes).
+	b.cond(headersIndexed("e.headers") + " @> " + headersIndexed(b.arg(string(doc))+"::jsonb"))
+	return `SELECT e.id FROM envelope e WHERE ` + b.where() + ` LIMIT ` + b.arg(limit), b.args, nil
+}
+
+// headersIndexed is envelope_headers_idx's expression over the jsonb x.
+func headersIndexed(x string) string {
+	return "lower((" + x + ")::text)::jsonb"
+}
+
+// matches runs a lookup of up to limit+1 ids: the ids highest first and
+// complete, or none and not complete when there are more than limit.
+func matches(ctx context.Context, q pg.Querier, what, sql string, args []any, limit int) (ids []int64, complete bool, err error) {
+	rows, err := q.Query(ctx, sql, CustomPlan(args)...)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", what, err)
+	}
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", what, err)
+	}
+	if len(ids) > limit {
+		return nil, false, nil
+	}
+	slices.Sort(ids)
+	slices.Reverse(ids)
+	return ids, true, nil
 }

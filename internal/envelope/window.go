@@ -70,6 +70,12 @@ type Chunk struct {
 	// failed ones keep copies in their rows), or that predates the index
 	// on a large inbox, is not.
 	BodyIndexed bool
+	// HeadersIndexed says the partition has its GIN index on the headers
+	// (migration 00204, envelope_headers_idx): a header search can read it
+	// by index (HeaderMatches). Headers stay in the row whatever the body
+	// retention, so only a partition that predates the index on a large
+	// inbox is not.
+	HeadersIndexed bool
 }
 
 // PlanScan splits the window [since, until) into chunks of about
@@ -94,7 +100,10 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 		       NOT p.bodies_in_rows
 		         AND EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
 		                      WHERE i.inhparent = to_regclass('envelope_body_payload_idx')
-		                        AND x.indrelid = to_regclass('envelope_body_' || p.name) AND x.indisvalid)
+		                        AND x.indrelid = to_regclass('envelope_body_' || p.name) AND x.indisvalid),
+		       EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
+		                WHERE i.inhparent = to_regclass('envelope_headers_idx')
+		                  AND x.indrelid = to_regclass('envelope_' || p.name) AND x.indisvalid)
 		  FROM envelope_partition p
 		  LEFT JOIN LATERAL envelope_span(p.lower_id, p.upper_id) m ON p.lower_id IS NOT NULL
 		 WHERE p.dropped_at IS NULL
@@ -112,10 +121,11 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 		first, last *time.Time
 		n           int64
 		indexed     bool
+		headers     bool
 	}
 	var parts []part
 	var p part
-	if _, err := pgx.ForEachRow(rows, []any{&p.name, &p.lo, &p.hi, &p.hiID, &p.first, &p.last, &p.n, &p.indexed}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&p.name, &p.lo, &p.hi, &p.hiID, &p.first, &p.last, &p.n, &p.indexed, &p.headers}, func() error {
 		parts = append(parts, p)
 		return nil
 	}); err != nil {
@@ -131,7 +141,7 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 			if p.lo != nil && p.lo.After(from) {
 				from = *p.lo
 			}
-			out = append(out, Chunk{Partition: p.name, From: from, To: to, LowerID: math.MinInt64, UpperID: p.hiID, Envelopes: p.n, BodyIndexed: p.indexed})
+			out = append(out, Chunk{Partition: p.name, From: from, To: to, LowerID: math.MinInt64, UpperID: p.hiID, Envelopes: p.n, BodyIndexed: p.indexed, HeadersIndexed: p.headers})
 			continue
 		}
 		if p.lo.After(from) {
@@ -158,7 +168,7 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 			if lo.Sub(from) < step/2 {
 				lo = from // the last piece takes the rest rather than leave a sliver
 			}
-			out = append(out, Chunk{Partition: p.name, From: lo, To: hi, LowerID: IDAt(lo), UpperID: IDBefore(hi), Envelopes: share(lo, hi), BodyIndexed: p.indexed})
+			out = append(out, Chunk{Partition: p.name, From: lo, To: hi, LowerID: IDAt(lo), UpperID: IDBefore(hi), Envelopes: share(lo, hi), BodyIndexed: p.indexed, HeadersIndexed: p.headers})
 			hi = lo
 		}
 	}
