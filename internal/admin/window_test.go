@@ -125,18 +125,37 @@ func TestListPlansPruneToTheWindow(t *testing.T) {
 		}
 	}
 
-	// Keyed: the delivery id's key, then each partition's primary key: no
-	// scan of a partition's rows (2,000 keys in 8 hash partitions are
-	// cheapest to scan; at size the planner uses this index by itself).
+	// Keyed: the delivery id's key, then the partition of its envelope
+	// only, by its primary key: no scan of a partition's rows (2,000 keys
+	// in 8 hash partitions are cheapest to scan; at size the planner uses
+	// this index by itself), and no other day's partition planned.
 	sel, _ := listSelection(Filter{DeliveryID: "w-1200"}, clock)
-	plan := explain(t, b, sel, true)
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	keyed, ok, err := keyedSelection(ctx, tx, sel)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Len(t, keyed.IDs, 1)
+	plan := explain(t, b, keyed, true)
 	require.Regexp(t, `Index (Only )?Scan using envelope_key_\w+ on envelope_key_\w+`, plan)
 	require.NotRegexp(t, `Seq Scan on envelope_\d`, plan)
-	require.Regexp(t, `Index Scan (Backward )?using envelope_\d{8}_pkey on envelope_\d{8} \w+ +\(cost=[^)]*\)\n +Index Cond: \(id = ANY \(\$\d\)\)`, plan)
+	require.Regexp(t, `Index Scan (Backward )?using envelope_\d{8}_pkey on envelope_\d{8} `, plan)
+	require.Equal(t, []string{day(72*time.Hour + time.Second)}, slices.Compact(partitionNames(plan)), plan)
 	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{DeliveryID: "w-1200"}})
 	require.NoError(t, err)
 	require.Len(t, page.Envelopes, 1, "three days old, and found: a delivery id has no default window")
+	require.Equal(t, keyed.IDs[0], page.Envelopes[0].ID)
 	require.True(t, page.Scan.Keyed)
+	for _, f := range []Filter{
+		{DeliveryID: "w-none"},
+		{DeliveryID: "w-1200", Source: "beta"}, // w-1200 is alpha's
+	} {
+		page, err = List(ctx, b.pool, ListRequest{Filter: f})
+		require.NoError(t, err)
+		require.NotNil(t, page.Envelopes)
+		require.Empty(t, page.Envelopes, "%+v", f)
+	}
 
 	// A chunk of a bounded search reads one partition.
 	c := envelope.Selection{Headers: map[string]string{"x-tenant": "t2"}, AfterID: envelope.IDAt(clock.Now.Add(-time.Hour)) - 1, BeforeID: envelope.IDAt(clock.Now)}
@@ -380,7 +399,7 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	ctx := context.Background()
 	clock, err := envelope.ReadClock(ctx, b.pool)
 	require.NoError(t, err)
-	const days, perDay = 10, 1500
+	const days, perDay = 10, 2100
 	envelopetest.InsertMany(t, b.pool, days*perDay, func(i int) envelopetest.Row {
 		return envelopetest.Row{Source: []string{"alpha", "beta"}[i%2], Status: []string{"done", "failed", "ignored", "resolved"}[i%4],
 			ReceivedAt: clock.Now.Add(-time.Duration(i)*24*time.Hour/perDay - time.Second), ProcessedAt: clock.Now,
@@ -393,8 +412,9 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	since := Bound{At: clock.Now.Add(-(days + 1) * 24 * time.Hour)}
 	v0 := []json.RawMessage{json.RawMessage(`{"data":{"k":"v0"}}`)}
 
-	// v0 matches a third (500 a day), every type and X-T all (1,500 a day:
-	// more than a batch of candidates).
+	// v0 matches a third (700 a day: more than a batch of candidates, read
+	// through the index), every type and X-T all (2,100 a day: more than
+	// maxDayMatches, walked).
 	for _, c := range []struct {
 		source   string
 		contains string
@@ -426,11 +446,16 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 
 		req := ListRequest{Filter: f, Limit: 1100}
 		var got []int64
+		var walked int64
 		for pages := 0; ; pages++ {
-			require.Less(t, pages, 20)
+			require.Less(t, pages, 30)
 			page, err := List(ctx, b.pool, req)
 			require.NoError(t, err)
-			require.Zero(t, page.Scan.Searched, "read by the index, not walked")
+			if c.want != days*perDay {
+				require.Zero(t, page.Scan.Searched, "read by the index, not walked")
+				require.Positive(t, page.Scan.Indexed)
+			}
+			walked += page.Scan.Searched
 			require.False(t, page.Scan.Stopped)
 			for _, e := range page.Envelopes {
 				got = append(got, e.ID)
@@ -441,10 +466,14 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 			req.BeforeID = *page.NextBeforeID
 		}
 		require.Equal(t, want, got, "%+v", c)
+		if c.want == days*perDay {
+			// The whole days, not the partial ones at the window's ends.
+			require.Greater(t, walked, int64(days-2)*perDay, "too common for the index: walked")
+		}
 	}
 
-	// 500 matches a day (UTC days cut the seed unevenly), a budget of 8
-	// days' matches (chunks of 500), and a source no envelope has: days read
+	// 700 matches a day (UTC days cut the seed unevenly), a budget of 8
+	// days' matches (chunks of 700), and a source no envelope has: days read
 	// by the index until their matches reach the budget, then a stop.
 	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{Source: "gamma", Since: since, Contains: v0}, ScanBudget: 8 * perDay / 3})
 	require.NoError(t, err)

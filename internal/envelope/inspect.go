@@ -53,6 +53,21 @@ func Find(ctx context.Context, q pg.Querier, term string, limit int) ([]int64, e
 	return ids, nil
 }
 
+// KeyIDs returns the ids of the envelopes whose delivery id is deliveryID,
+// of any source (at most one each), lowest first: envelope_key's, one probe
+// of its primary key per hash partition.
+func KeyIDs(ctx context.Context, q pg.Querier, deliveryID string) ([]int64, error) {
+	rows, err := q.Query(ctx, `SELECT envelope_id FROM envelope_key WHERE delivery_id = $1 ORDER BY 1`, deliveryID)
+	if err != nil {
+		return nil, fmt.Errorf("look up delivery id %q: %w", deliveryID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("look up delivery id %q: %w", deliveryID, err)
+	}
+	return ids, nil
+}
+
 // StoredBody returns envelope id's raw body: nil when retention dropped it,
 // ErrNotFound when there is no such envelope.
 func StoredBody(ctx context.Context, q pg.Querier, id int64) ([]byte, error) {
