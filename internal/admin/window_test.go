@@ -534,7 +534,8 @@ func TestHeaderSearchReadsTheHeadersIndex(t *testing.T) {
 	sql, args, err := envelope.HeaderMatchesSQL(sel.Headers, chunks[len(chunks)-1].LowerID, chunks[0].UpperID, 51)
 	require.NoError(t, err)
 	plan := explainSQL(t, b, sql, args, true)
-	require.Regexp(t, `Bitmap Index Scan on envelope_\d{8}_headers_idx`, plan)
+	// Named by 00204, or by PostgreSQL for a partition made since.
+	require.Regexp(t, `Bitmap Index Scan on envelope_\d{8}_(?:headers|lower)_idx`, plan)
 	require.NotContains(t, plan, "Seq Scan")
 	var days []string
 	for _, c := range chunks {
