@@ -6,6 +6,8 @@
 -- The index is on the headers lowercased (jsonb's own text through lower(), parsed again): a header search
 -- matches names in any case (ingest keeps canonical names, X-Github-Event, and a search may say
 -- x-github-event), so the index gives a superset, and each candidate is checked by the search's own condition.
+-- That holds while a row's names are unique once lowercased, which ingest's canonical names are: two names of a
+-- row that differ only in case would keep one value in the index's document.
 --
 -- Its cost: headers are a handful of values (the provider's delivery id, event, topic, shop, user agent), but
 -- the index is on envelope, whose rows the worker updates (done, failed) with a status change, which no HOT

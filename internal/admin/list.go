@@ -170,9 +170,17 @@ func List(ctx context.Context, pool *pgxpool.Pool, req ListRequest) (ListResult,
 		res.Scan = scan
 		if res.Scan.Keyed {
 			sel, ok, err := keyedSelection(ctx, tx, sel)
-			if err != nil || !ok {
-				res.Envelopes = []Summary{}
+			if err != nil {
 				return err
+			}
+			if !ok { // no such delivery id: nothing, and every count 0
+				res.Envelopes = []Summary{}
+				if req.ByStatus {
+					for _, st := range envelope.Statuses() {
+						res.ByStatus = append(res.ByStatus, StatusCount{Status: st})
+					}
+				}
+				return nil
 			}
 			return listPage(ctx, tx, sel, req, &res)
 		}
@@ -288,10 +296,10 @@ func listPage(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRe
 // would take the envelopes read past the budget (the first chunk is
 // always read). A header or body search reads the chunks of a partition
 // that has the headers or body index (indexFor) through it instead: the
-// partition's matching ids once (at most a chunk's worth, and what the
-// budget has left: each match counts against it; more, and the value is
-// common enough for the walk to find a page sooner), then each chunk's
-// candidates by key. Its count is what it found.
+// partition's matching ids once (at most a chunk's worth, maxDayMatches
+// when nothing else narrows them, and what the budget has left: each
+// match counts against it; more, and the value is common enough for the
+// walk to find a page sooner), then each chunk's candidates by key. Its count is what it found.
 func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRequest, res *ListResult) error {
 	// Chunks of an eighth of the budget at most: the budget is checked
 	// between them.
@@ -336,10 +344,14 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 				}
 				// Each match is a body read and checked, then an envelope
 				// looked up: they count against the budget like the walk's
-				// envelopes, and a day with more than the budget has left
-				// is walked (and stops there) instead, as is a day with
-				// more than maxDayMatches.
-				if limit := min(chunkRows, maxDayMatches, req.ScanBudget-scan.Searched-scan.Matches); limit > 0 {
+				// envelopes, and a partition with more than the budget has
+				// left is walked (and stops there) instead, as is one with
+				// more than maxDayMatches when nothing else narrows them.
+				limit := min(chunkRows, req.ScanBudget-scan.Searched-scan.Matches)
+				if onlyIndexed(sel, ix) {
+					limit = min(limit, maxDayMatches)
+				}
+				if limit > 0 {
 					if ix == "headers" {
 						m.ids, m.complete, err = envelope.HeaderMatches(ctx, tx, sel.Headers, lower, top, int(limit))
 					} else {
@@ -412,15 +424,35 @@ type indexMatches struct {
 	complete bool
 }
 
-// maxDayMatches is the most matches a search reads from a day's index:
-// with more, the value is common enough in that day for the walk to find a
-// page sooner (2,000 matches in a day of 330,000 envelopes is one in 165:
-// a page of 50 within ~8,000 envelopes walked, where reading the index's
-// matches costs about as much per match as walking 3-5 envelopes; a common
-// header value's 21,000 matches took 245 ms through the index at 10 M).
-// The matches read before giving up are not charged to the budget: 2,000
-// at most a day.
+// maxDayMatches is the most matches a search that selects by nothing but
+// the indexed value (and its window) reads from a partition's index (a
+// day's, by default): with more, the value is common enough there for the
+// walk to find a page sooner (2,000 matches in a day of 330,000 envelopes
+// is one in 165: a page of 50 within ~8,000 envelopes walked, where
+// reading the index's matches costs about as much per match as walking 3-5
+// envelopes; a common header value's 21,000 matches took 245 ms through
+// the index at 10 M). With another filter (a source, a status...) the
+// index's matches are candidates that filter may mostly reject, so the
+// walk would not find a page sooner: the cap is the chunk's. The matches
+// read before giving up are not charged to the budget: 2,000 at most a
+// partition.
 const maxDayMatches = 2000
+
+// onlyIndexed reports whether sel selects by nothing but its window and
+// the value index ix reads ("headers" or "body"): then each of that
+// index's matches is a match of sel.
+func onlyIndexed(sel envelope.Selection, ix string) bool {
+	rest := sel
+	rest.Since, rest.Until, rest.LegacyUntil = time.Time{}, time.Time{}, time.Time{}
+	rest.AfterID, rest.BeforeID, rest.MaxID = 0, 0, 0
+	if ix == "headers" {
+		rest.Headers = nil
+	} else {
+		rest.Contains = nil
+	}
+	where, _ := rest.Where()
+	return where == "TRUE"
+}
 
 // candidateBatch is how many of a partition's matching ids one statement
 // checks against the rest of the selection.

@@ -147,6 +147,13 @@ func TestListPlansPruneToTheWindow(t *testing.T) {
 	require.Len(t, page.Envelopes, 1, "three days old, and found: a delivery id has no default window")
 	require.Equal(t, keyed.IDs[0], page.Envelopes[0].ID)
 	require.True(t, page.Scan.Keyed)
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{DeliveryID: "w-none"}, CountUpTo: 100, ByStatus: true})
+	require.NoError(t, err)
+	require.Empty(t, page.Envelopes)
+	require.Len(t, page.ByStatus, len(envelope.Statuses()), "every status's tab, counted 0")
+	for _, c := range page.ByStatus {
+		require.Zero(t, c.N, "%+v", c)
+	}
 	for _, f := range []Filter{
 		{DeliveryID: "w-none"},
 		{DeliveryID: "w-1200", Source: "beta"}, // w-1200 is alpha's
@@ -423,6 +430,9 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	}{
 		{"", `{"data":{"k":"v0"}}`, "", days * perDay / 3}, {"alpha", `{"data":{"k":"v0"}}`, "", days * perDay / 6}, {"", `{"type":"t"}`, "", days * perDay},
 		{"", "", "v0", days * perDay / 3}, {"alpha", "", "v0", days * perDay / 6}, {"", "", "t", days * perDay},
+		// Over the cap, but a source narrows the index's candidates: read
+		// through the index (the walk would read two for each match).
+		{"alpha", "", "t", days * perDay / 2},
 	} {
 		f := Filter{Source: c.source, Since: since}
 		if c.contains != "" {

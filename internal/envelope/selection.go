@@ -117,7 +117,9 @@ func (s Selection) appendTo(q *sqlBuilder) {
 		// envelope_headers_idx (HeaderMatches) where a day has it, and
 		// checks each with this condition, which the walk of a day without
 		// it runs on every envelope.
-		q.cond("EXISTS (SELECT 1 FROM jsonb_each_text(headers) h WHERE lower(h.key) = " + q.arg(strings.ToLower(k)) +
+		// Both names lowered by PostgreSQL, as the index's expression
+		// lowers them (Go's and the database's lowercasing may differ).
+		q.cond("EXISTS (SELECT 1 FROM jsonb_each_text(headers) h WHERE lower(h.key) = lower(" + q.arg(k) + ")" +
 			" AND h.value = " + q.arg(s.Headers[k]) + ")")
 	}
 	// The window's bounds on ids (IDAt, IDBefore, the cursors) prune the
