@@ -299,7 +299,8 @@ func listPage(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRe
 // partition's matching ids once (at most a chunk's worth, maxDayMatches
 // when nothing else narrows them, and what the budget has left: each
 // match counts against it; more, and the value is common enough for the
-// walk to find a page sooner), then each chunk's candidates by key. Its count is what it found.
+// walk to find a page sooner), then each chunk's candidates by key. Its
+// count is what it found.
 func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRequest, res *ListResult) error {
 	// Chunks of an eighth of the budget at most: the budget is checked
 	// between them.
