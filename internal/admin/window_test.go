@@ -170,6 +170,26 @@ func TestListPlansPruneToTheWindow(t *testing.T) {
 	require.Equal(t, []string{day(0)}, slices.Compact(partitionNames(plan)), plan)
 }
 
+// requireLookupPlan checks the plan of an index lookup (BodyMatchesSQL,
+// HeaderMatchesSQL) over chunks' ids, planned with sequential scans off (a
+// seeded test table is small enough for one to be cheapest): a bitmap scan
+// of the index index names, no sequential scan, no partition outside
+// chunks'; and that every chunk has that index (has).
+func requireLookupPlan(t *testing.T, b *bundle, sql string, args []any, chunks []envelope.Chunk, index string, has func(envelope.Chunk) bool) {
+	t.Helper()
+	plan := explainSQL(t, b, sql, args, true)
+	require.Regexp(t, `Bitmap Index Scan on `+index, plan)
+	require.NotContains(t, plan, "Seq Scan")
+	var days []string
+	for _, c := range chunks {
+		require.True(t, has(c), "%+v", c)
+		days = append(days, c.Partition)
+	}
+	for _, d := range partitionNames(plan) {
+		require.Contains(t, days, d, "a partition outside the window:\n%s", plan)
+	}
+}
+
 func partitionNames(plan string) []string {
 	var out []string
 	for _, m := range partitionName.FindAllStringSubmatch(plan, -1) {
@@ -349,17 +369,7 @@ func TestBodySearchReadsTheBodyIndex(t *testing.T) {
 	chunks, err := envelope.PlanScan(ctx, b.pool, sel.Since, sel.Until, math.MaxInt64)
 	require.NoError(t, err)
 	sql, args := envelope.BodyMatchesSQL(sel.Contains, chunks[len(chunks)-1].LowerID, chunks[0].UpperID, 51)
-	plan := explainSQL(t, b, sql, args, true)
-	require.Regexp(t, `Bitmap Index Scan on envelope_body_\d{8}_payload_idx`, plan)
-	require.NotContains(t, plan, "Seq Scan")
-	var days []string
-	for _, c := range chunks {
-		require.True(t, c.BodyIndexed, "%+v", c)
-		days = append(days, c.Partition)
-	}
-	for _, d := range partitionNames(plan) {
-		require.Contains(t, days, d, "a partition outside the window:\n%s", plan)
-	}
+	requireLookupPlan(t, b, sql, args, chunks, `envelope_body_\d{8}_payload_idx`, func(c envelope.Chunk) bool { return c.BodyIndexed })
 
 	// Every envelope has this type: more matches in a partition than a
 	// chunk's worth (budget/8 = 10), so the search walks, newest first.
@@ -541,20 +551,9 @@ func TestHeaderSearchReadsTheHeadersIndex(t *testing.T) {
 	sel, _ := listSelection(Filter{Headers: rare}, clock)
 	chunks, err := envelope.PlanScan(ctx, b.pool, sel.Since, sel.Until, math.MaxInt64)
 	require.NoError(t, err)
-	sql, args, err := envelope.HeaderMatchesSQL(sel.Headers, chunks[len(chunks)-1].LowerID, chunks[0].UpperID, 51)
-	require.NoError(t, err)
-	plan := explainSQL(t, b, sql, args, true)
+	sql, args := envelope.HeaderMatchesSQL(sel.Headers, chunks[len(chunks)-1].LowerID, chunks[0].UpperID, 51)
 	// Named by 00204, or by PostgreSQL for a partition made since.
-	require.Regexp(t, `Bitmap Index Scan on envelope_\d{8}_(?:headers|lower)_idx`, plan)
-	require.NotContains(t, plan, "Seq Scan")
-	var days []string
-	for _, c := range chunks {
-		require.True(t, c.HeadersIndexed, "%+v", c)
-		days = append(days, c.Partition)
-	}
-	for _, d := range partitionNames(plan) {
-		require.Contains(t, days, d, "a partition outside the window:\n%s", plan)
-	}
+	requireLookupPlan(t, b, sql, args, chunks, `envelope_\d{8}_(?:headers|lower)_idx`, func(c envelope.Chunk) bool { return c.HeadersIndexed })
 
 	// Half the envelopes have this tenant: more matches in a partition
 	// than a chunk's worth (budget/8 = 10), so the search walks.

@@ -183,13 +183,18 @@ func TestListenLimitedAnswersOverflowAtOnce(t *testing.T) {
 	// Both are busy once the handler holds them: the server has read their
 	// requests. (A connection not yet active would be waiting, and a new
 	// one would wait for it instead.)
-	require.Eventually(t, func() bool {
+	// answer sends path on a new connection and returns the answer.
+	answer := func(path string) *http.Response {
 		c := s.dial(t)
-		send(t, c, "/probe")
+		send(t, c, path)
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		require.NoError(t, err)
 		resp.Body.Close()
+		return resp
+	}
+	require.Eventually(t, func() bool {
+		resp := answer("/probe")
 		if resp.StatusCode != http.StatusServiceUnavailable {
 			return false
 		}
@@ -212,12 +217,6 @@ func TestListenLimitedAnswersOverflowAtOnce(t *testing.T) {
 	// busy and a new connection is overflow. Once it has, a new sender is
 	// served (a slot's idle connection makes room).
 	require.Eventually(t, func() bool {
-		c := s.dial(t)
-		send(t, c, "/after")
-		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		require.NoError(t, err)
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		return answer("/after").StatusCode == http.StatusOK
 	}, 10*time.Second, 10*time.Millisecond, "a new sender served once the busy connections finished")
 }

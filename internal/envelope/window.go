@@ -97,13 +97,8 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 		       coalesce((SELECT sum(c.n) FROM envelope_count c
 		                  WHERE c.kind IN ('pending', 'done', 'failed', 'ignored', 'resolved')
 		                    AND c.bucket <@ envelope_count_range(p.lower_id, p.upper_id)), 0)::bigint,
-		       NOT p.bodies_in_rows
-		         AND EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
-		                      WHERE i.inhparent = to_regclass('envelope_body_payload_idx')
-		                        AND x.indrelid = to_regclass('envelope_body_' || p.name) AND x.indisvalid),
-		       EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
-		                WHERE i.inhparent = to_regclass('envelope_headers_idx')
-		                  AND x.indrelid = to_regclass('envelope_' || p.name) AND x.indisvalid)
+		       NOT p.bodies_in_rows AND `+hasPartitionIndex("envelope_body_payload_idx", "envelope_body_")+`,
+		       `+hasPartitionIndex("envelope_headers_idx", "envelope_")+`
 		  FROM envelope_partition p
 		  LEFT JOIN LATERAL envelope_span(p.lower_id, p.upper_id) m ON p.lower_id IS NOT NULL
 		 WHERE p.dropped_at IS NULL
@@ -173,6 +168,15 @@ func PlanScan(ctx context.Context, q pg.Querier, since, until time.Time, chunkRo
 		}
 	}
 	return out, nil
+}
+
+// hasPartitionIndex is a condition on envelope_partition p: the partition
+// of p named prefix || p.name has a valid index attached to the
+// partitioned index parent.
+func hasPartitionIndex(parent, prefix string) string {
+	return `EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
+	                 WHERE i.inhparent = to_regclass('` + parent + `')
+	                   AND x.indrelid = to_regclass('` + prefix + `' || p.name) AND x.indisvalid)`
 }
 
 func later(a, b time.Time) time.Time {
