@@ -99,6 +99,6 @@ sources:
 	}
 	require.EqualValues(t, 2, s.scalar(t, `SELECT count(*) FROM envelope_duplicate`))
 	require.EqualValues(t, 0, s.scalar(t, `SELECT count(*) FROM envelope_conflict`))
-	require.EqualValues(t, 3, s.scalar(t, `SELECT count(*) FROM river_job WHERE kind = 'process_envelope'`))
+	requireOneJobEachDeleted(t, s, 3) // the late deliveries, duplicates, enqueued nothing
 	require.EqualValues(t, 3, s.scalar(t, `SELECT count(*) FROM ledger_transaction`))
 }

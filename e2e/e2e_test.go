@@ -214,9 +214,7 @@ func TestEndToEndAllProvidersWithDuplicates(t *testing.T) {
 	require.EqualValues(t, len(all)*(copies-1), s.scalar(t, "SELECT count(*) FROM envelope_duplicate"))
 	require.EqualValues(t, 1, s.scalar(t, "SELECT count(*) FROM envelope WHERE status = 'ignored'"))
 	require.EqualValues(t, len(all)-1, s.scalar(t, "SELECT count(*) FROM envelope WHERE status = 'done'"))
-	// One River job per envelope, all completed.
-	require.EqualValues(t, len(all), s.scalar(t, "SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state = 'completed'"))
-	require.EqualValues(t, 0, s.scalar(t, "SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state <> 'completed'"))
+	requireOneJobEachDeleted(t, s, len(all))
 	// One ledger transaction per payment event (5 payments + 5 refunds for
 	// each of the three payment providers), each balanced.
 	require.EqualValues(t, 30, s.scalar(t, "SELECT count(*) FROM ledger_transaction"))
@@ -280,4 +278,15 @@ func TestEndToEndAllProvidersWithDuplicates(t *testing.T) {
 
 	require.NoError(t, s.ingest.stop(30*time.Second), "ingest exits 0 on SIGTERM")
 	require.NoError(t, s.worker.stop(45*time.Second), "worker exits 0 on SIGTERM")
+}
+
+// requireOneJobEachDeleted checks that n envelopes were each finished (done
+// or ignored) once, by an attempt of a job of its own, and that no
+// processing job is left: the worker deletes an envelope's job in the
+// transaction that finishes it, and the attempts keep the job's id.
+func requireOneJobEachDeleted(t *testing.T, s *stack, n int) {
+	t.Helper()
+	require.EqualValues(t, 0, s.scalar(t, "SELECT count(*) FROM river_job WHERE kind = 'process_envelope'"), "no processing job left")
+	require.EqualValues(t, n, s.scalar(t, "SELECT count(*) FROM envelope_attempt WHERE outcome IN ('done', 'ignored')"), "each envelope finished once")
+	require.EqualValues(t, n, s.scalar(t, "SELECT count(DISTINCT job_id) FROM envelope_attempt WHERE outcome IN ('done', 'ignored')"), "by a job of its own")
 }

@@ -151,14 +151,5 @@ func TestEndToEndProvidersOwnSigning(t *testing.T) {
 	require.EqualValues(t, 4200-700, s.scalar(t, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'stripe' AND account = 'psp_clearing' AND currency = 'USD'`))
 	require.EqualValues(t, 9100-1100, s.scalar(t, `SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_own' AND account = 'psp_clearing' AND currency = 'EUR'`))
 
-	// One River job per envelope, all completed.
-	require.EqualValues(t, len(all), s.scalar(t, "SELECT count(*) FROM river_job WHERE kind = 'process_envelope'"))
-	eventually(t, 30*time.Second, "every River job completed", func(ctx context.Context) (bool, string) {
-		var open int
-		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state <> 'completed'").Scan(&open); err != nil {
-			return false, err.Error()
-		}
-		return open == 0, fmt.Sprintf("%d not completed", open)
-	})
-	require.EqualValues(t, len(all), s.scalar(t, "SELECT count(*) FROM river_job WHERE kind = 'process_envelope' AND state = 'completed'"))
+	requireOneJobEachDeleted(t, s, len(all))
 }

@@ -698,7 +698,8 @@ func (c *Console) stopRun(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, Prefix+"/replays/"+id, http.StatusSeeOther)
 }
 
-// job redirects to the envelope River job id processes.
+// job redirects to the envelope River job id processes, while the job
+// exists: a finished envelope's job is deleted with its last attempt.
 func (c *Console) job(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
@@ -708,7 +709,7 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request) {
 	env, err := envelope.OfJob(r.Context(), c.reads(), id)
 	if err != nil {
 		if errors.Is(err, envelope.ErrNotFound) {
-			c.fail(w, r, http.StatusNotFound, fmt.Errorf("job %d is not an envelope's processing job (or River deleted it)", id))
+			c.fail(w, r, http.StatusNotFound, fmt.Errorf("job %d is not a live processing job: the worker deletes an envelope's job when it finishes the envelope (its attempts keep the job's id: search by envelope or delivery id)", id))
 			return
 		}
 		c.fail(w, r, statusOf(err), err)

@@ -55,11 +55,12 @@ type Config struct {
 	PeriodicJobs []*river.PeriodicJob
 	// Register adds other packages' workers.
 	Register func(*river.Workers) error
-	// CompletedJobRetention is how long River keeps a completed job's row
-	// before its cleaner deletes it (default DefaultCompletedJobRetention).
-	// The envelope and its attempt rows are the record of what ran; a
-	// completed job row only repeats them, and at 2,000 deliveries/s
-	// River's own default (24 h) would keep 170 M of them.
+	// CompletedJobRetention is how long River keeps the row of a job it
+	// completed before its cleaner deletes it (default
+	// DefaultCompletedJobRetention): the periodic jobs. A processing job is
+	// not completed but deleted, in the transaction that finishes its
+	// envelope (riverjob.DeleteRunning); the envelope and its attempt rows
+	// are the record of what ran.
 	CompletedJobRetention time.Duration
 }
 

@@ -86,7 +86,7 @@ type decision struct {
 	// snooze is what a snoozed attempt waits for (not ready, retry-after,
 	// throttled), for the metrics.
 	snooze labels.Cause
-	// river is what Work returns to River: nil when the job is completed
+	// river is what Work returns to River: nil when the job is deleted
 	// in the batch's transaction.
 	river error
 	// label names what happened, for the log, the span and the metrics.
@@ -103,9 +103,9 @@ func (d decision) recorded() bool { return d.outcome != "" }
 //   - lost race: nothing recorded (the transaction changed nothing of it);
 //     the error goes to River, whose own state for the job is the later
 //     attempt's.
-//   - already final: nothing recorded; the job is completed.
+//   - already final: nothing recorded; the job is deleted.
 //   - done, ignored: the envelope is done or ignored with the result; the
-//     job is completed.
+//     job is deleted.
 //   - *handlers.PermanentError: the envelope fails with the reason and the
 //     job is cancelled: never retried.
 //   - *handlers.NotReadyError: the job snoozes (river.JobSnooze) for its Wait,

@@ -22,7 +22,7 @@ const (
 	cancel = "cancel"
 	snooze = "snooze"
 	plain  = "plain" // the error itself: River retries with backoff or discards at its limit
-	// complete: nil, the job is completed in the batch's transaction.
+	// complete: nil, the job is deleted in the batch's transaction.
 	complete = "complete"
 )
 
@@ -112,7 +112,7 @@ func requireRiver(t *testing.T, kind string, wait time.Duration, err, got error)
 	case plain:
 		require.Same(t, err, got, "a transient error goes to River as is")
 	case complete:
-		require.NoError(t, got, "the job is completed in the batch's transaction")
+		require.NoError(t, got, "the job is deleted in the batch's transaction")
 	default:
 		t.Fatalf("unknown River action %q", kind)
 	}
@@ -144,8 +144,8 @@ func TestDecideMapsEveryResultToItsAction(t *testing.T) {
 	}{
 		{"not found: cancelled, nothing recorded", result{kind: foundNotFound, err: gone}, bounds{}, "", "", false, cancel, 0, "", "", "", "not_found"},
 		{"lost race: the error to River, nothing recorded", result{kind: foundLostRace, err: lost}, bounds{}, "", "", false, plain, 0, "", "", "", "lost_race"},
-		{"already done: completed, nothing recorded", result{kind: foundFinal, status: envelope.StatusDone}, bounds{}, "", "", false, complete, 0, "", "", "", "already_done"},
-		{"already failed: completed, nothing recorded", result{kind: foundFinal, status: envelope.StatusFailed}, bounds{}, "", "", false, complete, 0, "", "", "", "already_failed"},
+		{"already done: job deleted, nothing recorded", result{kind: foundFinal, status: envelope.StatusDone}, bounds{}, "", "", false, complete, 0, "", "", "", "already_done"},
+		{"already failed: job deleted, nothing recorded", result{kind: foundFinal, status: envelope.StatusFailed}, bounds{}, "", "", false, complete, 0, "", "", "", "already_failed"},
 		{"done", result{kind: foundDone, value: []byte(`{}`)}, bounds{attempt: 25, riverMax: 25, sourceMax: 2}, envelope.OutcomeDone, envelope.StatusDone, false, complete, 0, "", "", "", "done"},
 		{"ignored", result{kind: foundIgnored, value: []byte(`{}`)}, bounds{attempt: 1, riverMax: 25}, envelope.OutcomeIgnored, envelope.StatusIgnored, false, complete, 0, "", "", "", "ignored"},
 		{"permanent", result{kind: foundFailed, err: &handlers.PermanentError{Err: errors.New("bad")}}, bounds{attempt: 1, riverMax: 25, policy: p}, envelope.OutcomeFailed, envelope.StatusFailed, true, cancel, 0, "permanent: bad", labels.CausePermanent, "", "failed"},

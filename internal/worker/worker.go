@@ -104,8 +104,8 @@ func (b Batching) Connections() int {
 // (a handler's error runs the batch again with a savepoint around each, so
 // it rolls back that envelope's effects alone), their payments written in
 // one statement, every outcome recorded in one statement, one COMMIT.
-// The jobs of the envelopes that ended done or ignored are completed in the
-// same transaction, in one statement.
+// The jobs of the envelopes that ended done or ignored are deleted in the
+// same transaction, in one statement (riverjob.DeleteRunning).
 type ProcessWorker struct {
 	river.WorkerDefaults[envelope.ProcessArgs]
 
@@ -282,7 +282,7 @@ func byEnvelopeID(a, b *river.Job[envelope.ProcessArgs]) int {
 // processTx is one transaction over jobs: lock, fence, handlers (under
 // savepoints when savepoints is set, their payments deferred to one
 // statement otherwise), one statement recording every outcome, one
-// completing the jobs.
+// deleting the finished envelopes' jobs.
 func (w *ProcessWorker) processTx(ctx context.Context, jobs []*river.Job[envelope.ProcessArgs], skipLocked, savepoints bool) ([]*attempt, error) {
 	atts := make([]*attempt, len(jobs))
 	ids := make([]int64, len(jobs))
@@ -365,34 +365,34 @@ func (w *ProcessWorker) processTx(ctx context.Context, jobs []*river.Job[envelop
 				}
 			}
 		}
-		return completeJobs(ctx, tx, atts)
+		return endJobs(ctx, tx, atts)
 	})
 	endAttemptSpans(atts, err)
 	return atts, err
 }
 
-// completeJobs marks the jobs of the attempts whose envelope is final and
-// whose verdict is nil completed, in the batch's transaction and in one
-// statement (riverjob.CompleteRunning: River's own statement, as
-// JobCompleteTx sends it for one job): a final envelope never has a live
-// job, so a replay right after it is processed finds none in its way.
-// River's completer, when Work then returns nil, finds the job no longer
-// running and leaves it. The fence holds the job rows locked, running at
-// this attempt, so every one must complete.
-func completeJobs(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
+// endJobs deletes the jobs of the attempts whose envelope is final and
+// whose verdict is nil, in the batch's transaction and in one statement
+// (riverjob.DeleteRunning): a final envelope never has a live job, so a
+// replay right after it is processed finds none in its way, and no
+// completed row is left for River's cleaner to delete again. River's
+// completer, when Work then returns nil, finds no row and moves on. The
+// fence holds the job rows locked, running at this attempt, so every one
+// must be deleted.
+func endJobs(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 	var ids []int64
 	for _, a := range atts {
 		if !a.busy && a.dec.river == nil {
 			ids = append(ids, a.job.ID)
 		}
 	}
-	states, err := riverjob.CompleteRunning(ctx, tx, ids, time.Now().UTC())
+	deleted, err := riverjob.DeleteRunning(ctx, tx, ids)
 	if err != nil {
 		return err
 	}
 	for _, id := range ids {
-		if st, ok := states[id]; !ok || st != rivertype.JobStateCompleted {
-			return fmt.Errorf("complete job %d: state %q: %w", id, st, errLostRace)
+		if !deleted[id] {
+			return fmt.Errorf("end job %d: not running: %w", id, errLostRace)
 		}
 	}
 	return nil
@@ -414,7 +414,7 @@ func (w *ProcessWorker) try(ctx context.Context, tx pgx.Tx, a *attempt, savepoin
 	}
 	if env.Status != envelope.StatusPending {
 		// Already final (processed by an earlier attempt that committed,
-		// or a replay's job raced): only the job needs completing.
+		// or a replay's job raced): only the job needs ending.
 		return result{kind: foundFinal, status: env.Status}, nil
 	}
 	if a.throttled != nil {

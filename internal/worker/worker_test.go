@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -140,16 +141,25 @@ func (b *bundle) waitFinal(t *testing.T, id int64) *envelope.Envelope {
 	return e
 }
 
-// jobState waits until the envelope's job reaches a final state and returns it.
+// jobDeleted is jobState's answer for a job whose row is gone: the worker
+// deletes the job of an envelope it finished done or ignored in the
+// finishing transaction (riverjob.DeleteRunning).
+const jobDeleted = "deleted"
+
+// jobState waits until the envelope's job reaches a final state and returns
+// it (jobDeleted once its row is gone; the attempt is then 0).
 func (b *bundle) jobState(t *testing.T, id int64) (string, int) {
 	t.Helper()
 	var state string
 	var attempt int
 	pgtest.Eventually(t, 20*time.Second, fmt.Sprintf("the job of envelope %d to finish", id), func() (bool, string) {
 		err := b.pool.QueryRow(context.Background(), `SELECT state::text, attempt FROM river_job WHERE (args->>'envelope_id')::bigint = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&state, &attempt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			state, attempt, err = jobDeleted, 0, nil
+		}
 		require.NoError(t, err)
 		switch state {
-		case "completed", "cancelled", "discarded":
+		case jobDeleted, "cancelled", "discarded":
 			return true, ""
 		}
 		return false, "still " + state
@@ -184,7 +194,7 @@ func (b *bundle) lastCause(t *testing.T, id int64) string {
 	return c
 }
 
-func TestDoneWritesLedgerResultAttemptAndCompletesJob(t *testing.T) {
+func TestDoneWritesLedgerResultAttemptAndDeletesJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.run(t, worker.Policy{})
@@ -198,7 +208,7 @@ func TestDoneWritesLedgerResultAttemptAndCompletesJob(t *testing.T) {
 	require.Equal(t, true, res["posted"])
 	require.Equal(t, []string{"done"}, b.outcomes(t, id))
 	state, _ := b.jobState(t, id)
-	require.Equal(t, "completed", state)
+	require.Equal(t, jobDeleted, state)
 	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction WHERE envelope_id = $1", id))
 	require.Equal(t, 1234, pgtest.Count(t, b.pool, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
 }
@@ -213,7 +223,7 @@ func TestNoHandlerIgnores(t *testing.T) {
 	require.Contains(t, string(e.Result), "no handler")
 	require.Equal(t, []string{"ignored"}, b.outcomes(t, id))
 	state, _ := b.jobState(t, id)
-	require.Equal(t, "completed", state)
+	require.Equal(t, jobDeleted, state)
 	require.Equal(t, 0, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"))
 }
 
@@ -264,9 +274,9 @@ func TestRetryThenSuccessPostsOnce(t *testing.T) {
 	require.Equal(t, []string{"retry", "retry", "done"}, b.outcomes(t, id))
 	require.Equal(t, 1, pgtest.Count(t, b.pool, "SELECT count(*) FROM ledger_transaction"), "rolled-back attempts post nothing")
 	require.Equal(t, 2, pgtest.Count(t, b.pool, "SELECT count(*) FROM envelope_attempt WHERE envelope_id = $1 AND error LIKE 'downstream hiccup%'", id))
-	state, attempt := b.jobState(t, id)
-	require.Equal(t, "completed", state)
-	require.Equal(t, 3, attempt)
+	state, _ := b.jobState(t, id)
+	require.Equal(t, jobDeleted, state)
+	require.Equal(t, 3, pgtest.Count(t, b.pool, "SELECT max(attempt) FROM envelope_attempt WHERE envelope_id = $1 AND outcome = 'done'", id), "done at the job's third attempt")
 }
 
 func TestAttemptsExhaustedFails(t *testing.T) {
@@ -303,7 +313,7 @@ func TestRefundWaitsForPayment(t *testing.T) {
 	outs := b.outcomes(t, refund)
 	require.Equal(t, "done", outs[len(outs)-1])
 	state, _ := b.jobState(t, refund)
-	require.Equal(t, "completed", state)
+	require.Equal(t, jobDeleted, state)
 	require.Equal(t, 700, pgtest.Count(t, b.pool, "SELECT balance_minor FROM ledger_balance WHERE merchant = 'm_1' AND account = 'psp_clearing'"))
 }
 
@@ -433,7 +443,7 @@ sources:
 	require.Contains(t, string(e.Result), `"status": 200`)
 	require.Contains(t, string(e.Result), `received`)
 	state, _ := b.jobState(t, id)
-	require.Equal(t, "completed", state)
+	require.Equal(t, jobDeleted, state)
 	require.EqualValues(t, 2, calls.Load())
 }
 
