@@ -261,7 +261,7 @@ func TestBadInputIsAClearError(t *testing.T) {
 		{"/console/replay?id=999999", http.StatusNotFound, "not found"},
 		{"/console/replay?id=-1", http.StatusBadRequest, "not an envelope id"},
 		{"/console/replays/nope", http.StatusNotFound, "no such replay run"},
-		{"/console/jobs/999999", http.StatusNotFound, "not an envelope"},
+		{"/console/jobs/999999", http.StatusNotFound, "not a live processing job"},
 		{"/console/nowhere", http.StatusNotFound, "no such page"},
 	} {
 		code, body, _ := b.get(t, c.path)
