@@ -44,6 +44,17 @@ type Options struct {
 	GenericPlans bool
 }
 
+// GINPendingListLimit is the gin_pending_list_limit every pool's sessions
+// get unless the URL sets one: how large a GIN index's list of pending
+// entries grows before the session whose insert passes it merges the list
+// into the index, inside that insert's statement. The envelope tables' GIN
+// indexes (bodies, 00203; headers, 00204) fill PostgreSQL's default list,
+// 4 MB, within seconds at full rate, and its merge held ingest's insert for
+// 270-600 ms (past --shed-after: refusals); at 256 kB the longest insert
+// took 99-182 ms, for ~3 % more WAL (docs/benchmarks.md, "GIN pending
+// lists").
+const GINPendingListLimit = "256kB"
+
 // ErrNoURL is returned when DATABASE_URL is empty.
 var ErrNoURL = errors.New("DATABASE_URL is not set")
 
@@ -82,6 +93,9 @@ func Open(ctx context.Context, databaseURL string, o Options) (*pgxpool.Pool, er
 	}
 	if o.GenericPlans {
 		rp["plan_cache_mode"] = "force_generic_plan"
+	}
+	if _, set := rp["gin_pending_list_limit"]; !set {
+		rp["gin_pending_list_limit"] = GINPendingListLimit
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

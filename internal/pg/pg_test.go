@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ func TestOpenSetsTheSessionSettings(t *testing.T) {
 		o    pg.Options
 		want map[string]string
 	}{
-		{pg.Options{}, map[string]string{"plan_cache_mode": "auto", "statement_timeout": "0"}},
+		{pg.Options{}, map[string]string{"plan_cache_mode": "auto", "statement_timeout": "0", "gin_pending_list_limit": pg.GINPendingListLimit}},
 		{pg.Options{GenericPlans: true, StatementTimeout: 3 * time.Second, IdleInTxTimeout: 8 * time.Second, ApplicationName: "inbox-test"},
 			map[string]string{"plan_cache_mode": "force_generic_plan", "statement_timeout": "3s",
 				"idle_in_transaction_session_timeout": "8s", "application_name": "inbox-test"}},
@@ -35,4 +36,20 @@ func TestOpenSetsTheSessionSettings(t *testing.T) {
 		}
 		pool.Close()
 	}
+}
+
+// A gin_pending_list_limit the URL sets is the operator's, and stays.
+func TestOpenKeepsTheURLsPendingListLimit(t *testing.T) {
+	t.Parallel()
+	url := pgtest.EmptyURL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	pool, err := pg.Open(context.Background(), url+sep+"gin_pending_list_limit=1024", pg.Options{})
+	require.NoError(t, err)
+	defer pool.Close()
+	var got string
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT current_setting('gin_pending_list_limit')").Scan(&got))
+	require.Equal(t, "1MB", got)
 }
