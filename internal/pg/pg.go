@@ -51,8 +51,8 @@ type Options struct {
 // indexes (bodies, 00203; headers, 00204) fill PostgreSQL's default list,
 // 4 MB, within seconds at full rate, and its merge held ingest's insert for
 // 270-600 ms (past --shed-after: refusals); at 256 kB the longest insert
-// took 99-182 ms, for ~3 % more WAL (docs/benchmarks.md, "GIN pending
-// lists").
+// took 99-182 ms, for ~3 % more WAL (docs/benchmarks.md, "River jobs
+// deleted, not completed, and smaller GIN pending lists").
 const GINPendingListLimit = "256kB"
 
 // ErrNoURL is returned when DATABASE_URL is empty.
