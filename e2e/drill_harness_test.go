@@ -823,14 +823,14 @@ func (d *drill) verify(l *load, drainTimeout time.Duration) figures {
 		problem("%d envelopes without a final attempt of a job", unfinished)
 	}
 	// From the attempts, as the job rows are gone: retried, an envelope
-	// whose final attempt is not its job's first; rescued, one whose job
-	// ran an attempt that left no row (a worker killed or frozen in it,
-	// whose running job River's rescuer made retryable).
+	// whose final attempt is not its job's first; unrecorded, one whose job
+	// ran an attempt that left no row (rolled back: a worker killed or
+	// frozen in it and rescued by River, a lost connection, a restart).
 	var rescued, retried int64
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE gap), count(*) FILTER (WHERE last > 1) FROM (
 		SELECT envelope_id, max(attempt) AS last, max(attempt) > count(DISTINCT attempt) AS gap
 		  FROM envelope_attempt GROUP BY envelope_id) x`).Scan(&rescued, &retried))
-	f.set("jobs_rescued", rescued)
+	f.set("attempts_unrecorded", rescued)
 	f.set("jobs_retried", retried)
 	attempts, err := d.scalar(`SELECT count(*) FROM envelope_attempt`)
 	require.NoError(t, err)

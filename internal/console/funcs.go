@@ -89,6 +89,20 @@ func funcs(riverUI string) template.FuncMap {
 			}
 			return riverUI + "/jobs/" + strconv.FormatInt(id, 10)
 		},
+		// liveJob returns riverJob(id) when id is one of jobs (still in
+		// river_job), "" otherwise: a finished envelope's job is deleted
+		// with its last attempt, and River UI has no page for it.
+		"liveJob": func(jobs []envelope.Job, id int64) string {
+			if riverUI == "" {
+				return ""
+			}
+			for _, j := range jobs {
+				if j.ID == id {
+					return riverUI + "/jobs/" + strconv.FormatInt(id, 10)
+				}
+			}
+			return ""
+		},
 		// set returns query q (encoded) with each key set to its value.
 		"set": func(q template.URL, kv ...string) template.URL {
 			v, _ := url.ParseQuery(string(q))

@@ -12,8 +12,9 @@ import (
 type Orphan struct {
 	ID     int64
 	Source string
-	// LastJob is its newest processing job (cancelled, discarded or
-	// completed without a recorded outcome), nil when it never had one.
+	// LastJob is its newest processing job (cancelled or discarded; a
+	// finished envelope's job is deleted, not completed), nil when it never
+	// had one or it was deleted.
 	LastJob *Job
 	// Now is the database's clock when the row was locked.
 	Now time.Time

@@ -9,9 +9,10 @@ import (
 )
 
 // RiverStates are the River job states inbox_river_jobs exports, each per
-// queue and kind even at 0. River's completed jobs are not counted: River
-// keeps them for a day, so counting them would read most of river_job on
-// every refresh; inbox_worker_attempts_total counts completions instead.
+// queue and kind even at 0. Completed jobs are not counted: the worker
+// deletes a processing job when it finishes its envelope, River keeps the
+// ones it completes itself (periodic jobs) for --completed-job-retention,
+// and inbox_worker_attempts_total counts finished attempts instead.
 var RiverStates = []string{"available", "pending", "scheduled", "running", "retryable", "discarded", "cancelled"}
 
 var (

@@ -45,15 +45,24 @@ type Options struct {
 }
 
 // GINPendingListLimit is the gin_pending_list_limit every pool's sessions
-// get unless the URL sets one: how large a GIN index's list of pending
-// entries grows before the session whose insert passes it merges the list
-// into the index, inside that insert's statement. The envelope tables' GIN
-// indexes (bodies, 00203; headers, 00204) fill PostgreSQL's default list,
-// 4 MB, within seconds at full rate, and its merge held ingest's insert for
+// get while theirs is PostgreSQL's default (4MB): how large a GIN index's
+// list of pending entries grows before the session whose insert passes it
+// merges the list into the index, inside that insert's statement. The
+// envelope tables' GIN indexes (bodies, 00203; headers, 00204) fill 4 MB
+// within seconds at full rate, and its merge held ingest's insert for
 // 270-600 ms (past --shed-after: refusals); at 256 kB the longest insert
 // took 99-182 ms, for ~3 % more WAL (docs/benchmarks.md, "River jobs
 // deleted, not completed, and smaller GIN pending lists").
+//
+// It is set by a statement after connecting, not as a startup parameter (a
+// connection pooler such as PgBouncer refuses startup parameters it does
+// not know), and only over the default: a value the operator set anywhere
+// (the URL, options=-c, ALTER ROLE or DATABASE, postgresql.conf) stays.
 const GINPendingListLimit = "256kB"
+
+// setGINPendingListLimit runs on each new connection.
+const setGINPendingListLimit = `SELECT set_config('gin_pending_list_limit', '` + GINPendingListLimit + `', false)
+	 WHERE current_setting('gin_pending_list_limit') = '4MB'`
 
 // ErrNoURL is returned when DATABASE_URL is empty.
 var ErrNoURL = errors.New("DATABASE_URL is not set")
@@ -94,8 +103,11 @@ func Open(ctx context.Context, databaseURL string, o Options) (*pgxpool.Pool, er
 	if o.GenericPlans {
 		rp["plan_cache_mode"] = "force_generic_plan"
 	}
-	if _, set := rp["gin_pending_list_limit"]; !set {
-		rp["gin_pending_list_limit"] = GINPendingListLimit
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if _, err := c.Exec(ctx, setGINPendingListLimit); err != nil {
+			return fmt.Errorf("set gin_pending_list_limit: %w", err)
+		}
+		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -22,7 +22,7 @@ func TestOpenSetsTheSessionSettings(t *testing.T) {
 		o    pg.Options
 		want map[string]string
 	}{
-		{pg.Options{}, map[string]string{"plan_cache_mode": "auto", "statement_timeout": "0", "gin_pending_list_limit": pg.GINPendingListLimit}},
+		{pg.Options{}, map[string]string{"plan_cache_mode": "auto", "statement_timeout": "0", "gin_pending_list_limit": "256kB"}},
 		{pg.Options{GenericPlans: true, StatementTimeout: 3 * time.Second, IdleInTxTimeout: 8 * time.Second, ApplicationName: "inbox-test"},
 			map[string]string{"plan_cache_mode": "force_generic_plan", "statement_timeout": "3s",
 				"idle_in_transaction_session_timeout": "8s", "application_name": "inbox-test"}},
@@ -38,7 +38,8 @@ func TestOpenSetsTheSessionSettings(t *testing.T) {
 	}
 }
 
-// A gin_pending_list_limit the URL sets is the operator's, and stays.
+// A gin_pending_list_limit the operator set is theirs, and stays: in the
+// URL as a parameter, or as a server option.
 func TestOpenKeepsTheURLsPendingListLimit(t *testing.T) {
 	t.Parallel()
 	url := pgtest.EmptyURL(t)
@@ -46,10 +47,15 @@ func TestOpenKeepsTheURLsPendingListLimit(t *testing.T) {
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	pool, err := pg.Open(context.Background(), url+sep+"gin_pending_list_limit=1024", pg.Options{})
-	require.NoError(t, err)
-	defer pool.Close()
-	var got string
-	require.NoError(t, pool.QueryRow(context.Background(), "SELECT current_setting('gin_pending_list_limit')").Scan(&got))
-	require.Equal(t, "1MB", got)
+	for param, want := range map[string]string{
+		"gin_pending_list_limit=1024":               "1MB",
+		"options=-c%20gin_pending_list_limit%3D2MB": "2MB",
+	} {
+		pool, err := pg.Open(context.Background(), url+sep+param, pg.Options{})
+		require.NoError(t, err)
+		var got string
+		require.NoError(t, pool.QueryRow(context.Background(), "SELECT current_setting('gin_pending_list_limit')").Scan(&got))
+		pool.Close()
+		require.Equal(t, want, got, param)
+	}
 }
