@@ -30,6 +30,13 @@ const (
 )
 
 func funcs(riverUI string) template.FuncMap {
+	// riverJob is job id's page in River UI ("" without River UI).
+	riverJob := func(id int64) string {
+		if riverUI == "" {
+			return ""
+		}
+		return riverUI + "/jobs/" + strconv.FormatInt(id, 10)
+	}
 	return template.FuncMap{
 		"ts": func(t time.Time) string {
 			if t.IsZero() {
@@ -83,22 +90,14 @@ func funcs(riverUI string) template.FuncMap {
 			return string(r[:n]) + "…"
 		},
 		// riverJob is River UI's page of a job, "" when River UI is not served.
-		"riverJob": func(id int64) string {
-			if riverUI == "" {
-				return ""
-			}
-			return riverUI + "/jobs/" + strconv.FormatInt(id, 10)
-		},
+		"riverJob": riverJob,
 		// liveJob returns riverJob(id) when id is one of jobs (still in
 		// river_job), "" otherwise: a finished envelope's job is deleted
 		// with its last attempt, and River UI has no page for it.
 		"liveJob": func(jobs []envelope.Job, id int64) string {
-			if riverUI == "" {
-				return ""
-			}
 			for _, j := range jobs {
 				if j.ID == id {
-					return riverUI + "/jobs/" + strconv.FormatInt(id, 10)
+					return riverJob(id)
 				}
 			}
 			return ""
