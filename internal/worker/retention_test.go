@@ -12,9 +12,10 @@ import (
 	"github.com/inboxhq/inbox/internal/worker"
 )
 
-// River's cleaner keeps completed jobs' rows for the configured retention,
-// not River's default day: an hour-old completed row goes, a recent one
-// stays. The envelope and its attempts are the record.
+// River's cleaner keeps the rows of the jobs River completes (the periodic
+// ones, such as the reconcile here; a processing job is deleted by the
+// worker instead) for the configured retention, not River's default day:
+// an hour-old completed row goes, a recent one stays.
 func TestCompletedJobsAreKeptForTheRetentionOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -26,7 +27,7 @@ func TestCompletedJobsAreKeptForTheRetentionOnly(t *testing.T) {
 	}{{&old, 2 * time.Hour}, {&recent, 10 * time.Minute}} {
 		require.NoError(t, b.pool.QueryRow(ctx, `
 			INSERT INTO river_job (args, kind, max_attempts, queue, state, priority, scheduled_at, attempt, attempted_at, finalized_at)
-			VALUES ('{"envelope_id": 0}', 'process_envelope', 25, 'default', 'completed', 1, now() - $1::interval, 1, now() - $1::interval, now() - $1::interval)
+			VALUES ('{}', 'reconcile_envelopes', 25, 'default', 'completed', 1, now() - $1::interval, 1, now() - $1::interval, now() - $1::interval)
 			RETURNING id`, r.age).Scan(r.id))
 	}
 	b.runConfig(t, worker.Config{CompletedJobRetention: time.Hour, ReconcileEvery: -1})
