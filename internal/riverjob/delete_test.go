@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,17 +79,13 @@ func (selfDeleting) Kind() string { return "riverjob_self_deleting" }
 // as the worker does for a batch whose envelopes are final.
 type selfDeletingWorker struct {
 	river.WorkerDefaults[selfDeleting]
-	pool  *pgxpool.Pool
-	calls atomic.Int32
-	done  chan struct{}
+	pool   *pgxpool.Pool
+	worked sync.Once
+	done   chan struct{}
 }
 
 func (w *selfDeletingWorker) Work(ctx context.Context, job *river.Job[selfDeleting]) error {
-	defer func() {
-		if w.calls.Add(1) == 1 {
-			close(w.done)
-		}
-	}()
+	defer w.worked.Do(func() { close(w.done) })
 	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		deleted, err := riverjob.DeleteRunning(ctx, tx, []int64{job.ID})
 		if err == nil && !deleted[job.ID] {
@@ -139,7 +134,7 @@ func TestRiverCompleterToleratesADeletedJob(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
-	res, err := client.Insert(ctx, selfDeleting{}, nil)
+	_, err = client.Insert(ctx, selfDeleting{}, nil)
 	require.NoError(t, err)
 	select {
 	case <-w.done:
@@ -150,7 +145,6 @@ func TestRiverCompleterToleratesADeletedJob(t *testing.T) {
 	defer cancel()
 	require.NoError(t, client.Stop(stopCtx))
 
-	require.NotZero(t, res.Job.ID)
 	logs.mu.Lock()
 	defer logs.mu.Unlock()
 	require.Empty(t, logs.msgs, "River logged no warning or error")
