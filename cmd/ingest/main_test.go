@@ -212,6 +212,11 @@ func TestIdleConnectionsAtTheCapDoNotShutIngest(t *testing.T) {
 	body, err := io.ReadAll(mresp.Body)
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^inbox_ingest_connections_evicted_total [1-9]`, string(body))
+	// The store queue's shedding, as the binary wires it: the limit, not
+	// shedding, no blip.
+	require.Regexp(t, `(?m)^inbox_ingest_shed_after_seconds 0\.25$`, string(body))
+	require.Regexp(t, `(?m)^inbox_ingest_shedding 0$`, string(body))
+	require.Regexp(t, `(?m)^inbox_ingest_store_blips_total 0$`, string(body))
 }
 
 // Every rule between ingest's flags is a usage error (exit status 2)

@@ -33,9 +33,11 @@ type Options struct {
 	StoreTimeout time.Duration
 	// ShedAfter refuses deliveries at once (503, Retry-After, reason
 	// store_behind) while the oldest delivery being stored has waited longer
-	// than this: the database is stalled or saturated, and a new delivery
-	// would only wait behind it for its deadline. Default
-	// DefaultShedAfter (at most StoreTimeout/3); negative: never.
+	// than this and the database is behind, not in a blip: from twice this,
+	// or from this once refusals have started, until the age has stayed
+	// under it for a second (see shedder). A new delivery would only wait
+	// behind the queue for its deadline. Default DefaultShedAfter (at most
+	// StoreTimeout/3); negative: never.
 	ShedAfter time.Duration
 	// RetryAfter is the Retry-After of a 503. Default 5 s.
 	RetryAfter time.Duration
@@ -62,6 +64,7 @@ type Server struct {
 	now               func() time.Time
 	storeTimeout      time.Duration
 	shedAfter         time.Duration
+	shed              *shedder
 	retryAfterSeconds int
 	refusals          lineLimiter
 	observeFunc       func(source string, outcome labels.IngestOutcome, reason string, elapsed time.Duration)
@@ -96,6 +99,7 @@ func New(sources map[string]Source, store *envelope.Store, logger *slog.Logger, 
 	if s.shedAfter == 0 {
 		s.shedAfter = min(DefaultShedAfter, s.storeTimeout/3)
 	}
+	s.shed = &shedder{limit: s.shedAfter}
 	s.retryAfterSeconds = int(opts.RetryAfter / time.Second)
 	if s.retryAfterSeconds <= 0 {
 		s.retryAfterSeconds = 5
@@ -137,6 +141,15 @@ const DefaultShedAfter = 250 * time.Millisecond
 // ShedAfter returns the store queue age past which deliveries are refused
 // at once (negative: never).
 func (s *Server) ShedAfter() time.Duration { return s.shedAfter }
+
+// Shedding says whether deliveries are being refused at the ShedAfter
+// limit itself (the database is behind), rather than only past twice it.
+func (s *Server) Shedding() bool { return s.shed.shedding(time.Now()) }
+
+// StoreBlips returns how many deliveries were let through in a blip: the
+// store queue age was past ShedAfter but not twice it, and the server was
+// not shedding.
+func (s *Server) StoreBlips() int64 { return s.shed.blips.Load() }
 
 // Refuse returns the handler of requests on connections past the
 // listener's cap (cli.Limits.Overflow): each is answered 503 with
@@ -187,7 +200,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errTooLarge, log)
 		return
 	}
-	if s.shedAfter > 0 && s.store.QueueAge() > s.shedAfter {
+	if s.shed.refuse(s.store.QueueAge(), start) {
 		s.writeError(w, r, errStoreBehind, log)
 		return
 	}

@@ -174,8 +174,13 @@ func dashboardExprs(t *testing.T) []string {
 		var walk func([]dashPanel)
 		walk = func(ps []dashPanel) {
 			for _, p := range ps {
+				// Grafana keys a panel's queries and its overrides by refId:
+				// two targets with one refId lose one and restyle the other.
+				refIDs := map[string]bool{}
 				for _, tg := range p.Targets {
 					require.NotEmpty(t, tg.Expr, "%s: panel %q has a target without expr", f, p.Title)
+					require.False(t, refIDs[tg.RefID], "%s: panel %q has two targets with refId %q", f, p.Title, tg.RefID)
+					refIDs[tg.RefID] = true
 					exprs = append(exprs, tg.Expr)
 				}
 				if p.Type != "row" {
@@ -209,7 +214,8 @@ type dashPanel struct {
 	Type    string `json:"type"`
 	Title   string `json:"title"`
 	Targets []struct {
-		Expr string `json:"expr"`
+		Expr  string `json:"expr"`
+		RefID string `json:"refId"`
 	} `json:"targets"`
 	Panels []dashPanel `json:"panels"`
 }
@@ -225,7 +231,8 @@ func exported(t *testing.T) map[string]bool {
 	im := metrics.NewIngest(ingestReg)
 	im.Init([]string{"stripe"})
 	im.RegisterInflightBodyBytes(ingestReg, func() int64 { return 0 })
-	im.RegisterStoreQueue(ingestReg, func() time.Duration { return 0 }, time.Second)
+	im.RegisterStoreQueue(ingestReg, metrics.StoreQueue{Age: func() time.Duration { return 0 }, ShedAfter: time.Second,
+		Shedding: func() bool { return false }, Blips: func() int64 { return 0 }})
 
 	pool, err := pgxpool.New(context.Background(), pgtest.NewURL(t))
 	require.NoError(t, err)

@@ -131,20 +131,46 @@ func (m *Ingest) RegisterInflightBodyBytes(reg prometheus.Registerer, bytes func
 	}, func() float64 { return float64(bytes()) }))
 }
 
-// RegisterStoreQueue exports inbox_ingest_store_queue_age_seconds, read
-// from age at each scrape, and inbox_ingest_shed_after_seconds, the age
-// past which deliveries are refused (0: never). Call it once.
-func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, age func() time.Duration, shedAfter time.Duration) {
+// StoreQueue is what RegisterStoreQueue reads: ingest's store queue and
+// the shedding decided on it.
+type StoreQueue struct {
+	// Age is how long the oldest delivery being stored has waited.
+	Age func() time.Duration
+	// ShedAfter is the age limit (--shed-after; negative: never).
+	ShedAfter time.Duration
+	// Shedding says whether deliveries are refused at ShedAfter itself.
+	Shedding func() bool
+	// Blips counts the deliveries let through in a blip.
+	Blips func() int64
+}
+
+// RegisterStoreQueue exports inbox_ingest_store_queue_age_seconds,
+// inbox_ingest_shed_after_seconds (0: never), inbox_ingest_shedding and
+// inbox_ingest_store_blips_total, read from q at each scrape. Call it once.
+func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, q StoreQueue) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "inbox_ingest_store_queue_age_seconds",
 		Help: "How long the oldest delivery being stored has waited (0 when none): a few commit times while the database keeps up.",
-	}, func() float64 { return age().Seconds() }))
+	}, func() float64 { return q.Age().Seconds() }))
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "inbox_ingest_shed_after_seconds",
-		Help: "The store queue age past which new deliveries are refused at once with 503 (--shed-after; 0: never).",
+		Help: "The store queue age limit (--shed-after; 0: never): past twice it, or past it while shedding, new deliveries are refused at once with 503.",
 	})
-	g.Set(max(0, shedAfter.Seconds()))
+	g.Set(max(0, q.ShedAfter.Seconds()))
 	reg.MustRegister(g)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "inbox_ingest_shedding",
+		Help: "1 while the database is behind and deliveries are refused at the store queue age limit itself (until the age has stayed under it for a second); 0 otherwise, when only an age past twice the limit refuses.",
+	}, func() float64 {
+		if q.Shedding() {
+			return 1
+		}
+		return 0
+	}))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "inbox_ingest_store_blips_total",
+		Help: "Deliveries let through in a blip: the store queue age was past --shed-after but not twice it, and ingest was not shedding. A steady rise means the database runs close to its limit.",
+	}, func() float64 { return float64(q.Blips()) }))
 }
 
 // Observe records one webhook request. reason is the signature's failure
