@@ -231,7 +231,7 @@ func TestIngestFlagRules(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--store-timeout", "3s", "--shed-after", "3s"}, "--shed-after below it"},
+		{[]string{"--store-timeout", "3s", "--shed-after", "1500ms"}, "--shed-after below half of it"},
 		{[]string{"--store-timeout", "0s"}, "--store-timeout must be positive"},
 		{[]string{"--max-conns", "0"}, "--max-conns must be at least 1"},
 		{[]string{"--max-inflight-body-bytes", "1024"}, "--max-inflight-body-bytes at least 16384"},
@@ -261,8 +261,8 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 		pass bool
 	}{
 		"shed-after negative: never":      {func(l *limits) { l.shedAfter = -time.Second }, true},
-		"shed-after just under deadline":  {func(l *limits) { l.shedAfter = l.storeTimeout - time.Millisecond }, true},
-		"shed-after at the deadline":      {func(l *limits) { l.shedAfter = l.storeTimeout }, false},
+		"shed-after just under half":      {func(l *limits) { l.shedAfter = l.storeTimeout/2 - time.Millisecond }, true},
+		"shed-after at half the deadline": {func(l *limits) { l.shedAfter = l.storeTimeout / 2 }, false},
 		"one connection":                  {func(l *limits) { l.maxConnsOpen = 1 }, true},
 		"no connection":                   {func(l *limits) { l.maxConnsOpen = 0 }, false},
 		"body budget of one free body":    {func(l *limits) { l.maxBodies = ingest.FreeBodyBytes }, true},

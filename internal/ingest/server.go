@@ -34,8 +34,8 @@ type Options struct {
 	// ShedAfter refuses deliveries at once (503, Retry-After, reason
 	// store_behind) while the oldest delivery being stored has waited longer
 	// than this and the database is behind, not in a blip: from twice this,
-	// or from this once refusals have started, until the age has stayed
-	// under it for a second (see shedder). A new delivery would only wait
+	// or from this once refusals have started, until ten seconds pass
+	// without a refusal (see shedder). A new delivery would only wait
 	// behind the queue for its deadline. Default DefaultShedAfter (at most
 	// StoreTimeout/3); negative: never.
 	ShedAfter time.Duration
@@ -138,8 +138,8 @@ const DefaultStoreTimeout = 3 * time.Second
 // 250 ms kept the p99 under 0.5-1 s with every request answered.
 const DefaultShedAfter = 250 * time.Millisecond
 
-// ShedAfter returns the store queue age past which deliveries are refused
-// at once (negative: never).
+// ShedAfter returns the store queue age limit (negative: never refuse):
+// past twice it, or past it while shedding, deliveries are refused at once.
 func (s *Server) ShedAfter() time.Duration { return s.shedAfter }
 
 // Shedding says whether deliveries are being refused at the ShedAfter

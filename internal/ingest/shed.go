@@ -6,10 +6,14 @@ import (
 	"time"
 )
 
-// shedCalm is how long the store queue age must stay at or under the
-// limit before a shedder that has started refusing lets a blip through
-// again.
-const shedCalm = time.Second
+// shedCalm is how long a shedder that has started refusing must go
+// without a refusal (every delivery arriving found the store queue age at
+// or under the limit) before it lets a blip through again. An overload comes in waves (the queue drains while refusals
+// last, then fills again): a calm of a second let each wave grow to twice
+// the limit before refusals began, and at 1.2x the sustainable rate the
+// extra deliveries in flight filled --max-conns (docs/benchmarks.md, "Blips
+// are not overload").
+const shedCalm = 10 * time.Second
 
 // shedder decides from the store queue age (how long the oldest delivery
 // being stored has waited) whether a new delivery is refused at once. It
@@ -22,10 +26,9 @@ const shedCalm = time.Second
 //
 //   - an age past twice the limit refuses (the queue has been past the
 //     limit for a whole limit more: not a moment);
-//   - once refusing, an age past the limit itself refuses, until the age
-//     has stayed at or under the limit for shedCalm: under a standing
-//     overload the queue stays at the limit, as it did before blips were
-//     let through;
+//   - once refusing, an age past the limit itself refuses, until shedCalm
+//     passes without a refusal: under a standing overload the queue stays
+//     at the limit, as it did before blips were let through;
 //   - an age past the limit but not twice it, with no refusal in the last
 //     shedCalm, is a blip: the delivery queues.
 //
@@ -50,7 +53,11 @@ func (s *shedder) refuse(age time.Duration, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if age > 2*s.limit || now.Before(s.until) {
-		s.until = now.Add(shedCalm)
+		// Requests reach the lock out of order: an earlier start must
+		// not end the shedding sooner.
+		if u := now.Add(shedCalm); u.After(s.until) {
+			s.until = u
+		}
 		return true
 	}
 	s.blips.Add(1)

@@ -33,18 +33,23 @@ func TestShedderToldABlipFromABacklog(t *testing.T) {
 		},
 		"past twice the limit refuses, then the limit itself": {
 			{0, 2*limit + time.Millisecond, true, true},
-			{500 * time.Millisecond, limit + time.Millisecond, true, true},
+			{shedCalm / 2, limit + time.Millisecond, true, true},
 			// shedCalm after the last refusal, not the first
-			{1400 * time.Millisecond, limit + time.Millisecond, true, true},
-			{1500 * time.Millisecond, limit, false, true},
+			{shedCalm + shedCalm/4, limit + time.Millisecond, true, true},
+			{shedCalm + shedCalm/2, limit, false, true},
 		},
 		"calm for shedCalm ends the shedding": {
 			{0, 3 * limit, true, true},
-			{500 * time.Millisecond, limit / 2, false, true},
+			{shedCalm / 2, limit / 2, false, true},
 			// under the limit does not extend it: calm since the refusal at 0
 			{shedCalm, limit + time.Millisecond, false, false},
 			{shedCalm + time.Millisecond, 2 * limit, false, false},
 			{shedCalm + 2*time.Millisecond, 2*limit + time.Millisecond, true, true},
+		},
+		"an earlier start does not end the shedding sooner": {
+			{5 * time.Second, 2*limit + time.Millisecond, true, true},
+			{4 * time.Second, 2*limit + time.Millisecond, true, true},
+			{5*time.Second + shedCalm - time.Millisecond, limit + time.Millisecond, true, true},
 		},
 		"a stall refuses throughout": {
 			{0, 2*limit + time.Millisecond, true, true},

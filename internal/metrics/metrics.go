@@ -73,7 +73,7 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 		}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inbox_ingest_refused_total",
-			Help: "Deliveries refused at once with 503 and Retry-After (outcome overloaded), by the resource short: body_memory (--max-inflight-body-bytes), store_behind (the store queue older than --shed-after), connections (--max-conns all busy).",
+			Help: "Deliveries refused at once with 503 and Retry-After (outcome overloaded), by the resource short: body_memory (--max-inflight-body-bytes), store_behind (the store queue older than twice --shed-after, or than --shed-after while shedding), connections (--max-conns all busy).",
 		}, []string{"reason"}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inbox_ingest_request_duration_seconds",
@@ -160,7 +160,7 @@ func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, q StoreQueue) {
 	reg.MustRegister(g)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "inbox_ingest_shedding",
-		Help: "1 while the database is behind and deliveries are refused at the store queue age limit itself (until the age has stayed under it for a second); 0 otherwise, when only an age past twice the limit refuses.",
+		Help: "1 while the database is behind and deliveries are refused at the store queue age limit itself (until ten seconds pass without a refusal); 0 otherwise, when only an age past twice the limit refuses.",
 	}, func() float64 {
 		if q.Shedding() {
 			return 1
@@ -169,7 +169,7 @@ func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, q StoreQueue) {
 	}))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "inbox_ingest_store_blips_total",
-		Help: "Deliveries let through in a blip: the store queue age was past --shed-after but not twice it, and ingest was not shedding. A steady rise means the database runs close to its limit.",
+		Help: "Deliveries not refused in a blip: they arrived while the store queue age was past --shed-after but not twice it, and ingest was not shedding. A steady rise means the database runs close to its limit.",
 	}, func() float64 { return float64(q.Blips()) }))
 }
 
