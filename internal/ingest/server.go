@@ -135,7 +135,9 @@ const DefaultStoreTimeout = 3 * time.Second
 // database keeps up, so only a stall or a saturated database reaches it.
 // Chosen by measurement (docs/benchmarks.md, "Overload"): at twice the
 // sustainable rate, 1 s let latency reach 5 s and left requests unanswered,
-// 250 ms kept the p99 under 0.5-1 s with every request answered.
+// 250 ms kept the p99 under 0.5-1 s with every request answered (measured
+// when refusals began at the limit itself; they now begin at twice it, see
+// shedder).
 const DefaultShedAfter = 250 * time.Millisecond
 
 // ShedAfter returns the store queue age limit (negative: never refuse):

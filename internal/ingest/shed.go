@@ -8,11 +8,12 @@ import (
 
 // shedCalm is how long a shedder that has started refusing must go
 // without a refusal (every delivery arriving found the store queue age at
-// or under the limit) before it lets a blip through again. An overload comes in waves (the queue drains while refusals
-// last, then fills again): a calm of a second let each wave grow to twice
-// the limit before refusals began, and at 1.2x the sustainable rate the
-// extra deliveries in flight filled --max-conns (docs/benchmarks.md, "Blips
-// are not overload").
+// or under the limit) before it lets a blip through again. An overload
+// comes in waves (the queue drains while refusals last, then fills
+// again): a calm of a second let each wave grow to twice the limit before
+// refusals began, and at 1.2x the sustainable rate the extra deliveries in
+// flight filled --max-conns (docs/benchmarks.md, "Blips are not
+// overload").
 const shedCalm = 10 * time.Second
 
 // shedder decides from the store queue age (how long the oldest delivery
