@@ -9,7 +9,7 @@ import (
 
 // The shedder lets a blip through (an age past the limit but not twice it),
 // refuses past twice the limit, and once refusing refuses past the limit
-// itself until the age has stayed under it for shedCalm.
+// itself until shedCalm passes without a refusal.
 func TestShedderToldABlipFromABacklog(t *testing.T) {
 	t.Parallel()
 	const limit = 250 * time.Millisecond
