@@ -34,7 +34,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	addr := fs.String("addr", "INGEST_ADDR", ":8080", "listen address")
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file")
 	storeTimeout := fs.Duration("store-timeout", "INGEST_STORE_TIMEOUT", ingest.DefaultStoreTimeout, "store deadline: every delivery is answered within it of its arrival, past it with 503 (keep it under the shortest provider timeout: Shopify's 5 s)")
-	shedAfter := fs.Duration("shed-after", "INGEST_SHED_AFTER", 0, "refuse deliveries at once (503) while the oldest one being stored has waited longer than this and the database is behind, not in a blip: from twice this, then from this until ten seconds pass without a refusal (default 250ms, below half of --store-timeout; negative: never)")
+	shedAfter := fs.Duration("shed-after", "INGEST_SHED_AFTER", 0, "refuse deliveries at once (503) while the oldest one being stored has waited longer than this: a stalled or saturated database (default 250ms, at most a third of --store-timeout; negative: never)")
 	maxConns := fs.Int("db-max-conns", "INGEST_DB_MAX_CONNS", 20, "database pool size (at least --store-concurrency + 2)")
 	storeBatch := fs.Int("store-batch", "INGEST_STORE_BATCH", 64, "most deliveries one transaction stores: deliveries arriving while a commit is in flight share the next one (1: one transaction each)")
 	storeConcurrency := fs.Int("store-concurrency", "INGEST_STORE_CONCURRENCY", 2, "store transactions in flight at once (default from measurement: docs/benchmarks.md)")
@@ -106,7 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	m.RegisterInflightBodyBytes(reg, srv.InflightBodyBytes)
-	m.RegisterStoreQueue(reg, metrics.StoreQueue{Age: store.QueueAge, ShedAfter: srv.ShedAfter(), Shedding: srv.Shedding, Blips: srv.StoreBlips})
+	m.RegisterStoreQueue(reg, store.QueueAge, srv.ShedAfter())
 
 	// Say at once when the database does not answer: ingest keeps serving
 	// (each delivery gets 503 with Retry-After, and /readyz fails, until it
@@ -193,11 +193,8 @@ type limits struct {
 // opened; each refusal is a cli.UsageError (exit status 2).
 func (l limits) check() error {
 	switch {
-	case l.storeTimeout <= 0 || 2*l.shedAfter >= l.storeTimeout:
-		// Refusals start at twice --shed-after, and a batch gives up at
-		// its oldest delivery's deadline: past half the deadline a stalled
-		// store would never be refused.
-		return cli.UsageError{Err: errors.New("--store-timeout must be positive, and --shed-after below half of it (refusals start at twice it; negative: never refuse on it)")}
+	case l.storeTimeout <= 0 || l.shedAfter >= l.storeTimeout:
+		return cli.UsageError{Err: errors.New("--store-timeout must be positive, and --shed-after below it (a queue that old is refused; negative: never refuse on it)")}
 	case l.maxConnsOpen < 1 || l.maxBodies < ingest.FreeBodyBytes:
 		return cli.UsageError{Err: errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")}
 	case l.storeBatch < 1 || l.storeConcurrency < 1 || l.dbMaxConns < l.storeConcurrency+2:

@@ -212,11 +212,6 @@ func TestIdleConnectionsAtTheCapDoNotShutIngest(t *testing.T) {
 	body, err := io.ReadAll(mresp.Body)
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^inbox_ingest_connections_evicted_total [1-9]`, string(body))
-	// The store queue's shedding, as the binary wires it: the limit, not
-	// shedding, no blip.
-	require.Regexp(t, `(?m)^inbox_ingest_shed_after_seconds 0\.25$`, string(body))
-	require.Regexp(t, `(?m)^inbox_ingest_shedding 0$`, string(body))
-	require.Regexp(t, `(?m)^inbox_ingest_store_blips_total 0$`, string(body))
 }
 
 // Every rule between ingest's flags is a usage error (exit status 2)
@@ -231,7 +226,7 @@ func TestIngestFlagRules(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--store-timeout", "3s", "--shed-after", "1500ms"}, "--shed-after below half of it"},
+		{[]string{"--store-timeout", "3s", "--shed-after", "3s"}, "--shed-after below it"},
 		{[]string{"--store-timeout", "0s"}, "--store-timeout must be positive"},
 		{[]string{"--max-conns", "0"}, "--max-conns must be at least 1"},
 		{[]string{"--max-inflight-body-bytes", "1024"}, "--max-inflight-body-bytes at least 16384"},
@@ -261,8 +256,8 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 		pass bool
 	}{
 		"shed-after negative: never":      {func(l *limits) { l.shedAfter = -time.Second }, true},
-		"shed-after just under half":      {func(l *limits) { l.shedAfter = l.storeTimeout/2 - time.Millisecond }, true},
-		"shed-after at half the deadline": {func(l *limits) { l.shedAfter = l.storeTimeout / 2 }, false},
+		"shed-after just under deadline":  {func(l *limits) { l.shedAfter = l.storeTimeout - time.Millisecond }, true},
+		"shed-after at the deadline":      {func(l *limits) { l.shedAfter = l.storeTimeout }, false},
 		"one connection":                  {func(l *limits) { l.maxConnsOpen = 1 }, true},
 		"no connection":                   {func(l *limits) { l.maxConnsOpen = 0 }, false},
 		"body budget of one free body":    {func(l *limits) { l.maxBodies = ingest.FreeBodyBytes }, true},

@@ -40,8 +40,7 @@ var (
 	// errOverloaded: the body budget stayed full for the whole wait.
 	errOverloaded = &refusal{labels.RefusedBodyMemory, "too many deliveries in flight, not acknowledged; retry later"}
 	// errStoreBehind: the oldest delivery being stored has waited past
-	// ShedAfter and the database is behind (shedder), so a new one would
-	// only queue behind it until its deadline.
+	// ShedAfter, so a new one would only queue behind it until its deadline.
 	errStoreBehind = &refusal{labels.RefusedStoreBehind, "storage is behind, delivery not acknowledged; retry later"}
 	// errTooManyConns: the request came on a connection past --max-conns.
 	errTooManyConns = &refusal{labels.RefusedConnections, "too many connections, delivery not acknowledged; retry later"}

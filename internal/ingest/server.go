@@ -33,11 +33,9 @@ type Options struct {
 	StoreTimeout time.Duration
 	// ShedAfter refuses deliveries at once (503, Retry-After, reason
 	// store_behind) while the oldest delivery being stored has waited longer
-	// than this and the database is behind, not in a blip: from twice this,
-	// or from this once refusals have started, until ten seconds pass
-	// without a refusal (see shedder). A new delivery would only wait
-	// behind the queue for its deadline. Default DefaultShedAfter (at most
-	// StoreTimeout/3); negative: never.
+	// than this: the database is stalled or saturated, and a new delivery
+	// would only wait behind it for its deadline. Default
+	// DefaultShedAfter (at most StoreTimeout/3); negative: never.
 	ShedAfter time.Duration
 	// RetryAfter is the Retry-After of a 503. Default 5 s.
 	RetryAfter time.Duration
@@ -64,7 +62,6 @@ type Server struct {
 	now               func() time.Time
 	storeTimeout      time.Duration
 	shedAfter         time.Duration
-	shed              *shedder
 	retryAfterSeconds int
 	refusals          lineLimiter
 	observeFunc       func(source string, outcome labels.IngestOutcome, reason string, elapsed time.Duration)
@@ -99,7 +96,6 @@ func New(sources map[string]Source, store *envelope.Store, logger *slog.Logger, 
 	if s.shedAfter == 0 {
 		s.shedAfter = min(DefaultShedAfter, s.storeTimeout/3)
 	}
-	s.shed = &shedder{limit: s.shedAfter}
 	s.retryAfterSeconds = int(opts.RetryAfter / time.Second)
 	if s.retryAfterSeconds <= 0 {
 		s.retryAfterSeconds = 5
@@ -135,23 +131,12 @@ const DefaultStoreTimeout = 3 * time.Second
 // database keeps up, so only a stall or a saturated database reaches it.
 // Chosen by measurement (docs/benchmarks.md, "Overload"): at twice the
 // sustainable rate, 1 s let latency reach 5 s and left requests unanswered,
-// 250 ms kept the p99 under 0.5-1 s with every request answered (measured
-// when refusals began at the limit itself; they now begin at twice it, see
-// shedder).
+// 250 ms kept the p99 under 0.5-1 s with every request answered.
 const DefaultShedAfter = 250 * time.Millisecond
 
-// ShedAfter returns the store queue age limit (negative: never refuse):
-// past twice it, or past it while shedding, deliveries are refused at once.
+// ShedAfter returns the store queue age past which deliveries are refused
+// at once (negative: never).
 func (s *Server) ShedAfter() time.Duration { return s.shedAfter }
-
-// Shedding says whether deliveries are being refused at the ShedAfter
-// limit itself (the database is behind), rather than only past twice it.
-func (s *Server) Shedding() bool { return s.shed.shedding(time.Now()) }
-
-// StoreBlips returns how many deliveries were let through in a blip: the
-// store queue age was past ShedAfter but not twice it, and the server was
-// not shedding.
-func (s *Server) StoreBlips() int64 { return s.shed.blips.Load() }
 
 // Refuse returns the handler of requests on connections past the
 // listener's cap (cli.Limits.Overflow): each is answered 503 with
@@ -202,7 +187,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errTooLarge, log)
 		return
 	}
-	if s.shed.refuse(s.store.QueueAge(), start) {
+	if s.shedAfter > 0 && s.store.QueueAge() > s.shedAfter {
 		s.writeError(w, r, errStoreBehind, log)
 		return
 	}

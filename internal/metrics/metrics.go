@@ -73,7 +73,7 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 		}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inbox_ingest_refused_total",
-			Help: "Deliveries refused at once with 503 and Retry-After (outcome overloaded), by the resource short: body_memory (--max-inflight-body-bytes), store_behind (the store queue older than twice --shed-after, or than --shed-after while shedding), connections (--max-conns all busy).",
+			Help: "Deliveries refused at once with 503 and Retry-After (outcome overloaded), by the resource short: body_memory (--max-inflight-body-bytes), store_behind (the store queue older than --shed-after), connections (--max-conns all busy).",
 		}, []string{"reason"}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inbox_ingest_request_duration_seconds",
@@ -131,46 +131,20 @@ func (m *Ingest) RegisterInflightBodyBytes(reg prometheus.Registerer, bytes func
 	}, func() float64 { return float64(bytes()) }))
 }
 
-// StoreQueue is what RegisterStoreQueue reads: ingest's store queue and
-// the shedding decided on it.
-type StoreQueue struct {
-	// Age is how long the oldest delivery being stored has waited.
-	Age func() time.Duration
-	// ShedAfter is the age limit (--shed-after; negative: never).
-	ShedAfter time.Duration
-	// Shedding says whether deliveries are refused at ShedAfter itself.
-	Shedding func() bool
-	// Blips counts the deliveries let through in a blip.
-	Blips func() int64
-}
-
-// RegisterStoreQueue exports inbox_ingest_store_queue_age_seconds,
-// inbox_ingest_shed_after_seconds (0: never), inbox_ingest_shedding and
-// inbox_ingest_store_blips_total, read from q at each scrape. Call it once.
-func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, q StoreQueue) {
+// RegisterStoreQueue exports inbox_ingest_store_queue_age_seconds, read
+// from age at each scrape, and inbox_ingest_shed_after_seconds, the age
+// past which deliveries are refused (0: never). Call it once.
+func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, age func() time.Duration, shedAfter time.Duration) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "inbox_ingest_store_queue_age_seconds",
 		Help: "How long the oldest delivery being stored has waited (0 when none): a few commit times while the database keeps up.",
-	}, func() float64 { return q.Age().Seconds() }))
+	}, func() float64 { return age().Seconds() }))
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "inbox_ingest_shed_after_seconds",
-		Help: "The store queue age limit (--shed-after; 0: never): past twice it, or past it while shedding, new deliveries are refused at once with 503.",
+		Help: "The store queue age past which new deliveries are refused at once with 503 (--shed-after; 0: never).",
 	})
-	g.Set(max(0, q.ShedAfter.Seconds()))
+	g.Set(max(0, shedAfter.Seconds()))
 	reg.MustRegister(g)
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "inbox_ingest_shedding",
-		Help: "1 while the database is behind and deliveries are refused at the store queue age limit itself (until ten seconds pass without a refusal); 0 otherwise, when only an age past twice the limit refuses.",
-	}, func() float64 {
-		if q.Shedding() {
-			return 1
-		}
-		return 0
-	}))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "inbox_ingest_store_blips_total",
-		Help: "Deliveries not refused in a blip: they arrived while the store queue age was past --shed-after but not twice it, and ingest was not shedding. A steady rise means the database runs close to its limit.",
-	}, func() float64 { return float64(q.Blips()) }))
 }
 
 // Observe records one webhook request. reason is the signature's failure

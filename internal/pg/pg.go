@@ -50,7 +50,7 @@ type Options struct {
 // merges the list into the index, inside that insert's statement. The
 // envelope tables' GIN indexes (bodies, 00203; headers, 00204) fill 4 MB
 // within seconds at full rate, and its merge held ingest's insert for
-// 270-600 ms (past --shed-after, 250 ms, which then refused); at 256 kB the longest insert
+// 270-600 ms (past --shed-after: refusals); at 256 kB the longest insert
 // took 99-182 ms, for ~3 % more WAL (docs/benchmarks.md, "River jobs
 // deleted, not completed, and smaller GIN pending lists").
 //
