@@ -179,9 +179,9 @@ func TestListPlansPruneToTheWindow(t *testing.T) {
 // cpu_operator_cost at 100x its default (PostgreSQL counts a jsonb
 // containment as one operator; it walks the document, and reading today's
 // few rows by the primary key and testing each would otherwise look
-// cheaper, depending on the hour the test runs, where at size it is not): a bitmap scan
-// of the index index names, no sequential scan, no partition outside
-// chunks'; and that every chunk has that index (has).
+// cheaper, depending on the hour the test runs, where at size it is not):
+// a bitmap scan of the index index names, no sequential scan, no
+// partition outside chunks'; and that every chunk has that index (has).
 func requireLookupPlan(t *testing.T, b *bundle, sql string, args []any, chunks []envelope.Chunk, index string, has func(envelope.Chunk) bool) {
 	t.Helper()
 	plan := explainSQL(t, b, sql, args, "enable_seqscan = off", "cpu_operator_cost = 0.25")
