@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
 	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz; loopback unless given (empty: off)")
-	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", 1024, "connections open at once on --addr; at the cap the longest idle one is closed for a new one, and while all are busy a new one's request is answered 503 at once")
+	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", 1024, "connections open at once on --addr; from 7/8 of it answers close their connection, at the cap the one longest idle (250ms or more) is closed for a new one, and when none is a new one's request is answered 503 at once")
 	maxBodies := fs.Int("max-inflight-body-bytes", "INGEST_MAX_INFLIGHT_BODY_BYTES", ingest.DefaultMaxInflightBodyBytes, "request bodies held in memory at once, beyond 16 KiB each; past it a delivery waits briefly, then gets 503")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -128,7 +128,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// so a worker down for days never leaves ingest without one.
 	go keepPartitions(ctx, pool, logger)
 	httpSrv, bound, errc, err := cli.ListenLimited(*addr, srv, 20*time.Second,
-		cli.Limits{MaxConns: *maxConnsOpen, Evicted: m.ConnectionsEvicted.Inc, Overflow: srv.Refuse()})
+		cli.Limits{MaxConns: *maxConnsOpen, Evicted: m.ConnectionsEvicted.Inc, Overflow: srv.Refuse(), CloseAt: closeAt(*maxConnsOpen)})
 	if err != nil {
 		return err
 	}
@@ -202,3 +202,9 @@ func (l limits) check() error {
 	}
 	return nil
 }
+
+// closeAt is how many connections open make ingest's answers close their
+// connection (cli.Limits.CloseAt): seven eighths of --max-conns, so that
+// near the cap senders stop keeping connections the cap would evict
+// (their next request on one would fail instead of being answered).
+func closeAt(maxConns int) int { return max(1, maxConns-maxConns/8) }

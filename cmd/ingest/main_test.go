@@ -175,25 +175,35 @@ func (s *started) listenAddr(t *testing.T, msg string) string {
 	return ""
 }
 
-// Idle keep-alive connections that fill --max-conns cannot shut ingest to
-// a provider (issue 22): with every slot held by a client that sent one
-// request and then idles, a signed delivery on a new connection is stored
-// and answered in under a second, and the eviction is counted.
+// Idle connections that fill --max-conns cannot shut ingest to a provider
+// (issue 22): with every slot held by a client that sent one request and
+// then idles, or that opened a connection and sent nothing, a signed
+// delivery on a new connection is stored and answered in under a second,
+// and the eviction is counted. From seven eighths of the cap (14 of 16)
+// ingest's answers close their connection, so keep-alive ones fill 13
+// slots and silent ones the rest.
 func TestIdleConnectionsAtTheCapDoNotShutIngest(t *testing.T) {
 	t.Parallel()
 	s := start(t, map[string]string{"DATABASE_URL": pgtest.NewURL(t)}, "--max-conns", "16")
 	addr := s.listenAddr(t, "ingest listening")
-	for range 16 {
+	for i := range 16 {
 		c, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
+		if i >= 13 {
+			continue // silent
+		}
 		_, err = fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 		require.NoError(t, err)
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		require.NoError(t, err)
 		resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.False(t, resp.Close, "connection %d kept alive", i)
 	}
+	// Idle past the grace a connection has after opening or after its
+	// answer (250 ms): within it, a new sender would be answered 503 at once.
+	time.Sleep(300 * time.Millisecond)
 	d := webhooktest.Delivery{Provider: "github", Secret: "gh-main-test-secret-long-enough", DeliveryID: "held-open-1",
 		EventType: "push", Body: webhooktest.GitHubPush("refs/heads/main")}
 	req, err := d.Request(context.Background(), "http://"+addr+"/webhooks/github")
@@ -274,5 +284,13 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 		} else {
 			require.ErrorAs(t, err, new(cli.UsageError), name)
 		}
+	}
+}
+
+// Answers close their connection from seven eighths of --max-conns.
+func TestCloseAtIsSevenEighthsOfTheCap(t *testing.T) {
+	t.Parallel()
+	for conns, want := range map[int]int{1024: 896, 16: 14, 8: 7, 7: 7, 1: 1} {
+		require.Equal(t, want, closeAt(conns), "--max-conns %d", conns)
 	}
 }

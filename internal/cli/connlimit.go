@@ -40,11 +40,13 @@ type connLimiter struct {
 	// overflow holds one token per connection accepted past the cap
 	// (overflowConn); nil when there is no overflow handler.
 	overflow chan struct{}
+	// evictAfter: the const of that name, but for tests.
+	evictAfter time.Duration
 }
 
 func newConnLimiter(ln net.Listener, n int, onEvict func()) *connLimiter {
 	return &connLimiter{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{}),
-		waiting: map[*limitedConn]time.Time{}, onEvict: onEvict}
+		waiting: map[*limitedConn]time.Time{}, onEvict: onEvict, evictAfter: evictAfter}
 }
 
 // evictAfter is how long a connection must have been without a request
@@ -55,12 +57,15 @@ const evictAfter = 250 * time.Millisecond
 
 // Accept takes the next connection, then a slot for it: a free one, else
 // one freed by closing the connection that has waited longest without a
-// request (checked again every evictAfter/5 while none qualifies), else the
-// first that a finished connection gives back. With an overflow handler,
-// a connection that finds every other one busy with a request (none
-// without one, so none to evict soon) takes an overflow token instead and
-// is answered at once. So at most one connection past the cap and its
-// overflow is held, the one waiting for its slot.
+// request (at least evictAfter), else the first that a finished connection
+// gives back (checked again every evictAfter/5 for one to evict). With an
+// overflow handler, a connection that finds no slot free and none to evict
+// takes an overflow token instead and is answered at once: every slot is
+// busy with a request or about to be (a connection just opened or just
+// answered, whose next request may be in flight), and under load waiting
+// for one of them only queues senders in the accept loop, one behind the
+// other. So at most one connection past the cap and its overflow is held,
+// the one waiting for its slot.
 func (l *connLimiter) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
@@ -72,12 +77,12 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			return l.track(c), nil
 		default:
 		}
-		l.evictOne(time.Now().Add(-evictAfter))
-		if l.overflow != nil && !l.anyWaiting() {
-			// Every connection is busy with a request: none will free a
-			// slot soon, so answer this one at once rather than hold it.
-			// A slot freed meanwhile (the eviction above, a connection
-			// closing) comes first: select would pick at random.
+		evicted := l.evictOne(time.Now().Add(-l.evictAfter))
+		if l.overflow != nil && !evicted {
+			// No slot will be free for this one soon enough: answer it
+			// at once rather than hold it (and every sender behind it).
+			// A slot freed meanwhile (a connection closing) comes first:
+			// select would pick at random.
 			select {
 			case l.slots <- struct{}{}:
 				return l.track(c), nil
@@ -95,7 +100,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		case <-l.done:
 			c.Close()
 			return nil, net.ErrClosed
-		case <-time.After(evictAfter / 5):
+		case <-time.After(l.evictAfter / 5):
 		}
 	}
 }
@@ -106,13 +111,6 @@ func (l *connLimiter) track(c net.Conn) *limitedConn {
 	l.wait(lc)
 	l.mu.Unlock()
 	return lc
-}
-
-// anyWaiting reports whether some connection has no request in progress.
-func (l *connLimiter) anyWaiting() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.waiting) > 0
 }
 
 // wait and unwait put c in and out of waiting; called with l.mu held.
@@ -286,5 +284,17 @@ func serveOverflow(h, overflow http.Handler) http.Handler {
 		}
 		w.Header().Set("Connection", "close")
 		overflow.ServeHTTP(w, r)
+	})
+}
+
+// closeNearCap answers with "Connection: close" while at least n of l's
+// slots are taken (Limits.CloseAt). It is read as the request starts: a
+// request that finds room keeps its connection.
+func closeNearCap(h http.Handler, l *connLimiter, n int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(l.slots) >= n {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
 	})
 }

@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -94,4 +97,59 @@ func TestAConnectionWithUnreadBytesIsNotEvicted(t *testing.T) {
 	_, err = server.Read(make([]byte, 64))
 	require.NoError(t, err)
 	require.True(t, l.evictOne(time.Now().Add(-evictAfter)))
+}
+
+// With an overflow handler, a connection that finds every slot taken and
+// none to evict (here both idle for less than evictAfter, stretched to an
+// hour) is answered by it at once. Before, Accept waited for one to become
+// evictable, and every sender behind it in the accept queue waited too.
+// The idle connections are left alone and still served.
+func TestOverflowWhenNoConnectionCanBeEvicted(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	refuse := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "too many connections", http.StatusServiceUnavailable)
+	})
+	srv, ln := newLimitedServer(ln, ok, 5*time.Second, Limits{MaxConns: 2, Overflow: refuse}, time.Hour)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+
+	get := func(c net.Conn, r *bufio.Reader) *http.Response { return GetOn(t, c, r) }
+	var idle []net.Conn
+	var readers []*bufio.Reader
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		r := bufio.NewReader(c)
+		require.Equal(t, http.StatusOK, get(c, r).StatusCode)
+		idle, readers = append(idle, c), append(readers, r)
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	resp := get(c, bufio.NewReader(c))
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, "5", resp.Header.Get("Retry-After"))
+	require.True(t, resp.Close, "the overflow answer closes its connection")
+	for i, c := range idle {
+		require.Equal(t, http.StatusOK, get(c, readers[i]).StatusCode, "idle connection %d kept", i)
+	}
+}
+
+// GetOn sends GET / on c and returns its answer (read from r, c's reader),
+// body drained; within 10 s or the test fails. Exported for cli_test.
+func GetOn(t *testing.T, c net.Conn, r *bufio.Reader) *http.Response {
+	t.Helper()
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err := fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(r, nil)
+	require.NoError(t, err, "answered, not left waiting")
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
 }

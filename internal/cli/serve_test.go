@@ -220,3 +220,44 @@ func TestListenLimitedAnswersOverflowAtOnce(t *testing.T) {
 		return answer("/after").StatusCode == http.StatusOK
 	}, 10*time.Second, 10*time.Millisecond, "a new sender served once the busy connections finished")
 }
+
+// With CloseAt, an answer given while that many connections are open says
+// "Connection: close" and the server closes the connection after it, so a
+// client does not keep a connection the cap would later evict under it;
+// below CloseAt connections are kept alive.
+func TestListenLimitedClosesAnswersNearTheCap(t *testing.T) {
+	t.Parallel()
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	srv, addr, _, err := cli.ListenLimited("127.0.0.1:0", h, 5*time.Second, cli.Limits{MaxConns: 8, CloseAt: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	get := func(c net.Conn, r *bufio.Reader) *http.Response {
+		t.Helper()
+		resp := cli.GetOn(t, c, r)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		return resp
+	}
+	first, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { first.Close() })
+	fr := bufio.NewReader(first)
+	require.False(t, get(first, fr).Close, "one connection open: kept alive")
+
+	second, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { second.Close() })
+	sr := bufio.NewReader(second)
+	require.True(t, get(second, sr).Close, "two open, CloseAt 2: the answer closes its connection")
+	_, err = sr.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "and the server closed it")
+
+	// Back under CloseAt once both are gone (the server gives a slot back
+	// just after closing): a new connection is kept alive again.
+	first.Close()
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		return !get(c, bufio.NewReader(c)).Close
+	}, 10*time.Second, 10*time.Millisecond)
+}
