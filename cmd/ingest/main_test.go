@@ -241,6 +241,7 @@ func TestIngestFlagRules(t *testing.T) {
 		{[]string{"--max-conns", "0"}, "--max-conns must be at least 1"},
 		{[]string{"--max-inflight-body-bytes", "1024"}, "--max-inflight-body-bytes at least 16384"},
 		{[]string{"--store-concurrency", "4", "--db-max-conns", "5"}, "--db-max-conns at least --store-concurrency + 2"},
+		{[]string{"--shed-after", "20ms"}, "--pressure-target below --shed-after"},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), tc.args, func(k string) string { return env[k] }, &out, &out)
@@ -259,6 +260,7 @@ func TestIngestFlagRules(t *testing.T) {
 func TestLimitsCheckBoundaries(t *testing.T) {
 	t.Parallel()
 	ok := limits{storeTimeout: 3 * time.Second, shedAfter: 250 * time.Millisecond, maxConnsOpen: 1024,
+		pressureTarget: ingest.DefaultPressureTarget, pressureInterval: ingest.DefaultPressureInterval,
 		maxBodies: ingest.DefaultMaxInflightBodyBytes, storeBatch: 64, storeConcurrency: 2, dbMaxConns: 20}
 	require.NoError(t, ok.check(), "the defaults")
 	for name, c := range map[string]struct {
@@ -276,6 +278,11 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 		"pool of concurrency + 1":         {func(l *limits) { l.dbMaxConns = l.storeConcurrency + 1 }, false},
 		"batch of one":                    {func(l *limits) { l.storeBatch = 1 }, true},
 		"batch of zero":                   {func(l *limits) { l.storeBatch = 0 }, false},
+		"pressure just under shed-after":  {func(l *limits) { l.pressureTarget = l.shedAfter - time.Millisecond }, true},
+		"pressure at shed-after":          {func(l *limits) { l.pressureTarget = l.shedAfter }, false},
+		"pressure negative: never":        {func(l *limits) { l.pressureTarget, l.shedAfter = -1, 10*time.Millisecond }, true},
+		"pressure with shed-after never":  {func(l *limits) { l.pressureTarget, l.shedAfter = time.Second, -1 }, true},
+		"pressure interval zero":          {func(l *limits) { l.pressureInterval = 0 }, false},
 	} {
 		l := ok
 		c.edit(&l)

@@ -55,6 +55,8 @@ type runOptions struct {
 	// handlers are the optional handler packages to register
 	// (--handlers, see optionalHandlers).
 	handlers []string
+	// yieldMin is --yield-min-rate (0: never yield).
+	yieldMin int
 }
 
 // guarded says whether the admin listener serves River UI or the console,
@@ -81,6 +83,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file (per-source backoff, throttle, forwarding; optional)")
+	yieldMin := fs.Int("yield-min-rate", "WORKER_YIELD_MIN_RATE", worker.DefaultYieldMinRate, "while ingest reports store pressure (NOTIFY inbox_ingest_pressure), process fewer envelopes a second, never fewer than this (0: never yield)")
 	adminAddr := fs.String("admin-addr", "WORKER_ADMIN_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz, /readyz and River UI; loopback unless given (empty: off)")
 	purgeEvery := fs.Duration("purge-interval", "WORKER_PURGE_INTERVAL", time.Hour, "how often the retention purge runs (0: never)")
 	purgeBodyAfter := fs.Duration("purge-body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter, "drop the bodies of envelopes stored longer ago than this, a day at a time (failed envelopes keep theirs; bodies held in rows: done/ignored ones processed longer ago)")
@@ -116,6 +119,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 		consoleOn:             *consoleOn || getenv("WORKER_CONSOLE") == "true",
 		riverUI:               *riverUI || getenv("WORKER_RIVERUI") == "true",
 		adminUsers:            *adminUsers,
+		yieldMin:              *yieldMin,
 		console:               consoleConfig{dbURL: *consoleDB, readURL: *consoleReadDB, maxReplay: *consoleMax, supervisors: *consoleSupervisors},
 	}
 	var err error
@@ -145,6 +149,8 @@ func (o runOptions) check() error {
 		return usage(fmt.Errorf("--partition-width %s: must be 24h or 1h", o.partitionWidth))
 	case o.maxWorkers < 1:
 		return usage(errors.New("--max-workers must be at least 1"))
+	case o.yieldMin < 0:
+		return usage(errors.New("--yield-min-rate must be 0 (never yield) or more"))
 	case o.completedJobRetention < worker.MinCompletedJobRetention:
 		return usage(fmt.Errorf("--completed-job-retention %s: at least %s", o.completedJobRetention, worker.MinCompletedJobRetention))
 	case o.batching.MaxBatch < 1 || o.batching.MaxBatch > worker.MaxBatchLimit || o.batching.MaxConcurrent < 1 || o.batching.MaxUnbatched < 1:
@@ -287,10 +293,17 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		JobTimeout:  o.jobTimeout,
 		ObserveFunc: bm.ObserveRun,
 	}
+	var yield *worker.Yield
+	if o.yieldMin > 0 {
+		yield = worker.NewYield(float64(o.yieldMin))
+		yield.Set = wm.YieldLimit.Set
+		go yield.Run(ctx, pool.Config().ConnConfig, envelope.PressureChannel, logger)
+	}
 	client, err := worker.NewClient(pool, registry, worker.Config{
 		PartitionWidth: o.partitionWidth,
 		Sources:        sources,
 		Metrics:        wm,
+		Yield:          yield,
 		PeriodicJobs:   periodic,
 		Register: func(w *river.Workers) error {
 			// Always registered, so a purge job inserted by hand or by an

@@ -35,6 +35,8 @@ func TestRunFlagRules(t *testing.T) {
 		{nil, []string{"--partition-width", "12h"}, "--partition-width 12h0m0s: must be 24h or 1h"},
 		{nil, []string{"--partition-width", "1h"}, ""},
 		{nil, []string{"--max-workers", "0"}, "--max-workers must be at least 1"},
+		{nil, []string{"--yield-min-rate", "-1"}, "--yield-min-rate must be 0 (never yield) or more"},
+		{nil, []string{"--yield-min-rate", "0"}, ""},
 		{nil, []string{"--completed-job-retention", "30s"}, "--completed-job-retention 30s: at least 1m0s"},
 		{nil, []string{"--completed-job-retention", "1m"}, ""},
 		{nil, []string{"--batch-size", "61"}, "--batch-size must be 1 to 60"},

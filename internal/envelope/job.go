@@ -82,3 +82,9 @@ func LiveJobStates() []string {
 	}
 	return out
 }
+
+// PressureChannel is the PostgreSQL NOTIFY channel on which ingest says
+// that its store queue stands above its pressure target (--pressure-target):
+// workers sharing the database slow down (worker.Yield) so that intake
+// keeps its latency and processing catches up after.
+const PressureChannel = "inbox_ingest_pressure"

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,14 @@ type Options struct {
 	// would only wait behind it for its deadline. Default
 	// DefaultShedAfter (at most StoreTimeout/3); negative: never.
 	ShedAfter time.Duration
+	// PressureTarget: while the store queue age stands above it for
+	// PressureInterval, ingest notifies envelope.PressureChannel every interval
+	// (RunPressure) and workers yield the database to it. Default
+	// DefaultPressureTarget; negative: never.
+	PressureTarget time.Duration
+	// PressureInterval: see PressureTarget. Default
+	// DefaultPressureInterval.
+	PressureInterval time.Duration
 	// RetryAfter is the Retry-After of a 503. Default 5 s.
 	RetryAfter time.Duration
 	// Now is the clock for signature timestamps. Default time.Now.
@@ -62,6 +71,7 @@ type Server struct {
 	now               func() time.Time
 	storeTimeout      time.Duration
 	shedAfter         time.Duration
+	shed              *shedder
 	retryAfterSeconds int
 	refusals          lineLimiter
 	observeFunc       func(source string, outcome labels.IngestOutcome, reason string, elapsed time.Duration)
@@ -95,6 +105,10 @@ func New(sources map[string]Source, store *envelope.Store, logger *slog.Logger, 
 	s.shedAfter = opts.ShedAfter
 	if s.shedAfter == 0 {
 		s.shedAfter = min(DefaultShedAfter, s.storeTimeout/3)
+	}
+	s.shed = &shedder{after: s.shedAfter, target: cmp.Or(opts.PressureTarget, DefaultPressureTarget), interval: opts.PressureInterval}
+	if s.shed.interval <= 0 {
+		s.shed.interval = DefaultPressureInterval
 	}
 	s.retryAfterSeconds = int(opts.RetryAfter / time.Second)
 	if s.retryAfterSeconds <= 0 {
@@ -187,7 +201,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errTooLarge, log)
 		return
 	}
-	if s.shedAfter > 0 && s.store.QueueAge() > s.shedAfter {
+	if s.shed.refuse(s.store.QueueAge(), start) {
 		s.writeError(w, r, errStoreBehind, log)
 		return
 	}

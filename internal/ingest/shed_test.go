@@ -15,6 +15,7 @@ import (
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
+	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
 // While the delivery being stored has waited past ShedAfter (its insert held
@@ -49,18 +50,7 @@ func TestStoreBehindRefusesNewDeliveriesAtOnce(t *testing.T) {
 	require.NoError(t, err)
 
 	source, first := sample(provider.Standard, "msg_held")
-	req, err := first.Request(ctx, b.url+"/webhooks/"+source)
-	require.NoError(t, err)
-	held := make(chan int, 1)
-	go func() {
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			held <- 0
-			return
-		}
-		resp.Body.Close()
-		held <- resp.StatusCode
-	}()
+	held := sendInBackground(t, b.url+"/webhooks/"+source, first)
 	pgtest.Eventually(t, 10*time.Second, "the first delivery to wait past ShedAfter", func() (bool, string) {
 		age := store.QueueAge()
 		return age > 200*time.Millisecond, fmt.Sprintf("store queue age %s", age)
@@ -86,4 +76,23 @@ func TestStoreBehindRefusesNewDeliveriesAtOnce(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.code, r.raw)
 	env, jobs, _ := b.stored(t)
 	require.Equal(t, [2]int{2, 2}, [2]int{env, jobs})
+}
+
+// sendInBackground sends d to url from a goroutine; the channel receives
+// its answer's status code (0: no answer).
+func sendInBackground(t *testing.T, url string, d webhooktest.Delivery) <-chan int {
+	t.Helper()
+	req, err := d.Request(context.Background(), url)
+	require.NoError(t, err)
+	answered := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- 0
+			return
+		}
+		resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	return answered
 }

@@ -42,6 +42,18 @@ type Ingest struct {
 	// Refused counts deliveries refused at once (outcome overloaded) by the
 	// resource ingest was short of (labels.RefusalReasons).
 	Refused *prometheus.CounterVec
+	// StorePressure is 1 while the store queue stands above
+	// --pressure-target and workers are asked to yield the database.
+	StorePressure prometheus.Gauge
+}
+
+// SetStorePressure sets StorePressure.
+func (m *Ingest) SetStorePressure(on bool) {
+	v := 0.0
+	if on {
+		v = 1
+	}
+	m.StorePressure.Set(v)
 }
 
 // NewIngest registers ingest's metrics on reg.
@@ -75,13 +87,17 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 			Name: "inbox_ingest_refused_total",
 			Help: "Deliveries refused at once with 503 and Retry-After (outcome overloaded), by the resource short: body_memory (--max-inflight-body-bytes), store_behind (the store queue older than --shed-after), connections (--max-conns all busy).",
 		}, []string{"reason"}),
+		StorePressure: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "inbox_ingest_store_pressure",
+			Help: "1 while the store queue age has stood above --pressure-target for --pressure-interval: ingest notifies inbox_ingest_pressure and workers yield the database (inbox_worker_yield_limit); nothing is refused for it.",
+		}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inbox_ingest_request_duration_seconds",
 			Help:    "Time from request start to response, by source and outcome.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"source", "outcome"}),
 	}
-	reg.MustRegister(m.Requests, m.SignatureFailures, m.Duplicates, m.Conflicts, m.ConflictsNotStored, m.Duration, m.ConnectionsEvicted, m.Refused)
+	reg.MustRegister(m.Requests, m.SignatureFailures, m.Duplicates, m.Conflicts, m.ConflictsNotStored, m.Duration, m.ConnectionsEvicted, m.Refused, m.StorePressure)
 	for _, r := range labels.RefusalReasons {
 		m.Refused.WithLabelValues(string(r))
 	}
@@ -180,6 +196,9 @@ type Worker struct {
 	// Heartbeat is when the running worker last reached its database
 	// (Unix seconds); RunHeartbeat sets it.
 	Heartbeat prometheus.Gauge
+	// YieldLimit is the envelope rate this worker holds itself to while
+	// ingest reports store pressure (0: not yielding).
+	YieldLimit prometheus.Gauge
 
 	river     *riverCollector    // nil without a pool
 	envelopes *envelopeCollector // nil without a pool
@@ -226,8 +245,12 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 			Name: "inbox_worker_heartbeat_timestamp_seconds",
 			Help: "When this running worker last reached its database (Unix time); alert when it stops advancing or is absent.",
 		}),
+		YieldLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "inbox_worker_yield_limit",
+			Help: "Envelopes a second this worker processes at most while ingest reports store pressure (inbox_ingest_store_pressure), 0 when not yielding; never below --yield-min-rate.",
+		}),
 	}
-	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat)
+	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat, m.YieldLimit)
 	if pool != nil {
 		m.river = newRiverCollector(pool, logger)
 		m.envelopes = newEnvelopeCollector(pool, logger)

@@ -44,6 +44,9 @@ type Config struct {
 	Sources map[string]SourcePolicy
 	// Metrics, when set, receives the worker's counters.
 	Metrics *metrics.Worker
+	// Yield, when set, slows processing while ingest reports store
+	// pressure (its Run must be started by the caller).
+	Yield *Yield
 	// ReconcileEvery is how often pending envelopes without a live job are
 	// looked for (default 1 minute; negative disables).
 	ReconcileEvery time.Duration
@@ -134,7 +137,7 @@ func NewClient(pool *pgxpool.Pool, registry handlers.Router, cfg Config, logger 
 		cfg.Name = DefaultName()
 	}
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, &ProcessWorker{Pool: pool, Registry: registry, Policy: p, Logger: logger, Name: cfg.Name, Sources: cfg.Sources, Metrics: cfg.Metrics, Batching: cfg.Batching}); err != nil {
+	if err := river.AddWorkerSafely(workers, &ProcessWorker{Pool: pool, Registry: registry, Policy: p, Logger: logger, Name: cfg.Name, Sources: cfg.Sources, Metrics: cfg.Metrics, Batching: cfg.Batching, Yield: cfg.Yield}); err != nil {
 		return nil, fmt.Errorf("register worker: %w", err)
 	}
 	periodic := append([]*river.PeriodicJob(nil), cfg.PeriodicJobs...)

@@ -123,6 +123,9 @@ type ProcessWorker struct {
 	Sources map[string]SourcePolicy
 	// Metrics, when set, counts attempts, snoozes, latency and postings.
 	Metrics *metrics.Worker
+	// Yield, when set, holds each batch for its share of the rate limit
+	// while ingest reports store pressure.
+	Yield *Yield
 
 	once      sync.Once
 	batched   *groupcommit.Committer[*river.Job[envelope.ProcessArgs], error]
@@ -135,8 +138,8 @@ func (w *ProcessWorker) init() {
 		b := w.Batching.withDefaults()
 		w.accounts = ledger.NewAccounts(w.Pool)
 		timeout := w.Timeout(nil)
-		w.batched = groupcommit.New(w.processBatch, groupcommit.Options{MaxBatch: b.MaxBatch, MaxConcurrent: b.MaxConcurrent, Timeout: timeout})
-		w.unbatched = groupcommit.New(w.processBatch, groupcommit.Options{MaxBatch: 1, MaxConcurrent: b.MaxUnbatched, Timeout: timeout})
+		w.batched = groupcommit.New(w.yieldThenProcess, groupcommit.Options{MaxBatch: b.MaxBatch, MaxConcurrent: b.MaxConcurrent, Timeout: timeout})
+		w.unbatched = groupcommit.New(w.yieldThenProcess, groupcommit.Options{MaxBatch: 1, MaxConcurrent: b.MaxUnbatched, Timeout: timeout})
 	})
 }
 
@@ -199,6 +202,13 @@ func (a *attempt) settled() bool { return a.busy || a.res.kind != foundNothing }
 // settle sets the attempt's result and decides it.
 func (a *attempt) settle(r result, b bounds) {
 	a.res, a.dec = r, decide(r, b)
+}
+
+// yieldThenProcess is the group commit's batch: processBatch, after the
+// batch's share of the yield limit while ingest reports store pressure.
+func (w *ProcessWorker) yieldThenProcess(ctx context.Context, jobs []*river.Job[envelope.ProcessArgs]) []groupcommit.Result[error] {
+	w.Yield.wait(ctx, len(jobs))
+	return w.processBatch(ctx, jobs)
 }
 
 // processBatch processes jobs in one transaction and returns each one's

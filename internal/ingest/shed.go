@@ -1,0 +1,116 @@
+package ingest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+)
+
+// Pressure defaults (Options.PressureTarget, PressureInterval).
+const (
+	DefaultPressureTarget   = 35 * time.Millisecond
+	DefaultPressureInterval = 100 * time.Millisecond
+)
+
+// shedder reads the store queue age (how long the oldest delivery being
+// stored has waited) as each delivery arrives, for two decisions:
+//
+//   - refuse: past after (--shed-after) the store is stalled or far
+//     behind, and a new delivery would only wait behind it for its
+//     deadline: it is refused at once;
+//   - pressure: the age stood above target (--pressure-target) for a
+//     whole interval, no delivery in between finding it at or under
+//     target: more is asked of the database than it does at that latency,
+//     not a blip that clears by itself. Ingest then notifies
+//     envelope.PressureChannel (notifyPressure) and workers yield the database to
+//     it. Nothing is refused for pressure.
+type shedder struct {
+	after, target, interval time.Duration
+
+	mu         sync.Mutex
+	aboveSince time.Time // since when every delivery found the age above target; zero when the last did not
+}
+
+// refuse reports whether a delivery that finds the queue age at age, now,
+// is refused, and notes the age for pressure.
+func (s *shedder) refuse(age time.Duration, now time.Time) bool {
+	if s.target > 0 {
+		s.mu.Lock()
+		switch {
+		case age <= s.target:
+			s.aboveSince = time.Time{}
+		case s.aboveSince.IsZero():
+			s.aboveSince = now
+		}
+		s.mu.Unlock()
+	}
+	return s.after > 0 && age > s.after
+}
+
+// pressure reports whether the age has stood above target for interval, as
+// of now; age is the queue age now (no delivery may have arrived lately).
+func (s *shedder) pressure(age time.Duration, now time.Time) bool {
+	if s.target <= 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if age <= s.target {
+		s.aboveSince = time.Time{}
+		return false
+	}
+	if s.aboveSince.IsZero() {
+		// No delivery has arrived since the age passed target (one held
+		// delivery can be the whole queue): this check starts the count.
+		s.aboveSince = now
+		return false
+	}
+	return now.Sub(s.aboveSince) >= s.interval
+}
+
+// notifyPressure checks the pressure every interval until ctx ends and,
+// while there is some, notifies envelope.PressureChannel once per check (a NOTIFY
+// is a few microseconds of the database's time, and the listeners read a
+// silence of a few intervals as the end of it). set, when not nil, is
+// told the pressure at each check (the inbox_ingest_store_pressure gauge).
+func (s *Server) notifyPressure(ctx context.Context, pool *pgxpool.Pool, set func(bool)) {
+	if s.shed.target <= 0 {
+		return
+	}
+	t := time.NewTicker(s.shed.interval)
+	defer t.Stop()
+	var failedAt time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			on := s.shed.pressure(s.store.QueueAge(), now)
+			if set != nil {
+				set(on)
+			}
+			if !on {
+				continue
+			}
+			nctx, cancel := context.WithTimeout(ctx, s.shed.interval)
+			_, err := pool.Exec(nctx, "SELECT pg_notify($1, '')", envelope.PressureChannel)
+			cancel()
+			if err != nil && ctx.Err() == nil && now.Sub(failedAt) > time.Minute {
+				// Under pressure the database may be slow to answer: the
+				// next check tries again. Said once a minute at most.
+				failedAt = now
+				s.logger.Warn("could not notify workers of store pressure", "error", err)
+			}
+		}
+	}
+}
+
+// RunPressure notifies workers of store pressure until ctx ends (see
+// shedder); set, when not nil, follows the pressure (a gauge).
+func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
+	s.notifyPressure(ctx, s.store.Pool(), set)
+}

@@ -1,0 +1,206 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/time/rate"
+)
+
+// Yield slows this worker's processing while ingest says its store queue
+// stands above its pressure target (a NOTIFY on envelope.PressureChannel,
+// ingest's --pressure-target). The two share the database, and on one
+// machine the CPU too; a webhook not acknowledged in time is retried by
+// its provider (and a provider whose deliveries keep failing disables the
+// endpoint), while one acknowledged can be processed a little later. So
+// under overload intake keeps its latency, the backlog grows, and it
+// drains at the worker's full rate once the pressure ends.
+//
+// The limit is an envelope rate, adjusted as TCP adjusts its window: each
+// signal cuts it by 30 % (at most once per signalGap), the first from the
+// rate processed lately; each tick with no signal
+// for quietAfter raises it by 1 %, never past 1.5 times the rate processed
+// lately; after releaseAfter without a signal the worker is unlimited
+// again. It never goes below MinRate, so processing goes on however long
+// the pressure lasts. A batch waits for its envelopes' share of the limit
+// before its transaction (at most maxYieldWait), holding its jobs.
+type Yield struct {
+	// MinRate is the floor, in envelopes a second.
+	MinRate float64
+	// Set, when not nil, is told the limit whenever it changes (0: not
+	// yielding): the inbox_worker_yield_limit gauge.
+	Set func(limit float64)
+
+	lim       *rate.Limiter
+	processed atomic.Int64
+
+	mu         sync.Mutex
+	limit      float64 // 0: not yielding
+	lastSignal time.Time
+	lastCut    time.Time
+	rate       float64 // envelopes/s processed lately (EWMA over ticks)
+	lastCount  int64
+	lastTick   time.Time
+}
+
+// DefaultYieldMinRate is the default floor of Yield (--yield-min-rate),
+// in envelopes a second: processing never stops, and the floor is a
+// tenth of what one worker processes on two cores, so yielding can still
+// give ingest most of the database.
+const DefaultYieldMinRate = 200
+
+const (
+	yieldTick    = 100 * time.Millisecond
+	signalGap    = 200 * time.Millisecond
+	quietAfter   = 300 * time.Millisecond
+	releaseAfter = 5 * time.Second
+	// maxYieldWait bounds one batch's wait for its envelopes' share of the
+	// limit: past it the batch runs anyway (a job must never time out
+	// waiting to yield).
+	maxYieldWait = time.Second
+)
+
+// NewYield returns a Yield with floor minRate envelopes/s, not yielding.
+func NewYield(minRate float64) *Yield {
+	// A burst of one full batch: a batch never asks for more.
+	return &Yield{MinRate: max(minRate, 1), lim: rate.NewLimiter(rate.Inf, MaxBatchLimit)}
+}
+
+// Limit returns the current limit in envelopes/s, 0 when not yielding.
+func (y *Yield) Limit() float64 {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	return y.limit
+}
+
+// Signal records a pressure notification received at now.
+func (y *Yield) Signal(now time.Time) {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	y.lastSignal = now
+	if now.Sub(y.lastCut) < signalGap {
+		return
+	}
+	y.lastCut = now
+	from := y.limit
+	if from == 0 {
+		from = y.rate
+	}
+	y.setLocked(max(y.MinRate, from*0.7))
+}
+
+// Tick updates the rate processed lately and raises (or lifts) the limit
+// when no signal has come for a while; called every yieldTick.
+func (y *Yield) Tick(now time.Time) {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	n := y.processed.Load()
+	if !y.lastTick.IsZero() {
+		if dt := now.Sub(y.lastTick).Seconds(); dt > 0 {
+			r := float64(n-y.lastCount) / dt
+			y.rate = 0.7*y.rate + 0.3*r
+		}
+	}
+	y.lastCount, y.lastTick = n, now
+	if y.limit == 0 {
+		return
+	}
+	quiet := now.Sub(y.lastSignal)
+	switch {
+	case quiet >= releaseAfter:
+		y.setLocked(0)
+	case quiet >= quietAfter:
+		// Raised slowly, and never far past what is processed: a limit
+		// the worker does not reach would hold nothing back at the next
+		// signal's cut.
+		y.setLocked(max(y.MinRate, min(y.limit*1.01, 1.5*y.rate)))
+	}
+}
+
+func (y *Yield) setLocked(limit float64) {
+	y.limit = limit
+	if limit == 0 {
+		y.lim.SetLimit(rate.Inf)
+	} else {
+		y.lim.SetLimit(rate.Limit(limit))
+	}
+	if y.Set != nil {
+		y.Set(limit)
+	}
+}
+
+// wait holds a batch of n envelopes for its share of the limit (at most
+// maxYieldWait, or until ctx ends) and counts them as processed.
+func (y *Yield) wait(ctx context.Context, n int) {
+	if y == nil {
+		return
+	}
+	y.processed.Add(int64(n))
+	r := y.lim.ReserveN(time.Now(), min(n, MaxBatchLimit))
+	if !r.OK() {
+		return
+	}
+	d := r.Delay()
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(min(d, maxYieldWait))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// Run listens for pressure on channel with a connection of its own (made
+// from cfg, and made again after a failure) and ticks, until ctx ends.
+func (y *Yield) Run(ctx context.Context, cfg *pgx.ConnConfig, channel string, logger *slog.Logger) {
+	go func() {
+		t := time.NewTicker(yieldTick)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				y.Tick(now)
+			}
+		}
+	}()
+	var warnedAt time.Time
+	for ctx.Err() == nil {
+		err := y.listen(ctx, cfg, channel)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(warnedAt) > time.Minute {
+			warnedAt = time.Now()
+			logger.Warn("listening for ingest's store pressure failed: processing does not yield until it works again", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (y *Yield) listen(ctx context.Context, cfg *pgx.ConnConfig, channel string) error {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return err
+	}
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		y.Signal(time.Now())
+	}
+}

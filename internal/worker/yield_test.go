@@ -1,0 +1,133 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/pgtest"
+)
+
+// feed processes perTick envelopes a tick for ticks ticks from t, ticking
+// after each, and returns the time after.
+func feed(y *Yield, t time.Time, perTick int64, ticks int) time.Time {
+	for range ticks {
+		y.processed.Add(perTick)
+		t = t.Add(yieldTick)
+		y.Tick(t)
+	}
+	return t
+}
+
+// The limit follows ingest's signals: each cuts it by 30 % (once per
+// signalGap), the first from the rate processed lately, never below
+// MinRate; without signals it rises slowly, never past 1.5 times the rate
+// processed, and after releaseAfter the worker is unlimited.
+func TestYieldCutsOnPressureAndLetsGo(t *testing.T) {
+	t.Parallel()
+	y := NewYield(100)
+	var set []float64
+	y.Set = func(l float64) { set = append(set, l) }
+	t0 := time.Unix(1000, 0)
+	y.Tick(t0)
+	now := feed(y, t0, 200, 50) // 2,000/s for 5 s
+	require.Zero(t, y.Limit(), "no signal: not yielding")
+	require.InDelta(t, 2000, y.rate, 20)
+
+	y.Signal(now)
+	require.InDelta(t, 1400, y.Limit(), 14, "the first signal: 30 % under the rate processed lately")
+	y.Signal(now.Add(signalGap / 2))
+	require.InDelta(t, 1400, y.Limit(), 14, "another within signalGap cuts nothing more")
+	now = now.Add(signalGap)
+	y.Signal(now)
+	require.InDelta(t, 980, y.Limit(), 10, "later ones cut the limit by 30 %")
+	for range 20 {
+		now = now.Add(signalGap)
+		y.Signal(now)
+	}
+	require.Equal(t, 100.0, y.Limit(), "never below MinRate")
+
+	// Quiet for 2 s, processing at the limit: raised after quietAfter, 1 %
+	// a tick, under 1.5 times what is processed.
+	now = feed(y, now, 10, 20)
+	require.Greater(t, y.Limit(), 100.0)
+	require.Less(t, y.Limit(), 100*1.01*1.01*float64(20))
+	require.LessOrEqual(t, y.Limit(), 1.5*y.rate)
+	// Quiet past releaseAfter: unlimited again.
+	feed(y, now, 10, int(releaseAfter/yieldTick))
+	require.Zero(t, y.Limit())
+	require.Equal(t, 0.0, set[len(set)-1], "the gauge told")
+	require.InDelta(t, 1400, set[0], 14, "the gauge told each change")
+}
+
+// Not yielding, a batch never waits; yielding, batches wait for their
+// envelopes' share of the limit (here 60 past the bucket at 100/s: at
+// least 0.6 s), and a batch whose context ends stops waiting.
+func TestYieldWaitHoldsBatchesToTheLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	y := NewYield(1)
+	start := time.Now()
+	for range 10 {
+		y.wait(ctx, MaxBatchLimit)
+	}
+	require.Less(t, time.Since(start), maxYieldWait, "not yielding: 600 envelopes at once")
+
+	y.mu.Lock()
+	y.setLocked(100)
+	y.mu.Unlock()
+	y.wait(ctx, MaxBatchLimit) // empties the bucket
+	start = time.Now()
+	y.wait(ctx, 30)
+	y.wait(ctx, 30)
+	require.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond, "60 envelopes at 100/s past an empty bucket")
+	require.EqualValues(t, 10*MaxBatchLimit+MaxBatchLimit+60, y.processed.Load(), "every envelope counted")
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	start = time.Now()
+	y.wait(cctx, MaxBatchLimit)
+	require.Less(t, time.Since(start), maxYieldWait/2, "a cancelled batch does not wait")
+}
+
+// Run listens on the channel with a connection of its own: a NOTIFY there
+// (ingest's, here sent by hand) makes the worker yield, at its floor
+// since it processed nothing lately.
+func TestYieldFollowsNotifications(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := pgtest.OpenPool(t, url)
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	y := NewYield(50)
+	go y.Run(ctx, cfg, envelope.PressureChannel, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// A NOTIFY before the LISTEN is lost: send until one arrives.
+	pgtest.Eventually(t, 10*time.Second, "the worker to yield on a notification", func() (bool, string) {
+		_, err := pool.Exec(ctx, "SELECT pg_notify($1, '')", envelope.PressureChannel)
+		require.NoError(t, err)
+		return y.Limit() > 0, fmt.Sprintf("limit %v", y.Limit())
+	})
+	require.Equal(t, 50.0, y.Limit())
+}
+
+// Every batch goes through the yield before its transaction.
+func TestBatchesGoThroughTheYield(t *testing.T) {
+	t.Parallel()
+	r := newBatchRig(t)
+	r.w.Yield = NewYield(1)
+	ids := payments(t, r, 3, "yield")
+	for _, ch := range r.batch(t, ids) {
+		require.NoError(t, verdict(t, ch))
+	}
+	require.EqualValues(t, 4, r.w.Yield.processed.Load(), "the gate's batch and the batch of three")
+	require.Equal(t, 3, pgtest.Count(t, r.pool, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND status = 'done'`, ids))
+}
