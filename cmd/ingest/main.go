@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	m.RegisterInflightBodyBytes(reg, srv.InflightBodyBytes)
-	m.RegisterStoreQueue(reg, store.QueueAge, srv.ShedAfter())
+	m.RegisterStoreQueue(reg, store.QueueAge, srv.ShedAfter(), srv.PressureTarget())
 	go srv.RunPressure(ctx, m.SetStorePressure)
 
 	// Say at once when the database does not answer: ingest keeps serving

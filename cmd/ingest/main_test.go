@@ -222,6 +222,11 @@ func TestIdleConnectionsAtTheCapDoNotShutIngest(t *testing.T) {
 	body, err := io.ReadAll(mresp.Body)
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^inbox_ingest_connections_evicted_total [1-9]`, string(body))
+	// The store queue's limits are exported at their defaults (issue 25:
+	// how the limit is chosen, as a metric).
+	require.Regexp(t, `(?m)^inbox_ingest_shed_after_seconds 0\.25$`, string(body))
+	require.Regexp(t, `(?m)^inbox_ingest_pressure_target_seconds 0\.035$`, string(body))
+	require.Regexp(t, `(?m)^inbox_ingest_store_pressure 0$`, string(body))
 }
 
 // Every rule between ingest's flags is a usage error (exit status 2)

@@ -152,6 +152,11 @@ const DefaultShedAfter = 250 * time.Millisecond
 // at once (negative: never).
 func (s *Server) ShedAfter() time.Duration { return s.shedAfter }
 
+// PressureTarget returns the store queue age that, standing for the
+// pressure interval, makes ingest ask workers to yield (Options.PressureTarget
+// with its default; negative: never).
+func (s *Server) PressureTarget() time.Duration { return s.shed.target }
+
 // Refuse returns the handler of requests on connections past the
 // listener's cap (cli.Limits.Overflow): each is answered 503 with
 // Retry-After at once, reason connections, and counted under its source.

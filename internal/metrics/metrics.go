@@ -148,9 +148,11 @@ func (m *Ingest) RegisterInflightBodyBytes(reg prometheus.Registerer, bytes func
 }
 
 // RegisterStoreQueue exports inbox_ingest_store_queue_age_seconds, read
-// from age at each scrape, and inbox_ingest_shed_after_seconds, the age
-// past which deliveries are refused (0: never). Call it once.
-func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, age func() time.Duration, shedAfter time.Duration) {
+// from age at each scrape, inbox_ingest_shed_after_seconds, the age past
+// which deliveries are refused (0: never), and
+// inbox_ingest_pressure_target_seconds, the age that, standing, asks
+// workers to yield (0: never). Call it once.
+func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, age func() time.Duration, shedAfter, pressureTarget time.Duration) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "inbox_ingest_store_queue_age_seconds",
 		Help: "How long the oldest delivery being stored has waited (0 when none): a few commit times while the database keeps up.",
@@ -160,7 +162,12 @@ func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, age func() time.D
 		Help: "The store queue age past which new deliveries are refused at once with 503 (--shed-after; 0: never).",
 	})
 	g.Set(max(0, shedAfter.Seconds()))
-	reg.MustRegister(g)
+	pt := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "inbox_ingest_pressure_target_seconds",
+		Help: "The store queue age that, standing for --pressure-interval, makes ingest ask workers to yield the database (--pressure-target; 0: never).",
+	})
+	pt.Set(max(0, pressureTarget.Seconds()))
+	reg.MustRegister(g, pt)
 }
 
 // Observe records one webhook request. reason is the signature's failure
