@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	drain := fs.Duration("shutdown-timeout", "INGEST_SHUTDOWN_TIMEOUT", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	logLevel := fs.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
-	pressureTarget := fs.Duration("pressure-target", "INGEST_PRESSURE_TARGET", ingest.DefaultPressureTarget, "while the oldest delivery being stored has waited longer than this for --pressure-interval, ask workers to yield the database (NOTIFY inbox_ingest_pressure); nothing is refused for it (negative: never)")
+	pressureTarget := fs.Duration("pressure-target", "INGEST_PRESSURE_TARGET", ingest.DefaultPressureTarget, "while the oldest delivery being stored has waited longer than this for --pressure-interval, ask workers to yield the database (NOTIFY inbox_ingest_pressure); nothing is refused for it (0: the default; negative: never)")
 	pressureInterval := fs.Duration("pressure-interval", "INGEST_PRESSURE_INTERVAL", ingest.DefaultPressureInterval, "how long the store queue must stand above --pressure-target, and how often the workers are told while it does")
 	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz; loopback unless given (empty: off)")
 	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", 1024, "connections open at once on --addr; from 7/8 of it answers close their connection, at the cap the one longest idle (250ms or more) is closed for a new one, and when none is a new one's request is answered 503 at once")
@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return errors.New("no sources file: set --config or INBOX_CONFIG")
 	}
 	if err := (limits{storeTimeout: *storeTimeout, shedAfter: cmp.Or(*shedAfter, min(ingest.DefaultShedAfter, *storeTimeout/3)),
-		pressureTarget: *pressureTarget, pressureInterval: *pressureInterval, maxConnsOpen: *maxConnsOpen, maxBodies: *maxBodies,
+		pressureTarget: cmp.Or(*pressureTarget, ingest.DefaultPressureTarget), pressureInterval: *pressureInterval, maxConnsOpen: *maxConnsOpen, maxBodies: *maxBodies,
 		storeBatch: *storeBatch, storeConcurrency: *storeConcurrency, dbMaxConns: *maxConns}).check(); err != nil {
 		return err
 	}
@@ -201,8 +201,8 @@ func (l limits) check() error {
 	switch {
 	case l.storeTimeout <= 0 || l.shedAfter >= l.storeTimeout:
 		return cli.UsageError{Err: errors.New("--store-timeout must be positive, and --shed-after below it (a queue that old is refused; negative: never refuse on it)")}
-	case l.pressureInterval <= 0 || (l.pressureTarget > 0 && l.shedAfter > 0 && l.pressureTarget >= l.shedAfter):
-		return cli.UsageError{Err: errors.New("--pressure-interval must be positive, and --pressure-target below --shed-after (workers yield before deliveries are refused; negative: never)")}
+	case l.pressureInterval < 10*time.Millisecond || (l.pressureTarget > 0 && l.shedAfter > 0 && l.pressureTarget >= l.shedAfter):
+		return cli.UsageError{Err: errors.New("--pressure-interval must be at least 10ms, and --pressure-target below --shed-after (workers yield before deliveries are refused; negative: never)")}
 	case l.maxConnsOpen < 1 || l.maxBodies < ingest.FreeBodyBytes:
 		return cli.UsageError{Err: errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")}
 	case l.storeBatch < 1 || l.storeConcurrency < 1 || l.dbMaxConns < l.storeConcurrency+2:

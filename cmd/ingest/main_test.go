@@ -247,6 +247,7 @@ func TestIngestFlagRules(t *testing.T) {
 		{[]string{"--max-inflight-body-bytes", "1024"}, "--max-inflight-body-bytes at least 16384"},
 		{[]string{"--store-concurrency", "4", "--db-max-conns", "5"}, "--db-max-conns at least --store-concurrency + 2"},
 		{[]string{"--shed-after", "20ms"}, "--pressure-target below --shed-after"},
+		{[]string{"--shed-after", "20ms", "--pressure-target", "0"}, "--pressure-target below --shed-after"},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), tc.args, func(k string) string { return env[k] }, &out, &out)
@@ -288,6 +289,8 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 		"pressure negative: never":        {func(l *limits) { l.pressureTarget, l.shedAfter = -1, 10*time.Millisecond }, true},
 		"pressure with shed-after never":  {func(l *limits) { l.pressureTarget, l.shedAfter = time.Second, -1 }, true},
 		"pressure interval zero":          {func(l *limits) { l.pressureInterval = 0 }, false},
+		"pressure interval 10ms":          {func(l *limits) { l.pressureInterval = 10 * time.Millisecond }, true},
+		"pressure interval 9ms":           {func(l *limits) { l.pressureInterval = 9 * time.Millisecond }, false},
 	} {
 		l := ok
 		c.edit(&l)
@@ -297,6 +300,36 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 			require.ErrorAs(t, err, new(cli.UsageError), name)
 		}
 	}
+}
+
+// Ingest's answers close their connection once seven eighths of
+// --max-conns are open (7 of 8), and not before.
+func TestIngestClosesConnectionsNearTheCap(t *testing.T) {
+	t.Parallel()
+	s := start(t, map[string]string{"DATABASE_URL": pgtest.NewURL(t)}, "--max-conns", "8")
+	addr := s.listenAddr(t, "ingest listening")
+	healthz := func(c net.Conn) *http.Response {
+		t.Helper()
+		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+		_, err := fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		return resp
+	}
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	require.False(t, healthz(dial()).Close, "one connection open: kept alive")
+	for range 5 {
+		dial() // silent: each holds a slot (accepted before the next dial's)
+	}
+	require.True(t, healthz(dial()).Close, "seven of eight open: the answer closes its connection")
 }
 
 // Answers close their connection from seven eighths of --max-conns.

@@ -15,9 +15,9 @@ import (
 // that has waited longest without a request in progress (idle between
 // keep-alive requests, or opened and not yet sending; for at least
 // evictAfter) is closed to make room, rather than the new connection
-// waiting in the kernel's accept queue until some client lets go. Only when
-// every connection is busy with a request does a new one wait, and then for
-// the first to finish.
+// waiting in the kernel's accept queue until some client lets go. When none
+// qualifies, a new one waits for the first to finish, or with an overflow
+// handler is answered by it at once (Accept).
 //
 // An idle keep-alive connection is a cache, not a commitment: an HTTP
 // client whose idle connection is closed opens another (it is the same

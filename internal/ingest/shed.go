@@ -96,7 +96,10 @@ func (s *Server) notifyPressure(ctx context.Context, pool *pgxpool.Pool, set fun
 			if !on {
 				continue
 			}
-			nctx, cancel := context.WithTimeout(ctx, s.shed.interval)
+			// A second at least: a timed-out statement costs the pool its
+			// connection, and under pressure the database is slow to answer.
+			// The ticker drops the checks this one overruns.
+			nctx, cancel := context.WithTimeout(ctx, max(s.shed.interval, time.Second))
 			_, err := pool.Exec(nctx, "SELECT pg_notify($1, '')", envelope.PressureChannel)
 			cancel()
 			if err != nil && ctx.Err() == nil && now.Sub(failedAt) > time.Minute {

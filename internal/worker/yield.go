@@ -2,13 +2,13 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/time/rate"
 )
 
 // Yield slows this worker's processing while ingest says its store queue
@@ -35,11 +35,11 @@ type Yield struct {
 	// yielding): the inbox_worker_yield_limit gauge.
 	Set func(limit float64)
 
-	lim       *rate.Limiter
 	processed atomic.Int64
 
 	mu         sync.Mutex
-	limit      float64 // 0: not yielding
+	limit      float64   // 0: not yielding
+	next       time.Time // when the next batch's share of the limit begins (pace)
 	lastSignal time.Time
 	lastCut    time.Time
 	rate       float64 // envelopes/s processed lately (EWMA over ticks)
@@ -62,12 +62,16 @@ const (
 	// limit: past it the batch runs anyway (a job must never time out
 	// waiting to yield).
 	maxYieldWait = time.Second
+	// probePayload marks the notification a listener sends itself to
+	// check that notifications reach it (ingest's carry none); probeWait
+	// is how long it waits for it.
+	probePayload = "probe"
+	probeWait    = 5 * time.Second
 )
 
 // NewYield returns a Yield with floor minRate envelopes/s, not yielding.
 func NewYield(minRate float64) *Yield {
-	// A burst of one full batch: a batch never asks for more.
-	return &Yield{MinRate: max(minRate, 1), lim: rate.NewLimiter(rate.Inf, MaxBatchLimit)}
+	return &Yield{MinRate: max(minRate, 1)}
 }
 
 // Limit returns the current limit in envelopes/s, 0 when not yielding.
@@ -123,11 +127,6 @@ func (y *Yield) Tick(now time.Time) {
 
 func (y *Yield) setLocked(limit float64) {
 	y.limit = limit
-	if limit == 0 {
-		y.lim.SetLimit(rate.Inf)
-	} else {
-		y.lim.SetLimit(rate.Limit(limit))
-	}
 	if y.Set != nil {
 		y.Set(limit)
 	}
@@ -140,15 +139,11 @@ func (y *Yield) wait(ctx context.Context, n int) {
 		return
 	}
 	y.processed.Add(int64(n))
-	r := y.lim.ReserveN(time.Now(), min(n, MaxBatchLimit))
-	if !r.OK() {
-		return
-	}
-	d := r.Delay()
+	d := y.pace(time.Now(), n)
 	if d <= 0 {
 		return
 	}
-	t := time.NewTimer(min(d, maxYieldWait))
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -156,9 +151,41 @@ func (y *Yield) wait(ctx context.Context, n int) {
 	}
 }
 
+// pace books n envelopes at the limit and returns how long their batch
+// waits, as of now. Batches are spaced n/limit apart; the first after a
+// lull goes at once. A wait is never over maxYieldWait, and
+// the debt past it is forgotten: however many batches wait at once, none
+// is booked behind time it did not wait, so a higher limit (or its
+// lifting) acts on the next batch.
+func (y *Yield) pace(now time.Time, n int) time.Duration {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	if y.limit == 0 {
+		y.next = time.Time{}
+		return 0
+	}
+	per := func(k int) time.Duration { return time.Duration(float64(k) / y.limit * float64(time.Second)) }
+	if y.next.Before(now) {
+		y.next = now // after a lull the batch goes at once; nothing is saved up
+	}
+	d := y.next.Sub(now)
+	if d > maxYieldWait {
+		d = maxYieldWait
+		y.next = now.Add(d)
+	}
+	y.next = y.next.Add(per(n))
+	return max(d, 0)
+}
+
 // Run listens for pressure on channel with a connection of its own (made
-// from cfg, and made again after a failure) and ticks, until ctx ends.
+// from cfg, and made again after a failure) and ticks, until ctx ends;
+// then the worker no longer yields (a shutdown drains at full rate).
 func (y *Yield) Run(ctx context.Context, cfg *pgx.ConnConfig, channel string, logger *slog.Logger) {
+	defer func() {
+		y.mu.Lock()
+		y.setLocked(0)
+		y.mu.Unlock()
+	}()
 	go func() {
 		t := time.NewTicker(yieldTick)
 		defer t.Stop()
@@ -197,10 +224,28 @@ func (y *Yield) listen(ctx context.Context, cfg *pgx.ConnConfig, channel string)
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return err
 	}
+	// A notification of its own must come back: through a pooler in
+	// transaction mode LISTEN succeeds but nothing ever arrives, and the
+	// worker would silently never yield.
+	if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", channel, probePayload); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeWait)
+	n, err := conn.WaitForNotification(pctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("no notification came back on %s within %s (is a pooler in transaction mode between the worker and PostgreSQL?): %w", channel, probeWait, err)
+	}
+	if n.Payload != probePayload {
+		y.Signal(time.Now())
+	}
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return err
 		}
-		y.Signal(time.Now())
+		if n.Payload != probePayload {
+			y.Signal(time.Now())
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
@@ -57,8 +58,8 @@ func TestYieldCutsOnPressureAndLetsGo(t *testing.T) {
 	// Quiet for 2 s, processing at the limit: raised after quietAfter, 1 %
 	// a tick, under 1.5 times what is processed.
 	now = feed(y, now, 10, 20)
-	require.Greater(t, y.Limit(), 100.0)
-	require.Less(t, y.Limit(), 100*1.01*1.01*float64(20))
+	// 20 ticks, the first two inside quietAfter: 18 raises of 1 %.
+	require.InDelta(t, 100*math.Pow(1.01, 18), y.Limit(), 1)
 	require.LessOrEqual(t, y.Limit(), 1.5*y.rate)
 	// Quiet past releaseAfter: unlimited again.
 	feed(y, now, 10, int(releaseAfter/yieldTick))
@@ -67,34 +68,63 @@ func TestYieldCutsOnPressureAndLetsGo(t *testing.T) {
 	require.InDelta(t, 1400, set[0], 14, "the gauge told each change")
 }
 
-// Not yielding, a batch never waits; yielding, batches wait for their
-// envelopes' share of the limit (here 60 past the bucket at 100/s: at
-// least 0.6 s), and a batch whose context ends stops waiting.
-func TestYieldWaitHoldsBatchesToTheLimit(t *testing.T) {
+// Not yielding, a batch never waits. Yielding, batches are spaced by their
+// size at the limit, the first after a lull at once; no wait passes
+// maxYieldWait, and the debt past it is not carried: when the limit is
+// lifted or raised, the next batch goes at once or at the new pace.
+func TestYieldPacesBatchesWithoutCarryingDebt(t *testing.T) {
+	t.Parallel()
+	y := NewYield(1)
+	t0 := time.Unix(1000, 0)
+	for range 10 {
+		require.Zero(t, y.pace(t0, MaxBatchLimit), "not yielding")
+	}
+
+	y.mu.Lock()
+	y.setLocked(120) // 60 envelopes take 500 ms
+	y.mu.Unlock()
+	require.Zero(t, y.pace(t0, 60), "the first goes at once")
+	require.Equal(t, 500*time.Millisecond, y.pace(t0, 60))
+	require.Equal(t, time.Second, y.pace(t0, 60), "booked behind the one before")
+	for range 20 {
+		require.Equal(t, maxYieldWait, y.pace(t0, 60), "never past maxYieldWait, however many wait at once")
+	}
+	// A second later the capped batches have all gone (at t0 + 1 s, each
+	// booked 500 ms): the next waits for the last one's share, not behind
+	// 10 s of debt.
+	require.Equal(t, 500*time.Millisecond, y.pace(t0.Add(time.Second), 60))
+	y.mu.Lock()
+	y.setLocked(6000) // raised: 60 envelopes take 10 ms
+	y.mu.Unlock()
+	require.LessOrEqual(t, y.pace(t0.Add(3*time.Second), 60), 10*time.Millisecond, "the raised limit acts on the next batch")
+	y.mu.Lock()
+	y.setLocked(0)
+	y.mu.Unlock()
+	require.Zero(t, y.pace(t0.Add(3*time.Second), 60), "lifted: no wait")
+}
+
+// wait sleeps what pace books and counts every envelope; a batch whose
+// context ends stops waiting.
+func TestYieldWaitSleepsItsShare(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	y := NewYield(1)
-	start := time.Now()
-	for range 10 {
-		y.wait(ctx, MaxBatchLimit)
-	}
-	require.Less(t, time.Since(start), maxYieldWait, "not yielding: 600 envelopes at once")
-
 	y.mu.Lock()
-	y.setLocked(100)
+	y.setLocked(200) // 60 envelopes take 300 ms
 	y.mu.Unlock()
-	y.wait(ctx, MaxBatchLimit) // empties the bucket
-	start = time.Now()
-	y.wait(ctx, 30)
-	y.wait(ctx, 30)
-	require.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond, "60 envelopes at 100/s past an empty bucket")
-	require.EqualValues(t, 10*MaxBatchLimit+MaxBatchLimit+60, y.processed.Load(), "every envelope counted")
+	start := time.Now()
+	y.wait(ctx, 60) // the first goes at once
+	y.wait(ctx, 60)
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the second batch waited its share")
+	require.EqualValues(t, 120, y.processed.Load(), "every envelope counted")
 
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	start = time.Now()
-	y.wait(cctx, MaxBatchLimit)
-	require.Less(t, time.Since(start), maxYieldWait/2, "a cancelled batch does not wait")
+	for range 5 {
+		y.wait(cctx, 60) // each booked up to a second ahead
+	}
+	require.Less(t, time.Since(start), 5*maxYieldWait/2, "cancelled batches do not wait")
 }
 
 // Run listens on the channel with a connection of its own: a NOTIFY there
