@@ -57,7 +57,7 @@ const (
 	yieldTick    = 100 * time.Millisecond
 	signalGap    = 200 * time.Millisecond
 	quietAfter   = 300 * time.Millisecond
-	releaseAfter = 5 * time.Second
+	releaseAfter = 2 * time.Second
 	// maxYieldWait bounds one batch's wait for its envelopes' share of the
 	// limit: past it the batch runs anyway (a job must never time out
 	// waiting to yield).

@@ -55,11 +55,11 @@ func TestYieldCutsOnPressureAndLetsGo(t *testing.T) {
 	}
 	require.Equal(t, 100.0, y.Limit(), "never below MinRate")
 
-	// Quiet for 2 s, processing at the limit: raised after quietAfter, 1 %
-	// a tick, under 1.5 times what is processed.
-	now = feed(y, now, 10, 20)
-	// 20 ticks, the first two inside quietAfter: 18 raises of 1 %.
-	require.InDelta(t, 100*math.Pow(1.01, 18), y.Limit(), 1)
+	// Quiet for 1.5 s, processing at the limit: raised after quietAfter,
+	// 1 % a tick, under 1.5 times what is processed.
+	now = feed(y, now, 10, 15)
+	// 15 ticks, the first two inside quietAfter: 13 raises of 1 %.
+	require.InDelta(t, 100*math.Pow(1.01, 13), y.Limit(), 1)
 	require.LessOrEqual(t, y.Limit(), 1.5*y.rate)
 	// Quiet past releaseAfter: unlimited again.
 	feed(y, now, 10, int(releaseAfter/yieldTick))
