@@ -26,8 +26,8 @@ const (
 //     whole interval, no delivery in between finding it at or under
 //     target: more is asked of the database than it does at that latency,
 //     not a blip that clears by itself. Ingest then notifies
-//     envelope.PressureChannel (notifyPressure) and workers yield the database to
-//     it. Nothing is refused for pressure.
+//     envelope.PressureChannel (notifyPressure) and workers yield the
+//     database to it. Nothing is refused for pressure.
 type shedder struct {
 	after, target, interval time.Duration
 
@@ -73,9 +73,9 @@ func (s *shedder) pressure(age time.Duration, now time.Time) bool {
 }
 
 // notifyPressure checks the pressure every interval until ctx ends and,
-// while there is some, notifies envelope.PressureChannel once per check (a NOTIFY
-// is a few microseconds of the database's time, and the listeners read a
-// silence of a few intervals as the end of it). set, when not nil, is
+// while there is some, notifies envelope.PressureChannel once per check
+// (a NOTIFY is a few microseconds of the database's time; workers raise
+// their limit after a silence of 300 ms and lift it after 2 s). set, when not nil, is
 // told the pressure at each check (the inbox_ingest_store_pressure gauge).
 func (s *Server) notifyPressure(ctx context.Context, pool *pgxpool.Pool, set func(bool)) {
 	if s.shed.target <= 0 {

@@ -22,10 +22,9 @@ import (
 //
 // The limit is an envelope rate, adjusted as TCP adjusts its window: each
 // signal cuts it by 30 % (at most once per signalGap), the first from the
-// rate processed lately; each tick with no signal
-// for quietAfter raises it by 1 %, never past 1.5 times the rate processed
-// lately; after releaseAfter without a signal the worker is unlimited
-// again. It never goes below MinRate, so processing goes on however long
+// rate processed lately; each tick with no signal for quietAfter raises
+// it by 1 %, never past 1.5 times the rate processed lately; after
+// releaseAfter without a signal the worker is unlimited again. It never goes below MinRate, so processing goes on however long
 // the pressure lasts. A batch waits for its envelopes' share of the limit
 // before its transaction (at most maxYieldWait), holding its jobs.
 type Yield struct {
