@@ -235,16 +235,20 @@ func (y *Yield) listen(ctx context.Context, cfg *pgx.ConnConfig, channel string)
 	if err != nil {
 		return fmt.Errorf("no notification came back on %s within %s (is a pooler in transaction mode between the worker and PostgreSQL?): %w", channel, probeWait, err)
 	}
-	if n.Payload != probePayload {
-		y.Signal(time.Now())
-	}
+	y.notified(n.Payload, time.Now())
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		if n.Payload != probePayload {
-			y.Signal(time.Now())
-		}
+		y.notified(n.Payload, time.Now())
+	}
+}
+
+// notified takes a notification on the channel: ingest's is a signal, a
+// listener's probe of itself (any worker's) is not.
+func (y *Yield) notified(payload string, now time.Time) {
+	if payload != probePayload {
+		y.Signal(now)
 	}
 }

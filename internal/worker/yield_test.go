@@ -161,3 +161,15 @@ func TestBatchesGoThroughTheYield(t *testing.T) {
 	require.EqualValues(t, 4, r.w.Yield.processed.Load(), "the gate's batch and the batch of three")
 	require.Equal(t, 3, pgtest.Count(t, r.pool, `SELECT count(*) FROM envelope WHERE id = ANY($1) AND status = 'done'`, ids))
 }
+
+// A worker's probe of its own listener (which every worker on the channel
+// receives) is not a signal; ingest's notification is.
+func TestYieldIgnoresProbes(t *testing.T) {
+	t.Parallel()
+	y := NewYield(50)
+	now := time.Unix(1000, 0)
+	y.notified(probePayload, now)
+	require.Zero(t, y.Limit(), "a probe: not yielding")
+	y.notified("", now)
+	require.Equal(t, 50.0, y.Limit(), "ingest's notification: yielding")
+}
