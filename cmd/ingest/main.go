@@ -4,7 +4,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,8 +64,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *cfgPath == "" {
 		return errors.New("no sources file: set --config or INBOX_CONFIG")
 	}
-	if err := (limits{storeTimeout: *storeTimeout, shedAfter: cmp.Or(*shedAfter, min(ingest.DefaultShedAfter, *storeTimeout/3)),
-		pressureTarget: cmp.Or(*pressureTarget, ingest.DefaultPressureTarget), pressureInterval: *pressureInterval, maxConnsOpen: *maxConnsOpen, maxBodies: *maxBodies,
+	opts := ingest.Options{StoreTimeout: *storeTimeout, ShedAfter: *shedAfter, PressureTarget: *pressureTarget, PressureInterval: *pressureInterval,
+		MaxInflightBodyBytes: int64(*maxBodies)}
+	// The rules hold between the limits that run (defaults resolved), but
+	// on the deadline and interval as given: zero there is refused.
+	eff := opts.WithDefaults()
+	if err := (limits{storeTimeout: *storeTimeout, shedAfter: eff.ShedAfter,
+		pressureTarget: eff.PressureTarget, pressureInterval: *pressureInterval, maxConnsOpen: *maxConnsOpen, maxBodies: *maxBodies,
 		storeBatch: *storeBatch, storeConcurrency: *storeConcurrency, dbMaxConns: *maxConns}).check(); err != nil {
 		return err
 	}
@@ -105,7 +109,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	srv, err := ingest.New(sources, store, logger, ingest.Options{StoreTimeout: *storeTimeout, ShedAfter: *shedAfter, PressureTarget: *pressureTarget, PressureInterval: *pressureInterval, Observe: m.Observe, MaxInflightBodyBytes: int64(*maxBodies)})
+	opts.Observe = m.Observe
+	srv, err := ingest.New(sources, store, logger, opts)
 	if err != nil {
 		return err
 	}

@@ -64,9 +64,11 @@ sources:
 `
 
 type bundle struct {
-	pool *pgxpool.Pool
-	url  string
-	logs *syncBuffer
+	pool  *pgxpool.Pool
+	url   string
+	logs  *syncBuffer
+	srv   *ingest.Server
+	store *envelope.Store
 }
 
 type syncBuffer struct {
@@ -115,9 +117,10 @@ func serveConfig(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, opts inge
 	logger := slogJSON(logs)
 	rc, err := envelope.NewInsertClient(pool, logger)
 	require.NoError(t, err)
-	srv, err := ingest.New(sourcesOf(t, cfg), envelope.NewStore(pool, rc), logger, opts)
+	store := envelope.NewStore(pool, rc)
+	srv, err := ingest.New(sourcesOf(t, cfg), store, logger, opts)
 	require.NoError(t, err)
-	return &bundle{pool: pool, url: newServer(t, srv), logs: logs}
+	return &bundle{pool: pool, url: newServer(t, srv), logs: logs, srv: srv, store: store}
 }
 
 func slogJSON(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }

@@ -25,17 +25,10 @@ func TestStorePressureNotifiesWorkers(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	pool := pgtest.OpenPool(t, url)
-	logs := &syncBuffer{}
-	logger := slogJSON(logs)
-	rc, err := envelope.NewInsertClient(pool, logger)
-	require.NoError(t, err)
-	store := envelope.NewStore(pool, rc)
-	srv, err := ingest.New(sourcesOf(t, loadConfig(t)), store, logger, ingest.Options{
+	b := serve(t, pool, ingest.Options{
 		StoreTimeout: 20 * time.Second, ShedAfter: -1,
 		PressureTarget: 50 * time.Millisecond, PressureInterval: 50 * time.Millisecond,
 	})
-	require.NoError(t, err)
-	b := &bundle{pool: pool, url: newServer(t, srv), logs: logs}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
@@ -52,7 +45,7 @@ func TestStorePressureNotifiesWorkers(t *testing.T) {
 		defer mu.Unlock()
 		return append([]bool(nil), states...)
 	}
-	go srv.RunPressure(ctx, func(on bool) {
+	go b.srv.RunPressure(ctx, func(on bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		states = append(states, on)

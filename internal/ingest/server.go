@@ -70,7 +70,6 @@ type Server struct {
 	logger            *slog.Logger
 	now               func() time.Time
 	storeTimeout      time.Duration
-	shedAfter         time.Duration
 	shed              *shedder
 	retryAfterSeconds int
 	refusals          lineLimiter
@@ -88,28 +87,19 @@ func (s *Server) InflightBodyBytes() int64 { return s.bodies.inflight.Load() }
 // positive body limit.
 func New(sources map[string]Source, store *envelope.Store, logger *slog.Logger, opts Options) (*Server, error) {
 	s := &Server{
-		sources:      make(map[string]Source, len(sources)),
-		store:        store,
-		logger:       logger,
-		now:          opts.Now,
-		storeTimeout: opts.StoreTimeout,
-		observeFunc:  opts.Observe,
-		bodies:       newBodyBudget(opts.MaxInflightBodyBytes, opts.BodyWait),
+		sources:     make(map[string]Source, len(sources)),
+		store:       store,
+		logger:      logger,
+		now:         opts.Now,
+		observeFunc: opts.Observe,
+		bodies:      newBodyBudget(opts.MaxInflightBodyBytes, opts.BodyWait),
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.storeTimeout <= 0 {
-		s.storeTimeout = DefaultStoreTimeout
-	}
-	s.shedAfter = opts.ShedAfter
-	if s.shedAfter == 0 {
-		s.shedAfter = min(DefaultShedAfter, s.storeTimeout/3)
-	}
-	s.shed = &shedder{after: s.shedAfter, target: cmp.Or(opts.PressureTarget, DefaultPressureTarget), interval: opts.PressureInterval}
-	if s.shed.interval <= 0 {
-		s.shed.interval = DefaultPressureInterval
-	}
+	opts = opts.WithDefaults()
+	s.storeTimeout = opts.StoreTimeout
+	s.shed = &shedder{after: opts.ShedAfter, target: opts.PressureTarget, interval: opts.PressureInterval}
 	s.retryAfterSeconds = int(opts.RetryAfter / time.Second)
 	if s.retryAfterSeconds <= 0 {
 		s.retryAfterSeconds = 5
@@ -137,6 +127,23 @@ func New(sources map[string]Source, store *envelope.Store, logger *slog.Logger, 
 	return s, nil
 }
 
+// WithDefaults returns o with the store deadline, the shed and pressure
+// limits resolved as New applies them (zero: the default), so that a
+// caller checking them against one another checks what runs.
+func (o Options) WithDefaults() Options {
+	if o.StoreTimeout <= 0 {
+		o.StoreTimeout = DefaultStoreTimeout
+	}
+	if o.ShedAfter == 0 {
+		o.ShedAfter = min(DefaultShedAfter, o.StoreTimeout/3)
+	}
+	o.PressureTarget = cmp.Or(o.PressureTarget, DefaultPressureTarget)
+	if o.PressureInterval <= 0 {
+		o.PressureInterval = DefaultPressureInterval
+	}
+	return o
+}
+
 // DefaultStoreTimeout is the default store deadline (Options.StoreTimeout).
 const DefaultStoreTimeout = 3 * time.Second
 
@@ -150,7 +157,7 @@ const DefaultShedAfter = 250 * time.Millisecond
 
 // ShedAfter returns the store queue age past which deliveries are refused
 // at once (negative: never).
-func (s *Server) ShedAfter() time.Duration { return s.shedAfter }
+func (s *Server) ShedAfter() time.Duration { return s.shed.after }
 
 // PressureTarget returns the store queue age that, standing for the
 // pressure interval, makes ingest ask workers to yield (Options.PressureTarget

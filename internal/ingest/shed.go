@@ -2,10 +2,8 @@ package ingest
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxhq/inbox/internal/envelope"
 )
@@ -26,61 +24,62 @@ const (
 //     whole interval, no delivery in between finding it at or under
 //     target: more is asked of the database than it does at that latency,
 //     not a blip that clears by itself. Ingest then notifies
-//     envelope.PressureChannel (notifyPressure) and workers yield the
+//     envelope.PressureChannel (RunPressure) and workers yield the
 //     database to it. Nothing is refused for pressure.
 type shedder struct {
 	after, target, interval time.Duration
 
-	mu         sync.Mutex
-	aboveSince time.Time // since when every delivery found the age above target; zero when the last did not
+	// aboveSince is since when every look found the age above target, in
+	// Unix nanoseconds; 0 when the last did not. Atomic: every delivery
+	// looks, and the ingest path takes no lock for it.
+	aboveSince atomic.Int64
+}
+
+// note records one look at the age, now: at or under target it ends the
+// count, above it starts one if none runs.
+func (s *shedder) note(age time.Duration, now time.Time) {
+	switch {
+	case age <= s.target:
+		if s.aboveSince.Load() != 0 {
+			s.aboveSince.Store(0)
+		}
+	case s.aboveSince.Load() == 0:
+		s.aboveSince.CompareAndSwap(0, now.UnixNano())
+	}
 }
 
 // refuse reports whether a delivery that finds the queue age at age, now,
 // is refused, and notes the age for pressure.
 func (s *shedder) refuse(age time.Duration, now time.Time) bool {
 	if s.target > 0 {
-		s.mu.Lock()
-		switch {
-		case age <= s.target:
-			s.aboveSince = time.Time{}
-		case s.aboveSince.IsZero():
-			s.aboveSince = now
-		}
-		s.mu.Unlock()
+		s.note(age, now)
 	}
 	return s.after > 0 && age > s.after
 }
 
 // pressure reports whether the age has stood above target for interval, as
-// of now; age is the queue age now (no delivery may have arrived lately).
+// of now; age is the queue age now (no delivery may have arrived lately,
+// and one held delivery can be the whole queue: this look counts too).
 func (s *shedder) pressure(age time.Duration, now time.Time) bool {
 	if s.target <= 0 {
 		return false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if age <= s.target {
-		s.aboveSince = time.Time{}
-		return false
-	}
-	if s.aboveSince.IsZero() {
-		// No delivery has arrived since the age passed target (one held
-		// delivery can be the whole queue): this check starts the count.
-		s.aboveSince = now
-		return false
-	}
-	return now.Sub(s.aboveSince) >= s.interval
+	s.note(age, now)
+	since := s.aboveSince.Load()
+	return since != 0 && now.Sub(time.Unix(0, since)) >= s.interval
 }
 
-// notifyPressure checks the pressure every interval until ctx ends and,
+// RunPressure checks the pressure every interval until ctx ends and,
 // while there is some, notifies envelope.PressureChannel once per check
 // (a NOTIFY is a few microseconds of the database's time; workers raise
-// their limit after a silence of 300 ms and lift it after 2 s). set, when not nil, is
-// told the pressure at each check (the inbox_ingest_store_pressure gauge).
-func (s *Server) notifyPressure(ctx context.Context, pool *pgxpool.Pool, set func(bool)) {
+// their limit after a silence of 300 ms and lift it after 2 s). set, when
+// not nil, is told the pressure at each check (the
+// inbox_ingest_store_pressure gauge).
+func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 	if s.shed.target <= 0 {
 		return
 	}
+	pool := s.store.Pool()
 	t := time.NewTicker(s.shed.interval)
 	defer t.Stop()
 	var failedAt time.Time
@@ -110,10 +109,4 @@ func (s *Server) notifyPressure(ctx context.Context, pool *pgxpool.Pool, set fun
 			}
 		}
 	}
-}
-
-// RunPressure notifies workers of store pressure until ctx ends (see
-// shedder); set, when not nil, follows the pressure (a gauge).
-func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
-	s.notifyPressure(ctx, s.store.Pool(), set)
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/ingest"
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/pgtest"
@@ -29,12 +28,7 @@ func TestStoreBehindRefusesNewDeliveriesAtOnce(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	var mu sync.Mutex
 	reasons := map[labels.IngestOutcome][]string{}
-	logs := &syncBuffer{}
-	logger := slogJSON(logs)
-	rc, err := envelope.NewInsertClient(pool, logger)
-	require.NoError(t, err)
-	store := envelope.NewStore(pool, rc)
-	srv, err := ingest.New(sourcesOf(t, loadConfig(t)), store, logger, ingest.Options{
+	b := serve(t, pool, ingest.Options{
 		StoreTimeout: 20 * time.Second, ShedAfter: 200 * time.Millisecond,
 		Observe: func(_ string, o labels.IngestOutcome, reason string, _ time.Duration) {
 			mu.Lock()
@@ -42,17 +36,15 @@ func TestStoreBehindRefusesNewDeliveriesAtOnce(t *testing.T) {
 			reasons[o] = append(reasons[o], reason)
 		},
 	})
-	require.NoError(t, err)
-	b := &bundle{pool: pool, url: newServer(t, srv), logs: logs}
 	ctx := context.Background()
 	tx := pgtest.Tx(t, pool)
-	_, err = tx.Exec(ctx, "LOCK TABLE envelope_key IN EXCLUSIVE MODE")
+	_, err := tx.Exec(ctx, "LOCK TABLE envelope_key IN EXCLUSIVE MODE")
 	require.NoError(t, err)
 
 	source, first := sample(provider.Standard, "msg_held")
 	held := sendInBackground(t, b.url+"/webhooks/"+source, first)
 	pgtest.Eventually(t, 10*time.Second, "the first delivery to wait past ShedAfter", func() (bool, string) {
-		age := store.QueueAge()
+		age := b.store.QueueAge()
 		return age > 200*time.Millisecond, fmt.Sprintf("store queue age %s", age)
 	})
 
@@ -66,11 +58,11 @@ func TestStoreBehindRefusesNewDeliveriesAtOnce(t *testing.T) {
 	mu.Lock()
 	require.Equal(t, []string{string(labels.RefusedStoreBehind)}, reasons[labels.Overloaded])
 	mu.Unlock()
-	require.Contains(t, logs.String(), `"reason":"store_behind"`)
+	require.Contains(t, b.logs.String(), `"reason":"store_behind"`)
 
 	require.NoError(t, tx.Rollback(ctx))
 	require.Equal(t, http.StatusAccepted, <-held)
-	require.Zero(t, store.QueueAge(), "nothing waits once the first is answered")
+	require.Zero(t, b.store.QueueAge(), "nothing waits once the first is answered")
 	second.SignedAt = time.Now()
 	r = b.send(t, source, second)
 	require.Equal(t, http.StatusAccepted, r.code, r.raw)
