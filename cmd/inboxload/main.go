@@ -110,6 +110,21 @@ type sendResult struct {
 	AckedMissing    *int64 `json:"acked_missing,omitempty"`
 	RefusedInTheDB  *int64 `json:"refused_but_stored,omitempty"`
 	StoredTwiceOrNo *int64 `json:"stored_not_once,omitempty"`
+	// With --timeline: the same figures per window of due time, so a
+	// transient (the first seconds of an overload, a checkpoint) shows
+	// apart from the steady part of the run.
+	Timeline []window `json:"timeline,omitempty"`
+}
+
+// window is one --timeline window: the requests due in [At, At+--timeline).
+type window struct {
+	At         float64 `json:"at_s"`
+	Sent       int     `json:"sent"`
+	Acked      int     `json:"acknowledged"`
+	Refused    int     `json:"refused"`
+	Unanswered int     `json:"unanswered"`
+	AckP50ms   float64 `json:"ack_p50_ms"`
+	AckP99ms   float64 `json:"ack_p99_ms"`
 }
 
 type resendResult struct {
@@ -126,6 +141,7 @@ type resendResult struct {
 type answer struct {
 	code   int // 0: unanswered
 	status string
+	due    time.Duration // after the load's start
 	late   time.Duration
 }
 
@@ -145,6 +161,7 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	deadline := fs.Duration("deadline", 0, "count the requests answered later than this after they were due (late)")
 	resend := fs.Bool("resend-refused", false, "after the load, resend once each delivery that got no 2xx, and report the answers")
 	verifyURL := fs.String("verify-database-url", "", "after the load, check in this database that every acknowledged delivery is stored, and which refused ones are")
+	timeline := fs.Duration("timeline", 0, "also report the figures per window of this length, by when each request was due (0: off)")
 	bodyBytes := fs.Int("body-bytes", 0, "pad each payment body to about this many bytes (a metadata object: half digests that do not compress, half text that does, as providers' events); 0: the bare payment, ~150 bytes")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -179,9 +196,10 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	var firstErr atomic.Value
 	var mu sync.Mutex
 	answers := map[int64]answer{}
+	start := time.Now()
 	sendOne := func(n int64, due time.Time) {
 		a, err := post(n)
-		a.late = time.Since(due)
+		a.late, a.due = time.Since(due), due.Sub(start)
 		if err != nil {
 			firstErr.CompareAndSwap(nil, err.Error())
 		} else if a.code/100 != 2 {
@@ -199,7 +217,6 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		return n, time.Since(start) < *duration
 	}
 
-	start := time.Now()
 	var wg sync.WaitGroup
 	if *rate > 0 {
 		// Each delivery is due at start + n/rate: sent then on its own
@@ -270,6 +287,9 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	if *deadline > 0 {
 		res.Late = &late
 	}
+	if *timeline > 0 {
+		res.Timeline = windows(answers, *timeline)
+	}
 	if *rate > 0 {
 		res.OfferedRate = float64(len(answers)) / offered.Seconds()
 	}
@@ -331,6 +351,34 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		}
 	}
 	return json.NewEncoder(stdout).Encode(res)
+}
+
+// windows groups the answers by when each was due, every width.
+func windows(answers map[int64]answer, width time.Duration) []window {
+	var ws []window
+	var acked [][]time.Duration
+	for _, a := range answers {
+		i := int(a.due / width)
+		for len(ws) <= i {
+			ws = append(ws, window{At: (time.Duration(len(ws)) * width).Seconds()})
+			acked = append(acked, nil)
+		}
+		ws[i].Sent++
+		switch {
+		case a.code == 0:
+			ws[i].Unanswered++
+		case a.code/100 == 2:
+			ws[i].Acked++
+			acked[i] = append(acked[i], a.late)
+		case a.code == http.StatusServiceUnavailable:
+			ws[i].Refused++
+		}
+	}
+	for i := range ws {
+		slices.Sort(acked[i])
+		ws[i].AckP50ms, ws[i].AckP99ms = pct(acked[i], 0.50), pct(acked[i], 0.99)
+	}
+	return ws
 }
 
 // storedIDs returns which of the deliveries ns (their ids by id) are in the

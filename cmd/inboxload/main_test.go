@@ -97,3 +97,23 @@ func TestPadBodyReachesTheSizeAsked(t *testing.T) {
 		require.NotEqual(t, got, padBody(base, n, "load-2"))
 	}
 }
+
+// --timeline groups requests by when they were due: each window counts its
+// own answers and its own acknowledged latencies, so a slow second shows
+// apart from the rest.
+func TestWindowsGroupByDueTime(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	answers := map[int64]answer{
+		1: {code: 202, due: ms(0), late: ms(10)},
+		2: {code: 202, due: ms(400), late: ms(30)},
+		3: {code: 503, due: ms(900), late: ms(5)},
+		4: {code: 202, due: ms(1000), late: ms(700)},
+		5: {code: 0, due: ms(2500), late: ms(3000)},
+	}
+	got := windows(answers, time.Second)
+	require.Equal(t, []window{
+		{At: 0, Sent: 3, Acked: 2, Refused: 1, AckP50ms: 30, AckP99ms: 30},
+		{At: 1, Sent: 1, Acked: 1, AckP50ms: 700, AckP99ms: 700},
+		{At: 2, Sent: 1, Unanswered: 1},
+	}, got)
+}
