@@ -55,8 +55,10 @@ type runOptions struct {
 	// handlers are the optional handler packages to register
 	// (--handlers, see optionalHandlers).
 	handlers []string
-	// yieldMin is --yield-min-rate (0: never yield).
-	yieldMin int
+	// yieldMin is --yield-min-rate (0: never yield); yieldMaxLag is
+	// --yield-max-lag.
+	yieldMin    int
+	yieldMaxLag time.Duration
 }
 
 // guarded says whether the admin listener serves River UI or the console,
@@ -84,6 +86,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file (per-source backoff, throttle, forwarding; optional)")
 	yieldMin := fs.Int("yield-min-rate", "WORKER_YIELD_MIN_RATE", worker.DefaultYieldMinRate, "while ingest reports store pressure (NOTIFY inbox_ingest_pressure), process fewer envelopes a second, never fewer than this (0: never yield)")
+	yieldMaxLag := fs.Duration("yield-max-lag", "WORKER_YIELD_MAX_LAG", worker.DefaultYieldMaxLag, "yielding defers processing by at most this: a batch whose oldest job has waited longer runs at full rate")
 	adminAddr := fs.String("admin-addr", "WORKER_ADMIN_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz, /readyz and River UI; loopback unless given (empty: off)")
 	purgeEvery := fs.Duration("purge-interval", "WORKER_PURGE_INTERVAL", time.Hour, "how often the retention purge runs (0: never)")
 	purgeBodyAfter := fs.Duration("purge-body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter, "drop the bodies of envelopes stored longer ago than this, a day at a time (failed envelopes keep theirs; bodies held in rows: done/ignored ones processed longer ago)")
@@ -120,6 +123,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 		riverUI:               *riverUI || getenv("WORKER_RIVERUI") == "true",
 		adminUsers:            *adminUsers,
 		yieldMin:              *yieldMin,
+		yieldMaxLag:           *yieldMaxLag,
 		console:               consoleConfig{dbURL: *consoleDB, readURL: *consoleReadDB, maxReplay: *consoleMax, supervisors: *consoleSupervisors},
 	}
 	var err error
@@ -151,6 +155,8 @@ func (o runOptions) check() error {
 		return usage(errors.New("--max-workers must be at least 1"))
 	case o.yieldMin < 0:
 		return usage(errors.New("--yield-min-rate must be 0 (never yield) or more"))
+	case o.yieldMaxLag < time.Second:
+		return usage(fmt.Errorf("--yield-max-lag %s: at least 1s (--yield-min-rate 0 turns yielding off)", o.yieldMaxLag))
 	case o.completedJobRetention < worker.MinCompletedJobRetention:
 		return usage(fmt.Errorf("--completed-job-retention %s: at least %s", o.completedJobRetention, worker.MinCompletedJobRetention))
 	case o.batching.MaxBatch < 1 || o.batching.MaxBatch > worker.MaxBatchLimit || o.batching.MaxConcurrent < 1 || o.batching.MaxUnbatched < 1:
@@ -295,8 +301,8 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	var yield *worker.Yield
 	if o.yieldMin > 0 {
-		yield = worker.NewYield(float64(o.yieldMin))
-		yield.Set = wm.YieldLimit.Set
+		yield = worker.NewYield(float64(o.yieldMin), o.yieldMaxLag)
+		yield.Set, yield.Behind = wm.YieldLimit.Set, wm.YieldBehind.Inc
 		go yield.Run(ctx, pool.Config().ConnConfig, envelope.PressureChannel, logger)
 	}
 	client, err := worker.NewClient(pool, registry, worker.Config{

@@ -206,6 +206,9 @@ type Worker struct {
 	// YieldLimit is the envelope rate this worker holds itself to while
 	// ingest reports store pressure (0: not yielding).
 	YieldLimit prometheus.Gauge
+	// YieldBehind counts batches that did not yield, while yielding,
+	// because processing was already --yield-max-lag behind.
+	YieldBehind prometheus.Counter
 
 	river     *riverCollector    // nil without a pool
 	envelopes *envelopeCollector // nil without a pool
@@ -256,8 +259,12 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 			Name: "inbox_worker_yield_limit",
 			Help: "Envelopes a second this worker processes at most while ingest reports store pressure (inbox_ingest_store_pressure), 0 when not yielding; never below --yield-min-rate.",
 		}),
+		YieldBehind: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "inbox_worker_yield_behind_total",
+			Help: "Batches processed without yielding, while yielding, because their oldest job had waited longer than --yield-max-lag: yielding defers processing no further than that.",
+		}),
 	}
-	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat, m.YieldLimit)
+	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat, m.YieldLimit, m.YieldBehind)
 	if pool != nil {
 		m.river = newRiverCollector(pool, logger)
 		m.envelopes = newEnvelopeCollector(pool, logger)

@@ -205,10 +205,24 @@ func (a *attempt) settle(r result, b bounds) {
 }
 
 // yieldThenProcess is the group commit's batch: processBatch, after the
-// batch's share of the yield limit while ingest reports store pressure.
+// batch's share of the yield limit while ingest reports store pressure
+// (none once its oldest job has waited past the yield's MaxLag).
 func (w *ProcessWorker) yieldThenProcess(ctx context.Context, jobs []*river.Job[envelope.ProcessArgs]) []groupcommit.Result[error] {
-	w.Yield.wait(ctx, len(jobs))
+	w.Yield.wait(ctx, len(jobs), oldestAvailable(jobs))
 	return w.processBatch(ctx, jobs)
+}
+
+// oldestAvailable returns when the longest-waiting of jobs became
+// available to work (its scheduled time: its insert, or the end of its
+// snooze or retry backoff); now for none.
+func oldestAvailable(jobs []*river.Job[envelope.ProcessArgs]) time.Time {
+	oldest := time.Now()
+	for _, j := range jobs {
+		if j.ScheduledAt.Before(oldest) {
+			oldest = j.ScheduledAt
+		}
+	}
+	return oldest
 }
 
 // processBatch processes jobs in one transaction and returns each one's

@@ -24,15 +24,30 @@ import (
 // signal cuts it by 30 % (at most once per signalGap), the first from the
 // rate processed lately; each tick with no signal for quietAfter raises
 // it by 1 %, never past 1.5 times the rate processed lately; after
-// releaseAfter without a signal the worker is unlimited again. It never goes below MinRate, so processing goes on however long
-// the pressure lasts. A batch waits for its envelopes' share of the limit
-// before its transaction (at most maxYieldWait), holding its jobs.
+// releaseAfter without a signal the worker is unlimited again. It never
+// goes below MinRate, so processing goes on however long the pressure
+// lasts. A batch waits for its envelopes' share of the limit before its
+// transaction (at most maxYieldWait), holding its jobs.
+//
+// Yielding defers processing, and it is bounded by how far behind it may
+// leave it: a batch whose oldest job has waited longer than MaxLag since
+// it became available does not yield. Near the machine's capacity the
+// pressure can come and go while yielding relieves nothing (ingest's
+// latency there comes from sharing the CPU at all), and without the bound
+// the backlog would then grow for as long as the load lasts, at a rate the
+// worker keeps up with when it does not yield.
 type Yield struct {
 	// MinRate is the floor, in envelopes a second.
 	MinRate float64
+	// MaxLag bounds the deferral: a batch whose oldest job became
+	// available longer ago than this runs without yielding.
+	MaxLag time.Duration
 	// Set, when not nil, is told the limit whenever it changes (0: not
 	// yielding): the inbox_worker_yield_limit gauge.
 	Set func(limit float64)
+	// Behind, when not nil, is called for each batch that did not yield
+	// because of MaxLag: the inbox_worker_yield_behind_total counter.
+	Behind func()
 
 	processed atomic.Int64
 
@@ -52,6 +67,12 @@ type Yield struct {
 // give ingest most of the database.
 const DefaultYieldMinRate = 200
 
+// DefaultYieldMaxLag is the default of Yield.MaxLag (--yield-max-lag): a
+// minute late is nothing to a payment, and it is far under the
+// InboxBacklogOld alert (10 minutes); a peak shorter than about this is
+// absorbed whole.
+const DefaultYieldMaxLag = time.Minute
+
 const (
 	yieldTick    = 100 * time.Millisecond
 	signalGap    = 200 * time.Millisecond
@@ -68,9 +89,10 @@ const (
 	probeWait    = 5 * time.Second
 )
 
-// NewYield returns a Yield with floor minRate envelopes/s, not yielding.
-func NewYield(minRate float64) *Yield {
-	return &Yield{MinRate: max(minRate, 1)}
+// NewYield returns a Yield with floor minRate envelopes/s that defers
+// processing by at most maxLag, not yielding.
+func NewYield(minRate float64, maxLag time.Duration) *Yield {
+	return &Yield{MinRate: max(minRate, 1), MaxLag: maxLag}
 }
 
 // Limit returns the current limit in envelopes/s, 0 when not yielding.
@@ -131,14 +153,22 @@ func (y *Yield) setLocked(limit float64) {
 	}
 }
 
-// wait holds a batch of n envelopes for its share of the limit (at most
-// maxYieldWait, or until ctx ends) and counts them as processed.
-func (y *Yield) wait(ctx context.Context, n int) {
+// wait holds a batch of n envelopes, the oldest available since oldest,
+// for its share of the limit (at most maxYieldWait, or until ctx ends),
+// unless that one has waited past MaxLag; it counts them as processed.
+func (y *Yield) wait(ctx context.Context, n int, oldest time.Time) {
 	if y == nil {
 		return
 	}
 	y.processed.Add(int64(n))
-	d := y.pace(time.Now(), n)
+	now := time.Now()
+	if now.Sub(oldest) > y.MaxLag {
+		if y.Behind != nil && y.Limit() > 0 {
+			y.Behind()
+		}
+		return
+	}
+	d := y.pace(now, n)
 	if d <= 0 {
 		return
 	}

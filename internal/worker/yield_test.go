@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -33,7 +35,7 @@ func feed(y *Yield, t time.Time, perTick int64, ticks int) time.Time {
 // processed, and after releaseAfter the worker is unlimited.
 func TestYieldCutsOnPressureAndLetsGo(t *testing.T) {
 	t.Parallel()
-	y := NewYield(100)
+	y := NewYield(100, time.Minute)
 	var set []float64
 	y.Set = func(l float64) { set = append(set, l) }
 	t0 := time.Unix(1000, 0)
@@ -74,7 +76,7 @@ func TestYieldCutsOnPressureAndLetsGo(t *testing.T) {
 // lifted or raised, the next batch goes at once or at the new pace.
 func TestYieldPacesBatchesWithoutCarryingDebt(t *testing.T) {
 	t.Parallel()
-	y := NewYield(1)
+	y := NewYield(1, time.Minute)
 	t0 := time.Unix(1000, 0)
 	for range 10 {
 		require.Zero(t, y.pace(t0, MaxBatchLimit), "not yielding")
@@ -108,13 +110,13 @@ func TestYieldPacesBatchesWithoutCarryingDebt(t *testing.T) {
 func TestYieldWaitSleepsItsShare(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	y := NewYield(1)
+	y := NewYield(1, time.Minute)
 	y.mu.Lock()
 	y.setLocked(200) // 60 envelopes take 300 ms
 	y.mu.Unlock()
 	start := time.Now()
-	y.wait(ctx, 60) // the first goes at once
-	y.wait(ctx, 60)
+	y.wait(ctx, 60, time.Now()) // the first goes at once
+	y.wait(ctx, 60, time.Now())
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the second batch waited its share")
 	require.EqualValues(t, 120, y.processed.Load(), "every envelope counted")
 
@@ -122,9 +124,45 @@ func TestYieldWaitSleepsItsShare(t *testing.T) {
 	cancel()
 	start = time.Now()
 	for range 5 {
-		y.wait(cctx, 60) // each booked up to a second ahead
+		y.wait(cctx, 60, time.Now()) // each booked up to a second ahead
 	}
 	require.Less(t, time.Since(start), 5*maxYieldWait/2, "cancelled batches do not wait")
+}
+
+// Yielding defers processing by at most MaxLag: a batch whose oldest job
+// has waited longer does not wait for its share (and is counted as
+// behind), and one that has not still does.
+func TestYieldDefersNoFurtherThanMaxLag(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	y := NewYield(1, time.Minute)
+	behind := 0
+	y.Behind = func() { behind++ }
+	y.wait(ctx, 60, time.Now().Add(-2*time.Minute))
+	require.Zero(t, behind, "not yielding: nothing to count")
+	y.mu.Lock()
+	y.setLocked(60) // 60 envelopes take a second
+	y.mu.Unlock()
+	y.wait(ctx, 60, time.Now()) // the first goes at once, booking a second
+	start := time.Now()
+	y.wait(ctx, 60, time.Now().Add(-time.Minute-time.Second))
+	require.Less(t, time.Since(start), maxYieldWait/2, "past MaxLag: no wait")
+	require.Equal(t, 1, behind)
+	y.wait(ctx, 60, time.Now().Add(-time.Minute+5*time.Second))
+	require.GreaterOrEqual(t, time.Since(start), maxYieldWait/2, "within MaxLag: it waits its share")
+	require.Equal(t, 1, behind)
+	require.EqualValues(t, 240, y.processed.Load(), "every envelope counted")
+}
+
+// A batch's oldest job is the one available longest: the earliest
+// scheduled time (its insert, or the end of a snooze or backoff).
+func TestOldestAvailable(t *testing.T) {
+	t.Parallel()
+	at := func(d time.Duration) *river.Job[envelope.ProcessArgs] {
+		return &river.Job[envelope.ProcessArgs]{JobRow: &rivertype.JobRow{ScheduledAt: time.Unix(1000, 0).Add(d)}}
+	}
+	require.Equal(t, time.Unix(990, 0), oldestAvailable([]*river.Job[envelope.ProcessArgs]{at(0), at(-10 * time.Second), at(5 * time.Second)}))
+	require.WithinDuration(t, time.Now(), oldestAvailable(nil), time.Second, "none: now")
 }
 
 // Run listens on the channel with a connection of its own: a NOTIFY there
@@ -138,7 +176,7 @@ func TestYieldFollowsNotifications(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	y := NewYield(50)
+	y := NewYield(50, time.Minute)
 	go y.Run(ctx, cfg, envelope.PressureChannel, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	// A NOTIFY before the LISTEN is lost: send until one arrives.
 	pgtest.Eventually(t, 10*time.Second, "the worker to yield on a notification", func() (bool, string) {
@@ -153,7 +191,7 @@ func TestYieldFollowsNotifications(t *testing.T) {
 func TestBatchesGoThroughTheYield(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t)
-	r.w.Yield = NewYield(1)
+	r.w.Yield = NewYield(1, time.Minute)
 	ids := payments(t, r, 3, "yield")
 	for _, ch := range r.batch(t, ids) {
 		require.NoError(t, verdict(t, ch))
@@ -166,7 +204,7 @@ func TestBatchesGoThroughTheYield(t *testing.T) {
 // receives) is not a signal; ingest's notification is.
 func TestYieldIgnoresProbes(t *testing.T) {
 	t.Parallel()
-	y := NewYield(50)
+	y := NewYield(50, time.Minute)
 	now := time.Unix(1000, 0)
 	y.notified(probePayload, now)
 	require.Zero(t, y.Limit(), "a probe: not yielding")
