@@ -35,6 +35,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -42,6 +43,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,6 +103,10 @@ type sendResult struct {
 	// after they were due.
 	Late       *int64 `json:"late,omitempty"`
 	FirstError string `json:"first_error,omitempty"`
+	// Unanswered counts the requests left unanswered by what happened to
+	// them: timeout (no answer within --timeout), reset, refused (the
+	// connection), closed (the server closed it before answering), other.
+	Unanswered map[string]int `json:"unanswered,omitempty"`
 	// With --resend-refused: the answers to resending each delivery that
 	// got no 2xx, once, after the load.
 	Resent *resendResult `json:"resent,omitempty"`
@@ -139,7 +145,8 @@ type resendResult struct {
 
 // answer is one request's outcome.
 type answer struct {
-	code   int // 0: unanswered
+	code   int    // 0: unanswered
+	why    string // unanswered: errorKind
 	status string
 	due    time.Duration // after the load's start
 	late   time.Duration
@@ -201,6 +208,7 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		a, err := post(n)
 		a.late, a.due = time.Since(due), due.Sub(start)
 		if err != nil {
+			a.why = errorKind(err)
 			firstErr.CompareAndSwap(nil, err.Error())
 		} else if a.code/100 != 2 {
 			firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d", a.code))
@@ -262,6 +270,10 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		case a.code == 0:
 			res.Errors++
 			res.Codes["unanswered"]++
+			if res.Unanswered == nil {
+				res.Unanswered = map[string]int{}
+			}
+			res.Unanswered[a.why]++
 			notAcked = append(notAcked, n)
 		case a.code/100 == 2:
 			res.Acknowledged++
@@ -351,6 +363,23 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		}
 	}
 	return json.NewEncoder(stdout).Encode(res)
+}
+
+// errorKind names what left a request unanswered, for the figures.
+func errorKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "reset"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.EPIPE),
+		strings.Contains(err.Error(), "server closed"):
+		return "closed"
+	}
+	return "other"
 }
 
 // windows groups the answers by when each was due, every width.

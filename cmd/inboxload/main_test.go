@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,6 +71,7 @@ func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
 	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
 	require.Equal(t, []int64{9, 3, 3, 3}, []int64{res.Sent, res.Acknowledged, res.Non2xx, res.Errors})
 	require.Equal(t, map[string]int{"202": 3, "503": 3, "unanswered": 3}, res.Codes)
+	require.Equal(t, map[string]int{"timeout": 3}, res.Unanswered, "why they were left unanswered")
 	require.NotNil(t, res.Late)
 	require.GreaterOrEqual(t, *res.Late, int64(3), "the unanswered ones count as late")
 	require.GreaterOrEqual(t, res.Maxms, 100.0, "an unanswered request counts at the time it was given up")
@@ -95,6 +101,24 @@ func TestPadBodyReachesTheSizeAsked(t *testing.T) {
 		require.Equal(t, "pay_1", doc.Data.PaymentID)
 		require.NotEmpty(t, doc.Metadata.Fingerprint)
 		require.NotEqual(t, got, padBody(base, n, "load-2"))
+	}
+}
+
+// An unanswered request is named by what happened to it.
+func TestErrorKind(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&net.OpError{Op: "read", Err: syscall.ECONNRESET}, "reset"},
+		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, "refused"},
+		{fmt.Errorf("post: %w", io.EOF), "closed"},
+		{errors.New("http: server closed idle connection"), "closed"},
+		{context.DeadlineExceeded, "timeout"},
+		{errors.New("something else"), "other"},
+	} {
+		require.Equal(t, tc.want, errorKind(tc.err), "%v", tc.err)
 	}
 }
 
