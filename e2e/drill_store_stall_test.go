@@ -165,7 +165,7 @@ func TestDrillStoreStall(t *testing.T) {
 	require.Positive(t, statuses["unavailable"], "no delivery met the deadline in a stall: did the stalls miss the load?")
 	require.Positive(t, statuses["overloaded"], "no delivery was refused at once while the store was behind")
 	if drillFull(t) {
-		// At full size the connections (1,024) outlast the stall's first
+		// At full size the connections (4,096) outlast the stall's first
 		// --shed-after: refusals at once must come from the store queue's
 		// age, not only from the connection cap (at small size 32
 		// connections fill first, and those refusals are all this sees).

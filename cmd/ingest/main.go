@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	pressureTarget := fs.Duration("pressure-target", "INGEST_PRESSURE_TARGET", ingest.DefaultPressureTarget, "while the oldest delivery being stored has waited longer than this for --pressure-interval, ask workers to yield the database (NOTIFY inbox_ingest_pressure); nothing is refused for it (0: the default; negative: never)")
 	pressureInterval := fs.Duration("pressure-interval", "INGEST_PRESSURE_INTERVAL", ingest.DefaultPressureInterval, "how long the store queue must stand above --pressure-target, and how often the workers are told while it does")
 	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz; loopback unless given (empty: off)")
-	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", 1024, "connections open at once on --addr; from 7/8 of it answers close their connection, at the cap the one longest idle (250ms or more) is closed for a new one, and when none is a new one's request is answered 503 at once")
+	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", defaultMaxConns, "connections open at once on --addr; from 7/8 of it answers close their connection, at the cap the one longest idle (250ms or more) is closed for a new one, and when none is a new one's request is answered 503 at once")
 	maxBodies := fs.Int("max-inflight-body-bytes", "INGEST_MAX_INFLIGHT_BODY_BYTES", ingest.DefaultMaxInflightBodyBytes, "request bodies held in memory at once, beyond 16 KiB each; past it a delivery waits briefly, then gets 503")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -215,6 +215,17 @@ func (l limits) check() error {
 	}
 	return nil
 }
+
+// defaultMaxConns is --max-conns's default. The cap must stay above the
+// offered rate times the latency of a transient (a peak's first seconds, a
+// checkpoint): past it answers close their connections, every request
+// opens a new one, and the CPU that costs keeps the latency up. At twice a
+// two-core machine's sustained rate (2,400/s), 1,024 (427 ms of headroom)
+// collapsed for 9-30 s with thousands of requests unanswered, and 2,048 and
+// 4,096 did not (docs/benchmarks.md, "The connection cap at twice the
+// rate"). Its memory: under 16 KiB of body and about as much of buffers and
+// stack a connection, 128 MiB at most.
+const defaultMaxConns = 4096
 
 // closeAt is how many connections open make ingest's answers close their
 // connection (cli.Limits.CloseAt): seven eighths of --max-conns, so that

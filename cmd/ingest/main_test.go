@@ -265,7 +265,7 @@ func TestIngestFlagRules(t *testing.T) {
 // where the flags' help puts it.
 func TestLimitsCheckBoundaries(t *testing.T) {
 	t.Parallel()
-	ok := limits{storeTimeout: 3 * time.Second, shedAfter: 250 * time.Millisecond, maxConnsOpen: 1024,
+	ok := limits{storeTimeout: 3 * time.Second, shedAfter: 250 * time.Millisecond, maxConnsOpen: defaultMaxConns,
 		pressureTarget: ingest.DefaultPressureTarget, pressureInterval: ingest.DefaultPressureInterval,
 		maxBodies: ingest.DefaultMaxInflightBodyBytes, storeBatch: 64, storeConcurrency: 2, dbMaxConns: 20}
 	require.NoError(t, ok.check(), "the defaults")

@@ -21,7 +21,7 @@ import (
 //
 // An idle keep-alive connection is a cache, not a commitment: an HTTP
 // client whose idle connection is closed opens another (it is the same
-// event as the server's idle timeout). So 1,024 clients that each send one
+// event as the server's idle timeout). So --max-conns clients that each send one
 // request and then idle cannot shut the endpoint to everyone else, which
 // the plain cap let them do for the whole idle timeout.
 //
