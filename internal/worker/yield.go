@@ -40,7 +40,9 @@ type Yield struct {
 	// MinRate is the floor, in envelopes a second.
 	MinRate float64
 	// MaxLag bounds the deferral: a batch whose oldest job became
-	// available longer ago than this runs without yielding.
+	// available longer ago than this runs without yielding (so 0 never
+	// yields). The job's time is the database's, compared with this
+	// host's clock: a skew of seconds is nothing against a minute.
 	MaxLag time.Duration
 	// Set, when not nil, is told the limit whenever it changes (0: not
 	// yielding): the inbox_worker_yield_limit gauge.
