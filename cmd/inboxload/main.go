@@ -128,6 +128,7 @@ type window struct {
 	Sent       int     `json:"sent"`
 	Acked      int     `json:"acknowledged"`
 	Refused    int     `json:"refused"`
+	Other      int     `json:"other_non_2xx"` // answered, neither 2xx nor 503
 	Unanswered int     `json:"unanswered"`
 	AckP50ms   float64 `json:"ack_p50_ms"`
 	AckP99ms   float64 `json:"ack_p99_ms"`
@@ -401,6 +402,8 @@ func windows(answers map[int64]answer, width time.Duration) []window {
 			acked[i] = append(acked[i], a.late)
 		case a.code == http.StatusServiceUnavailable:
 			ws[i].Refused++
+		default:
+			ws[i].Other++
 		}
 	}
 	for i := range ws {

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,6 +119,9 @@ func TestErrorKind(t *testing.T) {
 		{errors.New("http: server closed idle connection"), "closed"},
 		{context.DeadlineExceeded, "timeout"},
 		{errors.New("something else"), "other"},
+		// As http.Client returns them.
+		{&url.Error{Op: "Post", URL: "http://x", Err: &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}}, "reset"},
+		{&url.Error{Op: "Post", URL: "http://x", Err: io.EOF}, "closed"},
 	} {
 		require.Equal(t, tc.want, errorKind(tc.err), "%v", tc.err)
 	}
@@ -126,6 +131,7 @@ func TestErrorKind(t *testing.T) {
 // own answers and its own acknowledged latencies, so a slow second shows
 // apart from the rest.
 func TestWindowsGroupByDueTime(t *testing.T) {
+	t.Parallel()
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	answers := map[int64]answer{
 		1: {code: 202, due: ms(0), late: ms(10)},
@@ -133,11 +139,12 @@ func TestWindowsGroupByDueTime(t *testing.T) {
 		3: {code: 503, due: ms(900), late: ms(5)},
 		4: {code: 202, due: ms(1000), late: ms(700)},
 		5: {code: 0, due: ms(2500), late: ms(3000)},
+		6: {code: 400, due: ms(2600), late: ms(2)},
 	}
 	got := windows(answers, time.Second)
 	require.Equal(t, []window{
 		{At: 0, Sent: 3, Acked: 2, Refused: 1, AckP50ms: 30, AckP99ms: 30},
 		{At: 1, Sent: 1, Acked: 1, AckP50ms: 700, AckP99ms: 700},
-		{At: 2, Sent: 1, Unanswered: 1},
+		{At: 2, Sent: 2, Other: 1, Unanswered: 1},
 	}, got)
 }

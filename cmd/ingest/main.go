@@ -223,8 +223,9 @@ func (l limits) check() error {
 // two-core machine's sustained rate (2,400/s), 1,024 (427 ms of headroom)
 // collapsed for 9-30 s with thousands of requests unanswered, and 2,048 and
 // 4,096 did not (docs/benchmarks.md, "The connection cap at twice the
-// rate"). Its memory: under 16 KiB of body and about as much of buffers and
-// stack a connection, 128 MiB at most.
+// rate"). Its memory: bodies at most 16 KiB a connection beyond
+// --max-inflight-body-bytes (128 MiB at the defaults), and about 16 KiB of
+// buffers and stack a connection (64 MiB more).
 const defaultMaxConns = 4096
 
 // closeAt is how many connections open make ingest's answers close their

@@ -86,7 +86,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file (per-source backoff, throttle, forwarding; optional)")
 	yieldMin := fs.Int("yield-min-rate", "WORKER_YIELD_MIN_RATE", worker.DefaultYieldMinRate, "while ingest reports store pressure (NOTIFY inbox_ingest_pressure), process fewer envelopes a second, never fewer than this (0: never yield)")
-	yieldMaxLag := fs.Duration("yield-max-lag", "WORKER_YIELD_MAX_LAG", worker.DefaultYieldMaxLag, "yielding defers processing by at most this: a batch whose oldest job has waited longer runs at full rate")
+	yieldMaxLag := fs.Duration("yield-max-lag", "WORKER_YIELD_MAX_LAG", worker.DefaultYieldMaxLag, "yielding defers processing by at most this: a batch whose longest-waiting job waited longer between becoming available and being fetched runs at full rate")
 	adminAddr := fs.String("admin-addr", "WORKER_ADMIN_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz, /readyz and River UI; loopback unless given (empty: off)")
 	purgeEvery := fs.Duration("purge-interval", "WORKER_PURGE_INTERVAL", time.Hour, "how often the retention purge runs (0: never)")
 	purgeBodyAfter := fs.Duration("purge-body-after", "WORKER_PURGE_BODY_AFTER", retention.DefaultBodyAfter, "drop the bodies of envelopes stored longer ago than this, a day at a time (failed envelopes keep theirs; bodies held in rows: done/ignored ones processed longer ago)")

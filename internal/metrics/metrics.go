@@ -261,7 +261,7 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 		}),
 		YieldBehind: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "inbox_worker_yield_behind_total",
-			Help: "Batches processed without yielding, while yielding, because their oldest job had waited longer than --yield-max-lag: yielding defers processing no further than that.",
+			Help: "Batches processed without yielding, while yielding, because their longest-waiting job had waited longer than --yield-max-lag to be fetched: yielding defers processing no further than that.",
 		}),
 	}
 	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat, m.YieldLimit, m.YieldBehind)

@@ -206,23 +206,25 @@ func (a *attempt) settle(r result, b bounds) {
 
 // yieldThenProcess is the group commit's batch: processBatch, after the
 // batch's share of the yield limit while ingest reports store pressure
-// (none once its oldest job has waited past the yield's MaxLag).
+// (none once its longest-waiting job waited past the yield's MaxLag).
 func (w *ProcessWorker) yieldThenProcess(ctx context.Context, jobs []*river.Job[envelope.ProcessArgs]) []groupcommit.Result[error] {
-	w.Yield.wait(ctx, len(jobs), oldestAvailable(jobs))
+	w.Yield.wait(ctx, len(jobs), batchLag(jobs))
 	return w.processBatch(ctx, jobs)
 }
 
-// oldestAvailable returns when the longest-waiting of jobs became
-// available to work (its scheduled time: its insert, or the end of its
-// snooze or retry backoff); now for none.
-func oldestAvailable(jobs []*river.Job[envelope.ProcessArgs]) time.Time {
-	oldest := time.Now()
+// batchLag is how long the longest-waiting of jobs waited to be fetched
+// after it became available: from its scheduled time (its insert, or the
+// end of its snooze or retry backoff) to its fetch (AttemptedAt). River
+// sets both on the database's clock for an inserted job, so no host's
+// skew enters; a snooze or backoff's end is set on the worker's clock.
+func batchLag(jobs []*river.Job[envelope.ProcessArgs]) time.Duration {
+	var lag time.Duration
 	for _, j := range jobs {
-		if j.ScheduledAt.Before(oldest) {
-			oldest = j.ScheduledAt
+		if j.AttemptedAt != nil {
+			lag = max(lag, j.AttemptedAt.Sub(j.ScheduledAt))
 		}
 	}
-	return oldest
+	return lag
 }
 
 // processBatch processes jobs in one transaction and returns each one's

@@ -30,8 +30,8 @@ import (
 // transaction (at most maxYieldWait), holding its jobs.
 //
 // Yielding defers processing, and it is bounded by how far behind it may
-// leave it: a batch whose oldest job has waited longer than MaxLag since
-// it became available does not yield. Near the machine's capacity the
+// leave it: a batch whose longest-waiting job waited longer than MaxLag
+// between becoming available and being fetched does not yield. Near the machine's capacity the
 // pressure can come and go while yielding relieves nothing (ingest's
 // latency there comes from sharing the CPU at all), and without the bound
 // the backlog would then grow for as long as the load lasts, at a rate the
@@ -39,10 +39,9 @@ import (
 type Yield struct {
 	// MinRate is the floor, in envelopes a second.
 	MinRate float64
-	// MaxLag bounds the deferral: a batch whose oldest job became
-	// available longer ago than this runs without yielding (so 0 never
-	// yields). The job's time is the database's, compared with this
-	// host's clock: a skew of seconds is nothing against a minute.
+	// MaxLag bounds the deferral: a batch whose longest-waiting job
+	// waited longer than this to be fetched (batchLag) runs without
+	// yielding (so 0 never yields).
 	MaxLag time.Duration
 	// Set, when not nil, is told the limit whenever it changes (0: not
 	// yielding): the inbox_worker_yield_limit gauge.
@@ -155,16 +154,16 @@ func (y *Yield) setLocked(limit float64) {
 	}
 }
 
-// wait holds a batch of n envelopes, the oldest available since oldest,
-// for its share of the limit (at most maxYieldWait, or until ctx ends),
-// unless that one has waited past MaxLag; it counts them as processed.
-func (y *Yield) wait(ctx context.Context, n int, oldest time.Time) {
+// wait holds a batch of n envelopes, whose longest-waiting job waited lag
+// to be fetched, for its share of the limit (at most maxYieldWait, or
+// until ctx ends), unless lag is past MaxLag; it counts them as processed.
+func (y *Yield) wait(ctx context.Context, n int, lag time.Duration) {
 	if y == nil {
 		return
 	}
 	y.processed.Add(int64(n))
 	now := time.Now()
-	if now.Sub(oldest) > y.MaxLag {
+	if lag > y.MaxLag {
 		if y.Behind != nil && y.Limit() > 0 {
 			y.Behind()
 		}

@@ -115,8 +115,8 @@ func TestYieldWaitSleepsItsShare(t *testing.T) {
 	y.setLocked(200) // 60 envelopes take 300 ms
 	y.mu.Unlock()
 	start := time.Now()
-	y.wait(ctx, 60, time.Now()) // the first goes at once
-	y.wait(ctx, 60, time.Now())
+	y.wait(ctx, 60, 0) // the first goes at once
+	y.wait(ctx, 60, 0)
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the second batch waited its share")
 	require.EqualValues(t, 120, y.processed.Load(), "every envelope counted")
 
@@ -124,45 +124,54 @@ func TestYieldWaitSleepsItsShare(t *testing.T) {
 	cancel()
 	start = time.Now()
 	for range 5 {
-		y.wait(cctx, 60, time.Now()) // each booked up to a second ahead
+		y.wait(cctx, 60, 0) // each booked up to a second ahead
 	}
 	require.Less(t, time.Since(start), 5*maxYieldWait/2, "cancelled batches do not wait")
 }
 
-// Yielding defers processing by at most MaxLag: a batch whose oldest job
-// has waited longer does not wait for its share (and is counted as
-// behind), and one that has not still does.
+// Yielding defers processing by at most MaxLag: a batch whose
+// longest-waiting job waited longer does not wait for its share, books
+// none of the limit (the next batch waits only its own share), and is
+// counted as behind; one within MaxLag still waits.
 func TestYieldDefersNoFurtherThanMaxLag(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	y := NewYield(1, time.Minute)
 	behind := 0
 	y.Behind = func() { behind++ }
-	y.wait(ctx, 60, time.Now().Add(-2*time.Minute))
+	y.wait(ctx, 60, 2*time.Minute)
 	require.Zero(t, behind, "not yielding: nothing to count")
 	y.mu.Lock()
-	y.setLocked(60) // 60 envelopes take a second
+	y.setLocked(120) // 60 envelopes take 500 ms
 	y.mu.Unlock()
-	y.wait(ctx, 60, time.Now()) // the first goes at once, booking a second
+	y.wait(ctx, 60, 0) // the first goes at once, booking 500 ms
 	start := time.Now()
-	y.wait(ctx, 60, time.Now().Add(-time.Minute-time.Second))
-	require.Less(t, time.Since(start), maxYieldWait/2, "past MaxLag: no wait")
+	y.wait(ctx, 60, time.Minute+time.Second)
+	require.Less(t, time.Since(start), 250*time.Millisecond, "past MaxLag: no wait")
 	require.Equal(t, 1, behind)
-	y.wait(ctx, 60, time.Now().Add(-time.Minute+5*time.Second))
-	require.GreaterOrEqual(t, time.Since(start), maxYieldWait/2, "within MaxLag: it waits its share")
+	y.wait(ctx, 60, time.Minute-5*time.Second)
+	waited := time.Since(start)
+	require.GreaterOrEqual(t, waited, 250*time.Millisecond, "within MaxLag: it waits its share")
+	require.Less(t, waited, 750*time.Millisecond, "behind the first batch's 500 ms only: the one past MaxLag booked none")
 	require.Equal(t, 1, behind)
 	require.EqualValues(t, 240, y.processed.Load(), "every envelope counted")
 }
 
-// A batch's oldest job is the one available longest: the earliest
-// scheduled time (its insert, or the end of a snooze or backoff).
-func TestOldestAvailable(t *testing.T) {
+// A batch's lag is its longest wait between a job becoming available
+// (scheduled) and being fetched (attempted); a job never fetched counts
+// nothing.
+func TestBatchLag(t *testing.T) {
 	t.Parallel()
-	at := func(d time.Duration) *river.Job[envelope.ProcessArgs] {
-		return &river.Job[envelope.ProcessArgs]{JobRow: &rivertype.JobRow{ScheduledAt: time.Unix(1000, 0).Add(d)}}
+	t0 := time.Unix(1000, 0)
+	job := func(scheduled, fetchedAfter time.Duration) *river.Job[envelope.ProcessArgs] {
+		at := t0.Add(scheduled + fetchedAfter)
+		return &river.Job[envelope.ProcessArgs]{JobRow: &rivertype.JobRow{ScheduledAt: t0.Add(scheduled), AttemptedAt: &at}}
 	}
-	require.Equal(t, time.Unix(990, 0), oldestAvailable([]*river.Job[envelope.ProcessArgs]{at(0), at(-10 * time.Second), at(5 * time.Second)}))
-	require.WithinDuration(t, time.Now(), oldestAvailable(nil), time.Second, "none: now")
+	require.Equal(t, 40*time.Second, batchLag([]*river.Job[envelope.ProcessArgs]{
+		job(0, time.Second), job(-time.Hour, 40*time.Second), job(time.Minute, 3*time.Second),
+	}), "the longest wait, not the earliest schedule")
+	require.Zero(t, batchLag([]*river.Job[envelope.ProcessArgs]{{JobRow: &rivertype.JobRow{ScheduledAt: t0}}}))
+	require.Zero(t, batchLag(nil))
 }
 
 // Run listens on the channel with a connection of its own: a NOTIFY there
