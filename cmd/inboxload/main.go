@@ -37,6 +37,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"slices"
 	"strconv"
@@ -99,6 +100,12 @@ type sendResult struct {
 	AckP99ms     float64 `json:"ack_p99_ms"`
 	RefusedP99ms float64 `json:"refused_p99_ms,omitempty"`
 	RefusedMaxms float64 `json:"refused_max_ms,omitempty"`
+	// WrittenP99ms: how late the requests were written, from when each was
+	// due until its last byte was (this tool's own lag, or the server not
+	// reading); Dialed: the requests that opened a connection (the rest
+	// reused an idle one). As in each --timeline window.
+	WrittenP99ms float64 `json:"written_p99_ms"`
+	Dialed       int64   `json:"dialed"`
 	// Late counts requests answered (or given up) later than --deadline
 	// after they were due.
 	Late       *int64 `json:"late,omitempty"`
@@ -132,6 +139,13 @@ type window struct {
 	Unanswered int     `json:"unanswered"`
 	AckP50ms   float64 `json:"ack_p50_ms"`
 	AckP99ms   float64 `json:"ack_p99_ms"`
+	// WrittenP99ms is how late this tool finished writing the requests
+	// (from when each was due until its last byte was written): the share
+	// of the latency that is the sender's own (or the server not reading),
+	// not the server's answer. Dialed counts the requests that opened a
+	// new connection rather than reuse an idle one.
+	WrittenP99ms float64 `json:"written_p99_ms"`
+	Dialed       int     `json:"dialed"`
 }
 
 type resendResult struct {
@@ -151,6 +165,10 @@ type answer struct {
 	status string
 	due    time.Duration // after the load's start
 	late   time.Duration
+	// written is when the request was written, after it was due (0: it
+	// never was); dialed: it opened a new connection.
+	written time.Duration
+	dialed  bool
 }
 
 func runSend(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -169,6 +187,7 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	deadline := fs.Duration("deadline", 0, "count the requests answered later than this after they were due (late)")
 	resend := fs.Bool("resend-refused", false, "after the load, resend once each delivery that got no 2xx, and report the answers")
 	verifyURL := fs.String("verify-database-url", "", "after the load, check in this database that every acknowledged delivery is stored, and which refused ones are")
+	warmConns := fs.Int("warm-conns", 0, "open this many connections (concurrent GETs of /readyz) before the load starts, for it to reuse: a sender whose connections are open, not one opening them as the load starts")
 	timeline := fs.Duration("timeline", 0, "also report the figures per window of this length, by when each request was due (0: off)")
 	bodyBytes := fs.Int("body-bytes", 0, "pad each payment body to about this many bytes (a metadata object: half digests that do not compress, half text that does, as providers' events); 0: the bare payment, ~150 bytes")
 	if err := fs.Parse(args); err != nil {
@@ -181,32 +200,59 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	endpoint := strings.TrimRight(*url, "/") + "/webhooks/" + *source
 	client := &http.Client{Timeout: *timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}}
 	id := func(n int64) string { return fmt.Sprintf("%s-%d", *prefix, n) }
-	post := func(n int64) (answer, error) {
+	// post sends delivery n, due at due; the answer says when its request
+	// was written (after due) and whether it dialed, answered or not.
+	post := func(n int64, due time.Time) (answer, error) {
+		var a answer
 		m := fmt.Sprintf("m_%03d", n%int64(*merchants))
 		d := webhooktest.Delivery{Provider: provider.Standard, Secret: secret, DeliveryID: id(n),
 			Body: padBody(webhooktest.StandardPayment("pay_"+id(n), m, 1000+n%1000, "EUR"), *bodyBytes, id(n))}
-		req, err := d.Request(ctx, endpoint)
+		trace := &httptrace.ClientTrace{
+			GotConn:      func(c httptrace.GotConnInfo) { a.dialed = !c.Reused },
+			WroteRequest: func(httptrace.WroteRequestInfo) { a.written = time.Since(due) },
+		}
+		req, err := d.Request(httptrace.WithClientTrace(ctx, trace), endpoint)
 		if err != nil {
-			return answer{}, err
+			return a, err
 		}
 		resp, err := client.Do(req)
 		if err != nil {
-			return answer{}, err
+			return a, err
 		}
 		defer resp.Body.Close()
 		var body struct{ Status string }
 		b, _ := io.ReadAll(resp.Body)
 		_ = json.Unmarshal(b, &body)
-		return answer{code: resp.StatusCode, status: body.Status}, nil
+		a.code, a.status = resp.StatusCode, body.Status
+		return a, nil
 	}
 
+	if *warmConns > 0 {
+		// Open the connections before the clock starts: concurrent GETs
+		// of /readyz, each on a connection of its own, left idle in the
+		// client's pool for the load to reuse.
+		var wg sync.WaitGroup
+		for range *warmConns {
+			wg.Go(func() {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(*url, "/")+"/readyz", nil)
+				if err != nil {
+					return
+				}
+				if resp, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		wg.Wait()
+	}
 	var seq atomic.Int64
 	var firstErr atomic.Value
 	var mu sync.Mutex
 	answers := map[int64]answer{}
 	start := time.Now()
 	sendOne := func(n int64, due time.Time) {
-		a, err := post(n)
+		a, err := post(n, due)
 		a.late, a.due = time.Since(due), due.Sub(start)
 		if err != nil {
 			a.why = errorKind(err)
@@ -259,11 +305,17 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	el := time.Since(start)
 
 	res := sendResult{Codes: map[string]int{}, Seconds: el.Seconds()}
-	var all, acked, refused []time.Duration
+	var all, acked, refused, written []time.Duration
 	var late int64
 	var notAcked, ackedIDs []int64
 	for n, a := range answers {
 		all = append(all, a.late)
+		if a.written > 0 {
+			written = append(written, a.written)
+		}
+		if a.dialed {
+			res.Dialed++
+		}
 		if *deadline > 0 && a.late > *deadline {
 			late++
 		}
@@ -290,9 +342,10 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 			}
 		}
 	}
-	for _, l := range [][]time.Duration{all, acked, refused} {
+	for _, l := range [][]time.Duration{all, acked, refused, written} {
 		slices.Sort(l)
 	}
+	res.WrittenP99ms = pct(written, 0.99)
 	res.Sent = int64(len(answers))
 	res.Rate = float64(res.Acknowledged) / el.Seconds()
 	res.P50ms, res.P99ms, res.Maxms = pct(all, 0.50), pct(all, 0.99), pct(all, 1)
@@ -334,7 +387,7 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		rr := &resendResult{Codes: map[string]int{}}
 		var wrong int64
 		for _, n := range notAcked {
-			a, err := post(n)
+			a, err := post(n, time.Now())
 			if err != nil {
 				rr.Codes["unanswered"]++
 			} else {
@@ -386,14 +439,21 @@ func errorKind(err error) string {
 // windows groups the answers by when each was due, every width.
 func windows(answers map[int64]answer, width time.Duration) []window {
 	var ws []window
-	var acked [][]time.Duration
+	var acked, written [][]time.Duration
 	for _, a := range answers {
 		i := int(a.due / width)
 		for len(ws) <= i {
 			ws = append(ws, window{At: (time.Duration(len(ws)) * width).Seconds()})
 			acked = append(acked, nil)
+			written = append(written, nil)
 		}
 		ws[i].Sent++
+		if a.written > 0 {
+			written[i] = append(written[i], a.written)
+		}
+		if a.dialed {
+			ws[i].Dialed++
+		}
 		switch {
 		case a.code == 0:
 			ws[i].Unanswered++
@@ -409,6 +469,8 @@ func windows(answers map[int64]answer, width time.Duration) []window {
 	for i := range ws {
 		slices.Sort(acked[i])
 		ws[i].AckP50ms, ws[i].AckP99ms = pct(acked[i], 0.50), pct(acked[i], 0.99)
+		slices.Sort(written[i])
+		ws[i].WrittenP99ms = pct(written[i], 0.99)
 	}
 	return ws
 }

@@ -134,17 +134,62 @@ func TestWindowsGroupByDueTime(t *testing.T) {
 	t.Parallel()
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	answers := map[int64]answer{
-		1: {code: 202, due: ms(0), late: ms(10)},
-		2: {code: 202, due: ms(400), late: ms(30)},
-		3: {code: 503, due: ms(900), late: ms(5)},
-		4: {code: 202, due: ms(1000), late: ms(700)},
-		5: {code: 0, due: ms(2500), late: ms(3000)},
-		6: {code: 400, due: ms(2600), late: ms(2)},
+		1: {code: 202, due: ms(0), late: ms(10), written: ms(1), dialed: true},
+		2: {code: 202, due: ms(400), late: ms(30), written: ms(4)},
+		3: {code: 503, due: ms(900), late: ms(5), written: ms(2), dialed: true},
+		4: {code: 202, due: ms(1000), late: ms(700), written: ms(600)},
+		5: {code: 0, due: ms(2500), late: ms(3000), dialed: true}, // never written
+		6: {code: 400, due: ms(2600), late: ms(2), written: ms(1)},
 	}
 	got := windows(answers, time.Second)
 	require.Equal(t, []window{
-		{At: 0, Sent: 3, Acked: 2, Refused: 1, AckP50ms: 30, AckP99ms: 30},
-		{At: 1, Sent: 1, Acked: 1, AckP50ms: 700, AckP99ms: 700},
-		{At: 2, Sent: 2, Other: 1, Unanswered: 1},
+		{At: 0, Sent: 3, Acked: 2, Refused: 1, AckP50ms: 30, AckP99ms: 30, WrittenP99ms: 4, Dialed: 2},
+		{At: 1, Sent: 1, Acked: 1, AckP50ms: 700, AckP99ms: 700, WrittenP99ms: 600},
+		{At: 2, Sent: 2, Other: 1, Unanswered: 1, WrittenP99ms: 1, Dialed: 1},
 	}, got)
+}
+
+// --warm-conns opens the connections before the clock starts (GETs of
+// /readyz, concurrently, one connection each), and the load reuses them:
+// no request of the load dials. Without it the first requests dial, and
+// the figures say how many.
+func TestWarmConnsAreOpenBeforeTheLoad(t *testing.T) {
+	t.Parallel()
+	var conns, readyz atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			readyz.Add(1)
+			time.Sleep(50 * time.Millisecond) // held, so that each takes a connection of its own
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	env := map[string]string{"S": "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA=="}
+	send := func(extra ...string) sendResult {
+		var out, errOut bytes.Buffer
+		args := append([]string{"send", "--url", srv.URL, "--secret-env", "S", "--rate", "50", "--count", "5", "--timeline", "1s"}, extra...)
+		require.NoError(t, run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
+		var res sendResult
+		require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
+		require.EqualValues(t, 5, res.Acknowledged)
+		require.Positive(t, res.WrittenP99ms, "every request was written")
+		return res
+	}
+	warm := send("--warm-conns", "4", "--prefix", "warm")
+	require.EqualValues(t, 4, readyz.Load())
+	require.EqualValues(t, 4, conns.Load(), "four connections, all opened before the load")
+	require.Zero(t, warm.Dialed, "the load reused them")
+	require.Zero(t, warm.Timeline[0].Dialed)
+
+	cold := send("--prefix", "cold")
+	require.Positive(t, cold.Dialed, "a sender with no connection open dials")
+	require.Equal(t, cold.Dialed, int64(cold.Timeline[0].Dialed))
+	require.EqualValues(t, 4+cold.Dialed, conns.Load())
 }
