@@ -55,9 +55,10 @@ type runOptions struct {
 	// handlers are the optional handler packages to register
 	// (--handlers, see optionalHandlers).
 	handlers []string
-	// yieldMin is --yield-min-rate (0: never yield); yieldMaxLag is
-	// --yield-max-lag.
+	// yieldMin is --yield-min-rate (0: never yield); yieldMinLag and
+	// yieldMaxLag are --yield-min-lag and --yield-max-lag.
 	yieldMin    int
+	yieldMinLag time.Duration
 	yieldMaxLag time.Duration
 }
 
@@ -86,6 +87,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file (per-source backoff, throttle, forwarding; optional)")
 	yieldMin := fs.Int("yield-min-rate", "WORKER_YIELD_MIN_RATE", worker.DefaultYieldMinRate, "while ingest reports store pressure (NOTIFY inbox_ingest_pressure), process fewer envelopes a second, never fewer than this (0: never yield)")
+	yieldMinLag := fs.Duration("yield-min-lag", "WORKER_YIELD_MIN_LAG", worker.DefaultYieldMinLag, "yield only when behind: a batch whose longest-waiting job waited less than this between becoming available and being fetched runs at full rate (0: yield whenever ingest reports pressure)")
 	yieldMaxLag := fs.Duration("yield-max-lag", "WORKER_YIELD_MAX_LAG", worker.DefaultYieldMaxLag, "yielding defers processing by at most this: a batch whose longest-waiting job waited longer between becoming available and being fetched runs at full rate")
 	adminAddr := fs.String("admin-addr", "WORKER_ADMIN_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz, /readyz and River UI; loopback unless given (empty: off)")
 	purgeEvery := fs.Duration("purge-interval", "WORKER_PURGE_INTERVAL", time.Hour, "how often the retention purge runs (0: never)")
@@ -123,6 +125,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runO
 		riverUI:               *riverUI || getenv("WORKER_RIVERUI") == "true",
 		adminUsers:            *adminUsers,
 		yieldMin:              *yieldMin,
+		yieldMinLag:           *yieldMinLag,
 		yieldMaxLag:           *yieldMaxLag,
 		console:               consoleConfig{dbURL: *consoleDB, readURL: *consoleReadDB, maxReplay: *consoleMax, supervisors: *consoleSupervisors},
 	}
@@ -157,6 +160,8 @@ func (o runOptions) check() error {
 		return usage(errors.New("--yield-min-rate must be 0 (never yield) or more"))
 	case o.yieldMaxLag < time.Second:
 		return usage(fmt.Errorf("--yield-max-lag %s: at least 1s (--yield-min-rate 0 turns yielding off)", o.yieldMaxLag))
+	case o.yieldMinLag < 0 || o.yieldMinLag >= o.yieldMaxLag:
+		return usage(fmt.Errorf("--yield-min-lag %s: 0 or more, and under --yield-max-lag (%s)", o.yieldMinLag, o.yieldMaxLag))
 	case o.completedJobRetention < worker.MinCompletedJobRetention:
 		return usage(fmt.Errorf("--completed-job-retention %s: at least %s", o.completedJobRetention, worker.MinCompletedJobRetention))
 	case o.batching.MaxBatch < 1 || o.batching.MaxBatch > worker.MaxBatchLimit || o.batching.MaxConcurrent < 1 || o.batching.MaxUnbatched < 1:
@@ -301,7 +306,7 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	var yield *worker.Yield
 	if o.yieldMin > 0 {
-		yield = worker.NewYield(float64(o.yieldMin), o.yieldMaxLag)
+		yield = worker.NewYield(float64(o.yieldMin), o.yieldMinLag, o.yieldMaxLag)
 		yield.Set, yield.Behind = wm.YieldLimit.Set, wm.YieldBehind.Inc
 		go yield.Run(ctx, pool.Config().ConnConfig, envelope.PressureChannel, logger)
 	}

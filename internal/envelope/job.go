@@ -88,3 +88,10 @@ func LiveJobStates() []string {
 // workers sharing the database slow down (worker.Yield) so that intake
 // keeps its latency and processing catches up after.
 const PressureChannel = "inbox_ingest_pressure"
+
+// PressureRefusing is the payload of a pressure notification sent while
+// ingest refuses deliveries because its store is behind (--shed-after):
+// a delivery refused is one the provider must resend, and workers yield
+// then even when they are not behind (worker.Yield.MinLag). Any other
+// payload is plain pressure.
+const PressureRefusing = "refusing"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -15,6 +16,55 @@ import (
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
 )
+
+// pressureRig serves ingest with a 50 ms pressure target and interval,
+// a 20 s store deadline and shedAfter, and listens on
+// envelope.PressureChannel as a worker does; ctx ends with the test.
+func pressureRig(t *testing.T, url string, pool *pgxpool.Pool, shedAfter time.Duration) (*bundle, context.Context, *pgx.Conn) {
+	t.Helper()
+	b := serve(t, pool, ingest.Options{
+		StoreTimeout: 20 * time.Second, ShedAfter: shedAfter,
+		PressureTarget: 50 * time.Millisecond, PressureInterval: 50 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	listener, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { listener.Close(context.Background()) })
+	_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{envelope.PressureChannel}.Sanitize())
+	require.NoError(t, err)
+	return b, ctx, listener
+}
+
+// held is a delivery whose store waits at a lock on the dedup keys.
+type held struct {
+	ctx      context.Context
+	tx       pgx.Tx
+	answered <-chan int
+}
+
+// holdADelivery takes an exclusive lock on envelope_key and sends a
+// Standard Webhooks delivery id in the background: its insert waits.
+func holdADelivery(t *testing.T, ctx context.Context, b *bundle, id string) held {
+	t.Helper()
+	tx := pgtest.Tx(t, b.pool)
+	_, err := tx.Exec(ctx, "LOCK TABLE envelope_key IN EXCLUSIVE MODE")
+	require.NoError(t, err)
+	source, d := sample(provider.Standard, id)
+	return held{ctx: ctx, tx: tx, answered: sendInBackground(t, b.url+"/webhooks/"+source, d)}
+}
+
+// stored lets the held delivery go and checks that it is then accepted.
+func (h held) stored(t *testing.T) {
+	t.Helper()
+	require.NoError(t, h.tx.Rollback(h.ctx))
+	select {
+	case code := <-h.answered:
+		require.Equal(t, http.StatusAccepted, code)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the held delivery was never answered")
+	}
+}
 
 // While a delivery being stored waits past the pressure target (its insert
 // held at a lock on the dedup keys), ingest notifies
@@ -25,18 +75,7 @@ func TestStorePressureNotifiesWorkers(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	pool := pgtest.OpenPool(t, url)
-	b := serve(t, pool, ingest.Options{
-		StoreTimeout: 20 * time.Second, ShedAfter: -1,
-		PressureTarget: 50 * time.Millisecond, PressureInterval: 50 * time.Millisecond,
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-
-	listener, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { listener.Close(context.Background()) })
-	_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{envelope.PressureChannel}.Sanitize())
-	require.NoError(t, err)
+	b, ctx, listener := pressureRig(t, url, pool, -1)
 
 	var mu sync.Mutex
 	var states []bool
@@ -55,29 +94,57 @@ func TestStorePressureNotifiesWorkers(t *testing.T) {
 	})
 	require.NotContains(t, state(), true, "no pressure while nothing is stored")
 
-	tx := pgtest.Tx(t, pool)
-	_, err = tx.Exec(ctx, "LOCK TABLE envelope_key IN EXCLUSIVE MODE")
-	require.NoError(t, err)
-	source, held := sample(provider.Standard, "msg_held_for_pressure")
-	answered := sendInBackground(t, b.url+"/webhooks/"+source, held)
+	release := holdADelivery(t, ctx, b, "msg_held_for_pressure")
+	answered := release.answered
 
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
 	n, err := listener.WaitForNotification(wctx)
 	require.NoError(t, err, "a notification while the delivery is held")
 	require.Equal(t, envelope.PressureChannel, n.Channel)
+	require.Empty(t, n.Payload, "plain pressure: nothing was refused")
 	require.Contains(t, state(), true, "the gauge says pressure")
 	require.Len(t, answered, 0, "the held delivery waits: pressure refuses nothing")
 
-	require.NoError(t, tx.Rollback(ctx))
-	select {
-	case code := <-answered:
-		require.Equal(t, http.StatusAccepted, code)
-	case <-time.After(20 * time.Second):
-		t.Fatal("the held delivery was never answered")
-	}
+	release.stored(t)
 	pgtest.Eventually(t, 10*time.Second, "the gauge back at 0 once the queue is empty", func() (bool, string) {
 		s := state()
 		return !s[len(s)-1], ""
 	})
+}
+
+// Once a delivery is refused because the store is behind (--shed-after),
+// the next pressure notification says so (envelope.PressureRefusing):
+// workers yield then even when they keep up. Before it, while the held
+// delivery only waits, the notifications are plain pressure.
+func TestStoreRefusalsTellWorkers(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := pgtest.OpenPool(t, url)
+	b, ctx, listener := pressureRig(t, url, pool, 300*time.Millisecond)
+	go b.srv.RunPressure(ctx, nil)
+
+	release := holdADelivery(t, ctx, b, "msg_held_before_refusals")
+	next := func() string {
+		t.Helper()
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer wcancel()
+		n, err := listener.WaitForNotification(wctx)
+		require.NoError(t, err)
+		return n.Payload
+	}
+	require.Empty(t, next(), "the held delivery only waits: plain pressure")
+	pgtest.Eventually(t, 10*time.Second, "the store queue past --shed-after", func() (bool, string) {
+		return b.store.QueueAge() > 300*time.Millisecond, ""
+	})
+	source, refused := sample(provider.Standard, "msg_refused_store_behind")
+	require.Equal(t, http.StatusServiceUnavailable, b.send(t, source, refused).code)
+	for {
+		if p := next(); p == envelope.PressureRefusing {
+			break
+		} else {
+			require.Empty(t, p, "a notification is plain pressure or says deliveries are refused")
+		}
+	}
+	release.stored(t)
 }

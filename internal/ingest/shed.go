@@ -33,6 +33,8 @@ type shedder struct {
 	// Unix nanoseconds; 0 when the last did not. Atomic: every delivery
 	// looks, and the ingest path takes no lock for it.
 	aboveSince atomic.Int64
+	// refused counts the deliveries refused at once (refuse).
+	refused atomic.Int64
 }
 
 // note records one look at the age, now: at or under target it ends the
@@ -54,7 +56,11 @@ func (s *shedder) refuse(age time.Duration, now time.Time) bool {
 	if s.target > 0 {
 		s.note(age, now)
 	}
-	return s.after > 0 && age > s.after
+	if s.after > 0 && age > s.after {
+		s.refused.Add(1)
+		return true
+	}
+	return false
 }
 
 // pressure reports whether the age has stood above target for interval, as
@@ -72,9 +78,11 @@ func (s *shedder) pressure(age time.Duration, now time.Time) bool {
 // RunPressure checks the pressure every interval until ctx ends and,
 // while there is some, notifies envelope.PressureChannel once per check
 // (a NOTIFY is a few microseconds of the database's time; workers raise
-// their limit after a silence of 300 ms and lift it after 2 s). set, when
-// not nil, is told the pressure at each check (the
-// inbox_ingest_store_pressure gauge).
+// their limit after a silence of 300 ms and lift it after 2 s). When
+// deliveries were refused since the last check (the store behind), the
+// notification says so (envelope.PressureRefusing), pressure or not:
+// workers then yield even when they keep up. set, when not nil, is told
+// the pressure at each check (the inbox_ingest_store_pressure gauge).
 func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 	if s.shed.target <= 0 {
 		return
@@ -83,6 +91,7 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 	t := time.NewTicker(s.shed.interval)
 	defer t.Stop()
 	var failedAt time.Time
+	refused := s.shed.refused.Load()
 	for {
 		select {
 		case <-ctx.Done():
@@ -92,14 +101,18 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 			if set != nil {
 				set(on)
 			}
-			if !on {
+			payload := ""
+			if n := s.shed.refused.Load(); n != refused {
+				refused, payload = n, envelope.PressureRefusing
+			}
+			if !on && payload == "" {
 				continue
 			}
 			// A second at least: a timed-out statement costs the pool its
 			// connection, and under pressure the database is slow to answer.
 			// The ticker drops the checks this one overruns.
 			nctx, cancel := context.WithTimeout(ctx, max(s.shed.interval, time.Second))
-			_, err := pool.Exec(nctx, "SELECT pg_notify($1, '')", envelope.PressureChannel)
+			_, err := pool.Exec(nctx, "SELECT pg_notify($1, $2)", envelope.PressureChannel, payload)
 			cancel()
 			if err != nil && ctx.Err() == nil && now.Sub(failedAt) > time.Minute {
 				// Under pressure the database may be slow to answer: the

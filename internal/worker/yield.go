@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/envelope"
 )
 
 // Yield slows this worker's processing while ingest says its store queue
@@ -29,19 +31,30 @@ import (
 // lasts. A batch waits for its envelopes' share of the limit before its
 // transaction (at most maxYieldWait), holding its jobs.
 //
-// Yielding defers processing, and it is bounded by how far behind it may
-// leave it: a batch whose longest-waiting job waited longer than MaxLag
-// between becoming available and being fetched does not yield. Near the machine's capacity the
-// pressure can come and go while yielding relieves nothing (ingest's
-// latency there comes from sharing the CPU at all), and without the bound
-// the backlog would then grow for as long as the load lasts, at a rate the
-// worker keeps up with when it does not yield.
+// Yielding defers processing, so it happens only while the worker is
+// already behind or ingest is refusing deliveries, and only so far: a
+// batch yields when its longest-waiting job waited between MinLag and
+// MaxLag from becoming available to being fetched, or, under MinLag, when
+// ingest said within the last refusingHold that it refuses deliveries
+// (envelope.PressureRefusing). A worker within MinLag keeps up with what
+// ingest accepts (the sustained rate is the one it keeps up with); near
+// the machine's capacity ingest's store queue passes its target now and
+// then whatever the worker does (its latency there comes from sharing the
+// CPU at all), and yielding to each blip would only make the worker fall
+// behind a load it sustains. A refused delivery is another matter: its
+// provider must resend it, and a batch processed a little later costs
+// nothing of the kind. Past MaxLag, without the bound, the backlog would
+// grow for as long as the load lasts.
 type Yield struct {
 	// MinRate is the floor, in envelopes a second.
 	MinRate float64
+	// MinLag is how far behind a batch must be to yield: one whose
+	// longest-waiting job waited less than this to be fetched (batchLag)
+	// runs without yielding (0: every batch within MaxLag yields).
+	MinLag time.Duration
 	// MaxLag bounds the deferral: a batch whose longest-waiting job
-	// waited longer than this to be fetched (batchLag) runs without
-	// yielding (so 0 never yields).
+	// waited longer than this to be fetched runs without yielding (so 0
+	// never yields).
 	MaxLag time.Duration
 	// Set, when not nil, is told the limit whenever it changes (0: not
 	// yielding): the inbox_worker_yield_limit gauge.
@@ -57,7 +70,9 @@ type Yield struct {
 	next       time.Time // when the next batch's share of the limit begins (pace)
 	lastSignal time.Time
 	lastCut    time.Time
-	rate       float64 // envelopes/s processed lately (EWMA over ticks)
+	refusing   time.Time // the last notification that ingest refuses deliveries
+	rate       float64   // envelopes/s processed lately (EWMA over ticks)
+	last       float64   // envelopes/s processed in the last tick
 	lastCount  int64
 	lastTick   time.Time
 }
@@ -67,6 +82,12 @@ type Yield struct {
 // tenth of what one worker processes on two cores, so yielding can still
 // give ingest most of the database.
 const DefaultYieldMinRate = 200
+
+// DefaultYieldMinLag is the default of Yield.MinLag (--yield-min-lag): a
+// worker whose batches waited under a second is keeping up (a received ->
+// done p99 within a second is what the sustained rate is measured by), and
+// it does not yield.
+const DefaultYieldMinLag = time.Second
 
 // DefaultYieldMaxLag is the default of Yield.MaxLag (--yield-max-lag): a
 // minute late is nothing to a payment, and it is far under the
@@ -79,6 +100,10 @@ const (
 	signalGap    = 200 * time.Millisecond
 	quietAfter   = 300 * time.Millisecond
 	releaseAfter = 2 * time.Second
+	// refusingHold is how long after ingest last said it refuses
+	// deliveries a batch under MinLag still yields (it says so at every
+	// pressure check, 100 ms by default, while it does).
+	refusingHold = time.Second
 	// maxYieldWait bounds one batch's wait for its envelopes' share of the
 	// limit: past it the batch runs anyway (a job must never time out
 	// waiting to yield).
@@ -90,10 +115,10 @@ const (
 	probeWait    = 5 * time.Second
 )
 
-// NewYield returns a Yield with floor minRate envelopes/s that defers
-// processing by at most maxLag, not yielding.
-func NewYield(minRate float64, maxLag time.Duration) *Yield {
-	return &Yield{MinRate: max(minRate, 1), MaxLag: maxLag}
+// NewYield returns a Yield with floor minRate envelopes/s that yields
+// only batches between minLag and maxLag behind, not yielding.
+func NewYield(minRate float64, minLag, maxLag time.Duration) *Yield {
+	return &Yield{MinRate: max(minRate, 1), MinLag: minLag, MaxLag: maxLag}
 }
 
 // Limit returns the current limit in envelopes/s, 0 when not yielding.
@@ -111,12 +136,38 @@ func (y *Yield) Signal(now time.Time) {
 	if now.Sub(y.lastCut) < signalGap {
 		return
 	}
-	y.lastCut = now
 	from := y.limit
 	if from == 0 {
-		from = y.rate
+		// The first cut is from the rate processed lately: the average,
+		// or the last tick's when higher (a worker that was idle and is
+		// now busy has an average far under what it does: cut from that,
+		// it would be held at the floor while the backlog grows). A worker
+		// processing under the floor has nothing to yield: no limit, and
+		// the next signal cuts from what it does then.
+		from = max(y.rate, y.last)
+		if from*0.7 < y.MinRate {
+			return
+		}
 	}
+	y.lastCut = now
 	y.setLocked(max(y.MinRate, from*0.7))
+}
+
+// Refusing records a notification, received at now, that ingest refuses
+// deliveries: a signal, and batches under MinLag yield for refusingHold.
+func (y *Yield) Refusing(now time.Time) {
+	y.mu.Lock()
+	y.refusing = now
+	y.mu.Unlock()
+	y.Signal(now)
+}
+
+// refused reports whether ingest said it refuses deliveries within
+// refusingHold before now.
+func (y *Yield) refused(now time.Time) bool {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	return !y.refusing.IsZero() && now.Sub(y.refusing) < refusingHold
 }
 
 // Tick updates the rate processed lately and raises (or lifts) the limit
@@ -129,6 +180,7 @@ func (y *Yield) Tick(now time.Time) {
 		if dt := now.Sub(y.lastTick).Seconds(); dt > 0 {
 			r := float64(n-y.lastCount) / dt
 			y.rate = 0.7*y.rate + 0.3*r
+			y.last = r
 		}
 	}
 	y.lastCount, y.lastTick = n, now
@@ -156,7 +208,8 @@ func (y *Yield) setLocked(limit float64) {
 
 // wait holds a batch of n envelopes, whose longest-waiting job waited lag
 // to be fetched, for its share of the limit (at most maxYieldWait, or
-// until ctx ends), unless lag is past MaxLag; it counts them as processed.
+// until ctx ends), unless lag is under MinLag or past MaxLag; it counts
+// them as processed. A batch that does not yield books none of the limit.
 func (y *Yield) wait(ctx context.Context, n int, lag time.Duration) {
 	if y == nil {
 		return
@@ -167,6 +220,9 @@ func (y *Yield) wait(ctx context.Context, n int, lag time.Duration) {
 		if y.Behind != nil && y.Limit() > 0 {
 			y.Behind()
 		}
+		return
+	}
+	if lag < y.MinLag && !y.refused(now) {
 		return
 	}
 	d := y.pace(now, n)
@@ -276,10 +332,15 @@ func (y *Yield) listen(ctx context.Context, cfg *pgx.ConnConfig, channel string)
 	}
 }
 
-// notified takes a notification on the channel: ingest's is a signal, a
-// listener's probe of itself (any worker's) is not.
+// notified takes a notification on the channel: ingest's is a signal (one
+// saying it refuses deliveries, more), a listener's probe of itself (any
+// worker's) is not.
 func (y *Yield) notified(payload string, now time.Time) {
-	if payload != probePayload {
+	switch payload {
+	case probePayload:
+	case envelope.PressureRefusing:
+		y.Refusing(now)
+	default:
 		y.Signal(now)
 	}
 }

@@ -35,7 +35,7 @@ func feed(y *Yield, t time.Time, perTick int64, ticks int) time.Time {
 // processed, and after releaseAfter the worker is unlimited.
 func TestYieldCutsOnPressureAndLetsGo(t *testing.T) {
 	t.Parallel()
-	y := NewYield(100, time.Minute)
+	y := NewYield(100, 0, time.Minute)
 	var set []float64
 	y.Set = func(l float64) { set = append(set, l) }
 	t0 := time.Unix(1000, 0)
@@ -76,7 +76,7 @@ func TestYieldCutsOnPressureAndLetsGo(t *testing.T) {
 // lifted or raised, the next batch goes at once or at the new pace.
 func TestYieldPacesBatchesWithoutCarryingDebt(t *testing.T) {
 	t.Parallel()
-	y := NewYield(1, time.Minute)
+	y := NewYield(1, 0, time.Minute)
 	t0 := time.Unix(1000, 0)
 	for range 10 {
 		require.Zero(t, y.pace(t0, MaxBatchLimit), "not yielding")
@@ -110,7 +110,7 @@ func TestYieldPacesBatchesWithoutCarryingDebt(t *testing.T) {
 func TestYieldWaitSleepsItsShare(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	y := NewYield(1, time.Minute)
+	y := NewYield(1, 0, time.Minute)
 	y.mu.Lock()
 	y.setLocked(200) // 60 envelopes take 300 ms
 	y.mu.Unlock()
@@ -136,7 +136,7 @@ func TestYieldWaitSleepsItsShare(t *testing.T) {
 func TestYieldDefersNoFurtherThanMaxLag(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	y := NewYield(1, time.Minute)
+	y := NewYield(1, 0, time.Minute)
 	behind := 0
 	y.Behind = func() { behind++ }
 	y.wait(ctx, 60, 2*time.Minute)
@@ -175,8 +175,8 @@ func TestBatchLag(t *testing.T) {
 }
 
 // Run listens on the channel with a connection of its own: a NOTIFY there
-// (ingest's, here sent by hand) makes the worker yield, at its floor
-// since it processed nothing lately.
+// (ingest's, here sent by hand) makes a busy worker yield; one saying
+// ingest refuses deliveries makes batches that keep up yield too.
 func TestYieldFollowsNotifications(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
@@ -185,22 +185,30 @@ func TestYieldFollowsNotifications(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	y := NewYield(50, time.Minute)
+	y := NewYield(50, time.Second, time.Minute)
 	go y.Run(ctx, cfg, envelope.PressureChannel, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	// A NOTIFY before the LISTEN is lost: send until one arrives.
+	// A NOTIFY before the LISTEN is lost: send until one arrives. The
+	// worker processes meanwhile (an idle one has nothing to yield).
 	pgtest.Eventually(t, 10*time.Second, "the worker to yield on a notification", func() (bool, string) {
+		y.processed.Add(1000)
 		_, err := pool.Exec(ctx, "SELECT pg_notify($1, '')", envelope.PressureChannel)
 		require.NoError(t, err)
 		return y.Limit() > 0, fmt.Sprintf("limit %v", y.Limit())
 	})
-	require.Equal(t, 50.0, y.Limit())
+	require.GreaterOrEqual(t, y.Limit(), 50.0)
+	require.False(t, y.refused(time.Now()), "plain pressure: batches that keep up do not yield")
+	pgtest.Eventually(t, 10*time.Second, "the worker to hear that ingest refuses deliveries", func() (bool, string) {
+		_, err := pool.Exec(ctx, "SELECT pg_notify($1, $2)", envelope.PressureChannel, envelope.PressureRefusing)
+		require.NoError(t, err)
+		return y.refused(time.Now()), ""
+	})
 }
 
 // Every batch goes through the yield before its transaction.
 func TestBatchesGoThroughTheYield(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t)
-	r.w.Yield = NewYield(1, time.Minute)
+	r.w.Yield = NewYield(1, 0, time.Minute)
 	ids := payments(t, r, 3, "yield")
 	for _, ch := range r.batch(t, ids) {
 		require.NoError(t, verdict(t, ch))
@@ -213,10 +221,72 @@ func TestBatchesGoThroughTheYield(t *testing.T) {
 // receives) is not a signal; ingest's notification is.
 func TestYieldIgnoresProbes(t *testing.T) {
 	t.Parallel()
-	y := NewYield(50, time.Minute)
-	now := time.Unix(1000, 0)
+	y := NewYield(50, 0, time.Minute)
+	t0 := time.Unix(1000, 0)
+	y.Tick(t0)
+	now := feed(y, t0, 100, 20) // 1,000/s
 	y.notified(probePayload, now)
 	require.Zero(t, y.Limit(), "a probe: not yielding")
+	require.False(t, y.refused(now))
 	y.notified("", now)
-	require.Equal(t, 50.0, y.Limit(), "ingest's notification: yielding")
+	require.InDelta(t, 700, y.Limit(), 7, "ingest's notification: yielding")
+	require.False(t, y.refused(now), "plain pressure")
+	y.notified(envelope.PressureRefusing, now.Add(signalGap))
+	require.InDelta(t, 490, y.Limit(), 5, "ingest refusing deliveries: a signal too")
+	require.True(t, y.refused(now.Add(signalGap)))
+}
+
+// The first cut is from what the worker does: a worker processing under
+// its floor has nothing to yield, and one that just became busy is cut
+// from its last tick's rate, not from an average still weighed down by the
+// idle time before (which would hold it at its floor while its backlog
+// grows).
+func TestYieldCutsFromWhatABusyWorkerDoes(t *testing.T) {
+	t.Parallel()
+	y := NewYield(100, 0, time.Minute)
+	t0 := time.Unix(1000, 0)
+	y.Tick(t0)
+	now := feed(y, t0, 0, 20) // idle for 2 s
+	y.Signal(now)
+	require.Zero(t, y.Limit(), "idle: nothing to yield")
+	now = feed(y, now, 10, 10) // 100/s, under the floor once cut
+	y.Signal(now)
+	require.Zero(t, y.Limit(), "processing under the floor: nothing to yield")
+	now = feed(y, now, 100, 1) // busy: 1,000/s in the last tick
+	require.Less(t, y.rate, 500.0, "the average still remembers the idle time")
+	y.Signal(now)
+	require.InDelta(t, 700, y.Limit(), 7, "cut from the last tick's rate")
+}
+
+// A batch yields only when it is behind (its longest wait at least
+// MinLag) or while ingest says it refuses deliveries (for refusingHold
+// after the last time it said so); one that keeps up books none of the
+// limit, so the next batch behind waits only its own share.
+func TestYieldOnlyWhenBehindOrRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	y := NewYield(1, time.Second, time.Minute)
+	y.mu.Lock()
+	y.setLocked(240) // 60 envelopes take 250 ms
+	y.mu.Unlock()
+	start := time.Now()
+	for range 4 {
+		y.wait(ctx, 60, 500*time.Millisecond)
+	}
+	require.Less(t, time.Since(start), 200*time.Millisecond, "keeping up: no batch waits")
+	y.wait(ctx, 60, 2*time.Second) // behind: the first after a lull goes at once, booking 250 ms
+	start = time.Now()
+	y.wait(ctx, 60, 2*time.Second)
+	waited := time.Since(start)
+	require.GreaterOrEqual(t, waited, 200*time.Millisecond, "behind: it waits its share")
+	require.Less(t, waited, 450*time.Millisecond, "the batches that kept up booked none")
+
+	now := time.Now()
+	y.Refusing(now) // also a signal: the limit is cut to 168/s
+	require.True(t, y.refused(now.Add(refusingHold-time.Millisecond)))
+	require.False(t, y.refused(now.Add(refusingHold)), "held for refusingHold")
+	start = time.Now()
+	y.wait(ctx, 60, 0)
+	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "ingest refusing: a batch that keeps up yields too")
+	require.EqualValues(t, 420, y.processed.Load(), "every envelope counted")
 }
