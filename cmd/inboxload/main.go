@@ -4,6 +4,7 @@
 //
 //	inboxload send --url URL --secret-env VAR [--concurrency N | --rate R] [--count N | --duration D] [--merchants M]
 //	        [--timeout D] [--deadline D] [--resend-refused] [--verify-database-url URL]
+//	        [--timeline D] [--warm-conns N]
 //	    send distinct, freshly signed Standard Webhooks payment deliveries to
 //	    POST URL/webhooks/<--source>: closed loop with --concurrency senders,
 //	    or open loop at --rate deliveries/s (each sent when due on its own
@@ -16,7 +17,10 @@
 //	    delivery that got no 2xx once afterwards; --verify-database-url
 //	    checks that every acknowledged delivery is stored, which refused ones
 //	    are (their resend must answer 200 duplicate), and, after resends,
-//	    that every delivery is stored exactly once.
+//	    that every delivery is stored exactly once. It also says how late
+//	    the requests were written (the sender's own lag) and how many opened
+//	    a connection; --timeline gives the figures per window of due time;
+//	    --warm-conns opens N connections before the clock starts.
 //	inboxload drain --database-url URL [--timeout D] [--since RFC3339]
 //	    wait until no envelope received since --since is pending, then print
 //	    one JSON line: envelopes, processing rate (first to last
