@@ -207,28 +207,35 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	// post sends delivery n, due at due; the answer says when its request
 	// was written (after due) and whether it dialed, answered or not.
 	post := func(n int64, due time.Time) (answer, error) {
-		var a answer
 		m := fmt.Sprintf("m_%03d", n%int64(*merchants))
 		d := webhooktest.Delivery{Provider: provider.Standard, Secret: secret, DeliveryID: id(n),
 			Body: padBody(webhooktest.StandardPayment("pay_"+id(n), m, 1000+n%1000, "EUR"), *bodyBytes, id(n))}
+		// The transport calls these on its own goroutines, WroteRequest
+		// possibly after Do returned (a server may answer before it has
+		// read the body): atomics, read once the answer is in.
+		var written atomic.Int64
+		var dialed atomic.Bool
 		trace := &httptrace.ClientTrace{
-			GotConn:      func(c httptrace.GotConnInfo) { a.dialed = !c.Reused },
-			WroteRequest: func(httptrace.WroteRequestInfo) { a.written = time.Since(due) },
+			GotConn:      func(c httptrace.GotConnInfo) { dialed.Store(!c.Reused) },
+			WroteRequest: func(httptrace.WroteRequestInfo) { written.Store(int64(time.Since(due))) },
+		}
+		traced := func(a answer) answer {
+			a.written, a.dialed = time.Duration(written.Load()), dialed.Load()
+			return a
 		}
 		req, err := d.Request(httptrace.WithClientTrace(ctx, trace), endpoint)
 		if err != nil {
-			return a, err
+			return answer{}, err
 		}
 		resp, err := client.Do(req)
 		if err != nil {
-			return a, err
+			return traced(answer{}), err
 		}
 		defer resp.Body.Close()
 		var body struct{ Status string }
 		b, _ := io.ReadAll(resp.Body)
 		_ = json.Unmarshal(b, &body)
-		a.code, a.status = resp.StatusCode, body.Status
-		return a, nil
+		return traced(answer{code: resp.StatusCode, status: body.Status}), nil
 	}
 
 	if *warmConns > 0 {

@@ -60,7 +60,7 @@ func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
 		case 1:
 			w.WriteHeader(http.StatusAccepted)
 		default:
-			time.Sleep(400 * time.Millisecond) // past --timeout
+			time.Sleep(time.Second) // past --timeout
 			w.WriteHeader(http.StatusAccepted)
 		}
 	}))
@@ -68,7 +68,7 @@ func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
 	env := map[string]string{"S": "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA=="}
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"send", "--url", srv.URL, "--secret-env", "S", "--rate", "100", "--count", "9",
-		"--timeout", "100ms", "--deadline", "90ms", "--resend-refused", "--prefix", "t"}, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
+		"--timeout", "500ms", "--deadline", "450ms", "--resend-refused", "--prefix", "t"}, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
 	var res sendResult
 	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
 	require.Equal(t, []int64{9, 3, 3, 3}, []int64{res.Sent, res.Acknowledged, res.Non2xx, res.Errors})
@@ -76,7 +76,7 @@ func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
 	require.Equal(t, map[string]int{"timeout": 3}, res.Unanswered, "why they were left unanswered")
 	require.NotNil(t, res.Late)
 	require.GreaterOrEqual(t, *res.Late, int64(3), "the unanswered ones count as late")
-	require.GreaterOrEqual(t, res.Maxms, 100.0, "an unanswered request counts at the time it was given up")
+	require.GreaterOrEqual(t, res.Maxms, 500.0, "an unanswered request counts at the time it was given up")
 	require.NotNil(t, res.Resent)
 	require.Equal(t, map[string]int{"503": 3, "unanswered": 3}, res.Resent.Codes)
 	require.Equal(t, int64(6), resends.Load())
@@ -150,9 +150,12 @@ func TestWindowsGroupByDueTime(t *testing.T) {
 }
 
 // --warm-conns opens the connections before the clock starts (GETs of
-// /readyz, concurrently, one connection each), and the load reuses them:
-// no request of the load dials. Without it the first requests dial, and
-// the figures say how many.
+// /readyz, concurrently, one connection each), and the load reuses them.
+// Here every request is held 150 ms and they are due 20 ms apart, so the
+// load needs five connections at once: a cold sender dials all five, a
+// warm one none (one at most: a connection whose answer was just read can
+// be back in the client's pool a moment after the load's first request
+// looked).
 func TestWarmConnsAreOpenBeforeTheLoad(t *testing.T) {
 	t.Parallel()
 	var conns, readyz atomic.Int64
@@ -162,6 +165,7 @@ func TestWarmConnsAreOpenBeforeTheLoad(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // held, so that each takes a connection of its own
 			return
 		}
+		time.Sleep(150 * time.Millisecond)
 		w.WriteHeader(http.StatusAccepted)
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -180,16 +184,37 @@ func TestWarmConnsAreOpenBeforeTheLoad(t *testing.T) {
 		require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
 		require.EqualValues(t, 5, res.Acknowledged)
 		require.Positive(t, res.WrittenP99ms, "every request was written")
+		require.Equal(t, res.Dialed, int64(res.Timeline[0].Dialed), "the window counts what the run counts")
 		return res
 	}
-	warm := send("--warm-conns", "4", "--prefix", "warm")
-	require.EqualValues(t, 4, readyz.Load())
-	require.EqualValues(t, 4, conns.Load(), "four connections, all opened before the load")
-	require.Zero(t, warm.Dialed, "the load reused them")
-	require.Zero(t, warm.Timeline[0].Dialed)
+	warm := send("--warm-conns", "5", "--prefix", "warm")
+	require.EqualValues(t, 5, readyz.Load())
+	require.LessOrEqual(t, warm.Dialed, int64(1), "the load reused the connections opened before it")
+	require.GreaterOrEqual(t, conns.Load(), int64(5), "five opened before the load")
+	require.LessOrEqual(t, conns.Load(), int64(6), "and one more at most for the load")
 
 	cold := send("--prefix", "cold")
-	require.Positive(t, cold.Dialed, "a sender with no connection open dials")
-	require.Equal(t, cold.Dialed, int64(cold.Timeline[0].Dialed))
-	require.EqualValues(t, 4+cold.Dialed, conns.Load())
+	require.EqualValues(t, 5, cold.Dialed, "a sender with no connection open dials one for each request in flight")
+}
+
+// A server may answer before it has read a request's body (ingest refuses
+// at once when its store is behind): the request's write then ends after
+// the answer came back, and recording when it ended must not race with
+// reading the answer (run with -race).
+func TestAnswerBeforeTheBodyIsRead(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "5")
+		w.WriteHeader(http.StatusServiceUnavailable) // the body is never read
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"S": "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA=="}
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"send", "--url", srv.URL, "--secret-env", "S", "--rate", "50", "--count", "5",
+		"--body-bytes", "1000000", "--timeline", "1s", "--prefix", "early"}, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
+	var res sendResult
+	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
+	require.EqualValues(t, 5, res.Sent)
+	require.Zero(t, res.Acknowledged)
+	require.EqualValues(t, 5, res.Non2xx+res.Errors, "each refused, or cut off while it was still being written")
 }
