@@ -105,9 +105,9 @@ type sendResult struct {
 	RefusedP99ms float64 `json:"refused_p99_ms,omitempty"`
 	RefusedMaxms float64 `json:"refused_max_ms,omitempty"`
 	// WrittenP99ms: how late the requests were written, from when each was
-	// due until its last byte was (this tool's own lag, or the server not
-	// reading); Dialed: the requests that opened a connection (the rest
-	// reused an idle one). As in each --timeline window.
+	// due until its headers were (this tool's own lag, the dial included);
+	// Dialed: the requests that opened a connection (the rest reused an
+	// idle one). As in each --timeline window.
 	WrittenP99ms float64 `json:"written_p99_ms"`
 	Dialed       int64   `json:"dialed"`
 	// Late counts requests answered (or given up) later than --deadline
@@ -143,10 +143,10 @@ type window struct {
 	Unanswered int     `json:"unanswered"`
 	AckP50ms   float64 `json:"ack_p50_ms"`
 	AckP99ms   float64 `json:"ack_p99_ms"`
-	// WrittenP99ms is how late this tool finished writing the requests
-	// (from when each was due until its last byte was written): the share
-	// of the latency that is the sender's own (or the server not reading),
-	// not the server's answer. Dialed counts the requests that opened a
+	// WrittenP99ms is how late this tool wrote the requests (from when
+	// each was due until its headers were written): the share of the
+	// latency that is the sender's own (its dial included), not the
+	// server's answer. Dialed counts the requests that opened a
 	// new connection rather than reuse an idle one.
 	WrittenP99ms float64 `json:"written_p99_ms"`
 	Dialed       int     `json:"dialed"`
@@ -169,8 +169,8 @@ type answer struct {
 	status string
 	due    time.Duration // after the load's start
 	late   time.Duration
-	// written is when the request was written, after it was due (0: it
-	// never was); dialed: it opened a new connection.
+	// written is when the request's headers were written, after it was
+	// due (0: they never were); dialed: it opened a new connection.
 	written time.Duration
 	dialed  bool
 }
@@ -210,14 +210,16 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		m := fmt.Sprintf("m_%03d", n%int64(*merchants))
 		d := webhooktest.Delivery{Provider: provider.Standard, Secret: secret, DeliveryID: id(n),
 			Body: padBody(webhooktest.StandardPayment("pay_"+id(n), m, 1000+n%1000, "EUR"), *bodyBytes, id(n))}
-		// The transport calls these on its own goroutines, WroteRequest
-		// possibly after Do returned (a server may answer before it has
-		// read the body): atomics, read once the answer is in.
+		// The transport calls these on its own goroutines: atomics, read
+		// once the answer is in. The headers, not the whole request: a
+		// server may answer before it has read the body (ingest's
+		// refusals do), and the write then ends after the answer; the
+		// headers are written before any answer can come.
 		var written atomic.Int64
 		var dialed atomic.Bool
 		trace := &httptrace.ClientTrace{
 			GotConn:      func(c httptrace.GotConnInfo) { dialed.Store(!c.Reused) },
-			WroteRequest: func(httptrace.WroteRequestInfo) { written.Store(int64(time.Since(due))) },
+			WroteHeaders: func() { written.Store(int64(time.Since(due))) },
 		}
 		traced := func(a answer) answer {
 			a.written, a.dialed = time.Duration(written.Load()), dialed.Load()

@@ -139,12 +139,14 @@ func TestStoreRefusalsTellWorkers(t *testing.T) {
 	})
 	source, refused := sample(provider.Standard, "msg_refused_store_behind")
 	require.Equal(t, http.StatusServiceUnavailable, b.send(t, source, refused).code)
-	for {
-		if p := next(); p == envelope.PressureRefusing {
-			break
-		} else {
+	told := false
+	for deadline := time.Now().Add(10 * time.Second); !told && time.Now().Before(deadline); {
+		p := next()
+		told = p == envelope.PressureRefusing
+		if !told {
 			require.Empty(t, p, "a notification is plain pressure or says deliveries are refused")
 		}
 	}
+	require.True(t, told, "within 10 s of the refusal, a notification said deliveries are refused")
 	release.stored(t)
 }

@@ -81,7 +81,9 @@ func (s *shedder) pressure(age time.Duration, now time.Time) bool {
 // their limit after a silence of 300 ms and lift it after 2 s). When
 // deliveries were refused since the last check (the store behind), the
 // notification says so (envelope.PressureRefusing), pressure or not:
-// workers then yield even when they keep up. set, when not nil, is told
+// workers then yield even when they keep up (until the notification is
+// sent, every check tries again). With no pressure target nothing is
+// notified, refusals included. set, when not nil, is told
 // the pressure at each check (the inbox_ingest_store_pressure gauge).
 func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 	if s.shed.target <= 0 {
@@ -102,8 +104,9 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 				set(on)
 			}
 			payload := ""
-			if n := s.shed.refused.Load(); n != refused {
-				refused, payload = n, envelope.PressureRefusing
+			n := s.shed.refused.Load()
+			if n != refused {
+				payload = envelope.PressureRefusing
 			}
 			if !on && payload == "" {
 				continue
@@ -114,6 +117,9 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 			nctx, cancel := context.WithTimeout(ctx, max(s.shed.interval, time.Second))
 			_, err := pool.Exec(nctx, "SELECT pg_notify($1, $2)", envelope.PressureChannel, payload)
 			cancel()
+			if err == nil {
+				refused = n // refusals not told yet are told at the next check
+			}
 			if err != nil && ctx.Err() == nil && now.Sub(failedAt) > time.Minute {
 				// Under pressure the database may be slow to answer: the
 				// next check tries again. Said once a minute at most.

@@ -206,7 +206,8 @@ func (a *attempt) settle(r result, b bounds) {
 
 // yieldThenProcess is the group commit's batch: processBatch, after the
 // batch's share of the yield limit while ingest reports store pressure
-// (none once its longest-waiting job waited past the yield's MaxLag).
+// (none when its longest-waiting job waited under the yield's MinLag,
+// unless ingest refuses deliveries, or past its MaxLag).
 func (w *ProcessWorker) yieldThenProcess(ctx context.Context, jobs []*river.Job[envelope.ProcessArgs]) []groupcommit.Result[error] {
 	w.Yield.wait(ctx, len(jobs), batchLag(jobs))
 	return w.processBatch(ctx, jobs)

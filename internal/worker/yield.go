@@ -23,8 +23,9 @@ import (
 // drains at the worker's full rate once the pressure ends.
 //
 // The limit is an envelope rate, adjusted as TCP adjusts its window: each
-// signal cuts it by 30 % (at most once per signalGap), the first from the
-// rate processed lately; each tick with no signal for quietAfter raises
+// signal cuts it by 30 % (at most once per signalGap, and only when a batch
+// was held to it since the last cut), the first from the rate processed
+// lately; each tick with no signal for quietAfter raises
 // it by 1 %, never past 1.5 times the rate processed lately; after
 // releaseAfter without a signal the worker is unlimited again. It never
 // goes below MinRate, so processing goes on however long the pressure
@@ -71,10 +72,15 @@ type Yield struct {
 	lastSignal time.Time
 	lastCut    time.Time
 	refusing   time.Time // the last notification that ingest refuses deliveries
-	rate       float64   // envelopes/s processed lately (EWMA over ticks)
-	last       float64   // envelopes/s processed in the last tick
-	lastCount  int64
-	lastTick   time.Time
+	// paced: a batch was held to the limit (pace) since the last cut.
+	// Only then does a signal cut further: a limit no batch is held to
+	// (every batch keeping up, under MinLag) relieves nothing, and cutting
+	// it on would leave a worker that falls behind at its floor at once.
+	paced     bool
+	rate      float64 // envelopes/s processed lately (EWMA over ticks)
+	last      float64 // envelopes/s processed in the last tick
+	lastCount int64
+	lastTick  time.Time
 }
 
 // DefaultYieldMinRate is the default floor of Yield (--yield-min-rate),
@@ -137,7 +143,8 @@ func (y *Yield) Signal(now time.Time) {
 		return
 	}
 	from := y.limit
-	if from == 0 {
+	switch {
+	case from == 0:
 		// The first cut is from the rate processed lately: the average,
 		// or the last tick's when higher (a worker that was idle and is
 		// now busy has an average far under what it does: cut from that,
@@ -145,11 +152,13 @@ func (y *Yield) Signal(now time.Time) {
 		// processing under the floor has nothing to yield: no limit, and
 		// the next signal cuts from what it does then.
 		from = max(y.rate, y.last)
-		if from*0.7 < y.MinRate {
+		if from < y.MinRate {
 			return
 		}
+	case !y.paced:
+		return // no batch held to the limit since the last cut
 	}
-	y.lastCut = now
+	y.lastCut, y.paced = now, false
 	y.setLocked(max(y.MinRate, from*0.7))
 }
 
@@ -250,6 +259,7 @@ func (y *Yield) pace(now time.Time, n int) time.Duration {
 		y.next = time.Time{}
 		return 0
 	}
+	y.paced = true
 	per := func(k int) time.Duration { return time.Duration(float64(k) / y.limit * float64(time.Second)) }
 	if y.next.Before(now) {
 		y.next = now // after a lull the batch goes at once; nothing is saved up
