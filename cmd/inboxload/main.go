@@ -201,7 +201,8 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	if secret == "" {
 		return fmt.Errorf("%s is not set", *secretEnv)
 	}
-	endpoint := strings.TrimRight(*url, "/") + "/webhooks/" + *source
+	base := strings.TrimRight(*url, "/")
+	endpoint := base + "/webhooks/" + *source
 	client := &http.Client{Timeout: *timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}}
 	id := func(n int64) string { return fmt.Sprintf("%s-%d", *prefix, n) }
 	// post sends delivery n, due at due; the answer says when its request
@@ -247,7 +248,7 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		var wg sync.WaitGroup
 		for range *warmConns {
 			wg.Go(func() {
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(*url, "/")+"/readyz", nil)
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
 				if err != nil {
 					return
 				}

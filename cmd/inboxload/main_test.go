@@ -151,24 +151,17 @@ func TestWindowsGroupByDueTime(t *testing.T) {
 
 // --warm-conns opens the connections before the clock starts (GETs of
 // /readyz, concurrently, one connection each), and the load reuses them.
-// Here the load's five requests are answered only once all five are in,
-// so it needs five connections at once: a cold sender dials all five, a
-// warm one none (one at most: a connection whose answer was just read can
-// be back in the client's pool a moment after the load's first request
-// looked).
+// Here every request is answered only once five are in (the warm GETs, then
+// the load's POSTs), so each takes a connection of its own and the load
+// needs five at once: a cold sender dials all five, a warm one none (one at
+// most: a connection whose answer was just read can be back in the client's
+// pool a moment after the load's first request looked).
 func TestWarmConnsAreOpenBeforeTheLoad(t *testing.T) {
 	t.Parallel()
 	var conns, readyz, arrived atomic.Int64
-	var five atomic.Value
+	var five atomic.Value // the current round's channel, closed when its fifth request is in
 	five.Store(make(chan struct{}))
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/readyz" {
-			readyz.Add(1)
-			time.Sleep(50 * time.Millisecond) // held, so that each takes a connection of its own
-			return
-		}
-		// Answered once five are in (or after 2 s): the load's five are in
-		// flight at once.
 		round := five.Load().(chan struct{})
 		if arrived.Add(1)%5 == 0 {
 			five.Store(make(chan struct{}))
@@ -177,6 +170,10 @@ func TestWarmConnsAreOpenBeforeTheLoad(t *testing.T) {
 		select {
 		case <-round:
 		case <-time.After(2 * time.Second):
+		}
+		if r.URL.Path == "/readyz" {
+			readyz.Add(1)
+			return
 		}
 		w.WriteHeader(http.StatusAccepted)
 	}))
