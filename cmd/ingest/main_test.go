@@ -225,6 +225,8 @@ func TestIdleConnectionsAtTheCapDoNotShutIngest(t *testing.T) {
 	// The store queue's limits are exported at their defaults (issue 25:
 	// how the limit is chosen, as a metric).
 	require.Regexp(t, `(?m)^inbox_ingest_shed_after_seconds 0\.25$`, string(body))
+	require.Regexp(t, `(?m)^inbox_ingest_shed_after_overload_seconds 0\.07$`, string(body))
+	require.Regexp(t, `(?m)^inbox_ingest_shed_limit_seconds 0\.25$`, string(body), "nothing refused for the queue: the limit is --shed-after")
 	require.Regexp(t, `(?m)^inbox_ingest_pressure_target_seconds 0\.035$`, string(body))
 	require.Regexp(t, `(?m)^inbox_ingest_store_pressure 0$`, string(body))
 }
@@ -248,6 +250,7 @@ func TestIngestFlagRules(t *testing.T) {
 		{[]string{"--store-concurrency", "4", "--db-max-conns", "5"}, "--db-max-conns at least --store-concurrency + 2"},
 		{[]string{"--shed-after", "20ms"}, "--pressure-target below --shed-after"},
 		{[]string{"--shed-after", "20ms", "--pressure-target", "0"}, "--pressure-target below --shed-after"},
+		{[]string{"--shed-after-overload", "300ms"}, "--shed-after-overload must be at most --shed-after"},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), tc.args, func(k string) string { return env[k] }, &out, &out)
@@ -265,7 +268,7 @@ func TestIngestFlagRules(t *testing.T) {
 // where the flags' help puts it.
 func TestLimitsCheckBoundaries(t *testing.T) {
 	t.Parallel()
-	ok := limits{storeTimeout: 3 * time.Second, shedAfter: 250 * time.Millisecond, maxConnsOpen: defaultMaxConns,
+	ok := limits{storeTimeout: 3 * time.Second, shedAfter: 250 * time.Millisecond, shedAfterOverload: ingest.DefaultShedAfterOverload, maxConnsOpen: defaultMaxConns,
 		pressureTarget: ingest.DefaultPressureTarget, pressureInterval: ingest.DefaultPressureInterval,
 		maxBodies: ingest.DefaultMaxInflightBodyBytes, storeBatch: 64, storeConcurrency: 2, dbMaxConns: 20}
 	require.NoError(t, ok.check(), "the defaults")
@@ -276,6 +279,9 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 		"shed-after negative: never":      {func(l *limits) { l.shedAfter = -time.Second }, true},
 		"shed-after just under deadline":  {func(l *limits) { l.shedAfter = l.storeTimeout - time.Millisecond }, true},
 		"shed-after at the deadline":      {func(l *limits) { l.shedAfter = l.storeTimeout }, false},
+		"overload at shed-after":          {func(l *limits) { l.shedAfterOverload = l.shedAfter }, true},
+		"overload past shed-after":        {func(l *limits) { l.shedAfterOverload = l.shedAfter + time.Millisecond }, false},
+		"overload with shed-after never":  {func(l *limits) { l.shedAfterOverload, l.shedAfter = time.Second, -1 }, true},
 		"one connection":                  {func(l *limits) { l.maxConnsOpen = 1 }, true},
 		"no connection":                   {func(l *limits) { l.maxConnsOpen = 0 }, false},
 		"body budget of one free body":    {func(l *limits) { l.maxBodies = ingest.FreeBodyBytes }, true},
@@ -286,7 +292,7 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 		"batch of zero":                   {func(l *limits) { l.storeBatch = 0 }, false},
 		"pressure just under shed-after":  {func(l *limits) { l.pressureTarget = l.shedAfter - time.Millisecond }, true},
 		"pressure at shed-after":          {func(l *limits) { l.pressureTarget = l.shedAfter }, false},
-		"pressure negative: never":        {func(l *limits) { l.pressureTarget, l.shedAfter = -1, 10*time.Millisecond }, true},
+		"pressure negative: never":        {func(l *limits) { l.pressureTarget, l.shedAfter, l.shedAfterOverload = -1, 10*time.Millisecond, 0 }, true},
 		"pressure with shed-after never":  {func(l *limits) { l.pressureTarget, l.shedAfter = time.Second, -1 }, true},
 		"pressure interval zero":          {func(l *limits) { l.pressureInterval = 0 }, false},
 		"pressure interval 10ms":          {func(l *limits) { l.pressureInterval = 10 * time.Millisecond }, true},

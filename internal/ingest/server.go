@@ -38,6 +38,15 @@ type Options struct {
 	// would only wait behind it for its deadline. Default
 	// DefaultShedAfter (at most StoreTimeout/3); negative: never.
 	ShedAfter time.Duration
+	// ShedAfterOverload is the shorter store queue age past which
+	// deliveries are refused once ingest is over capacity: from a refusal
+	// (the queue reached ShedAfter) until a second passes with none. More
+	// is offered than the database commits, and the queue would otherwise
+	// sit at ShedAfter, every accepted delivery waiting that long; it sits
+	// near this instead. A blip under ShedAfter refuses nothing, as before.
+	// Default DefaultShedAfterOverload (at most ShedAfter); negative, or
+	// with ShedAfter negative: never (ShedAfter alone).
+	ShedAfterOverload time.Duration
 	// PressureTarget: while the store queue age stands above it for
 	// PressureInterval, ingest notifies envelope.PressureChannel every interval
 	// (RunPressure) and workers yield the database to it. Default
@@ -99,7 +108,7 @@ func New(sources map[string]Source, store *envelope.Store, logger *slog.Logger, 
 	}
 	opts = opts.WithDefaults()
 	s.storeTimeout = opts.StoreTimeout
-	s.shed = &shedder{after: opts.ShedAfter, target: opts.PressureTarget, interval: opts.PressureInterval}
+	s.shed = &shedder{after: opts.ShedAfter, target: opts.PressureTarget, interval: opts.PressureInterval, overload: opts.ShedAfterOverload}
 	s.retryAfterSeconds = int(opts.RetryAfter / time.Second)
 	if s.retryAfterSeconds <= 0 {
 		s.retryAfterSeconds = 5
@@ -141,6 +150,12 @@ func (o Options) WithDefaults() Options {
 	if o.PressureInterval <= 0 {
 		o.PressureInterval = DefaultPressureInterval
 	}
+	if o.ShedAfterOverload == 0 {
+		o.ShedAfterOverload = min(DefaultShedAfterOverload, o.ShedAfter)
+	}
+	if o.ShedAfter <= 0 {
+		o.ShedAfterOverload = -1 // nothing refused for the queue's age
+	}
 	return o
 }
 
@@ -155,9 +170,26 @@ const DefaultStoreTimeout = 3 * time.Second
 // 250 ms kept the p99 under 0.5-1 s with every request answered.
 const DefaultShedAfter = 250 * time.Millisecond
 
+// DefaultShedAfterOverload is the default of Options.ShedAfterOverload:
+// twice the default pressure target, the queue age workers are asked to
+// hold ingest's store at. Measured (docs/benchmarks.md, "Holding the queue
+// short once overloaded"): with ingest's store at its capacity and 1.5x
+// that offered, accepted deliveries' p99 from due was 292-308 ms against
+// 676-716 ms with --shed-after alone.
+const DefaultShedAfterOverload = 70 * time.Millisecond
+
 // ShedAfter returns the store queue age past which deliveries are refused
 // at once (negative: never).
 func (s *Server) ShedAfter() time.Duration { return s.shed.after }
+
+// ShedAfterOverload returns the store queue age past which deliveries are
+// refused while ingest is over capacity (negative: never).
+func (s *Server) ShedAfterOverload() time.Duration { return s.shed.overload }
+
+// ShedLimit returns the store queue age past which a delivery arriving now
+// is refused: ShedAfter, or ShedAfterOverload within a second of the last
+// refusal (negative: never).
+func (s *Server) ShedLimit() time.Duration { return s.shed.limit(time.Now()) }
 
 // PressureTarget returns the store queue age that, standing for the
 // pressure interval, makes ingest ask workers to yield (Options.PressureTarget

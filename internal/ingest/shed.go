@@ -14,6 +14,10 @@ const (
 	DefaultPressureInterval = 100 * time.Millisecond
 )
 
+// overloadHold is how long ingest counts itself over capacity after the
+// last delivery refused for the store queue's age (Options.ShedAfterOverload).
+const overloadHold = time.Second
+
 // shedder reads the store queue age (how long the oldest delivery being
 // stored has waited) as each delivery arrives, for two decisions:
 //
@@ -25,14 +29,24 @@ const (
 //     target: more is asked of the database than it does at that latency,
 //     not a blip that clears by itself. Ingest then notifies
 //     envelope.PressureChannel (RunPressure) and workers yield the
-//     database to it. Nothing is refused for pressure.
+//     database to it. Nothing is refused for pressure alone;
+//   - overload: once a delivery was refused, the queue having reached
+//     after, more is offered than the database commits (or it is stalled),
+//     and the queue would sit at after, every accepted delivery waiting that
+//     long. Deliveries are then refused past the shorter overload
+//     (--shed-after-overload) instead, until none has been for
+//     overloadHold: the queue, and each accepted delivery's wait, stays
+//     near it.
 type shedder struct {
-	after, target, interval time.Duration
+	after, target, interval, overload time.Duration
 
 	// aboveSince is since when every look found the age above target, in
 	// Unix nanoseconds; 0 when the last did not. Atomic: every delivery
 	// looks, and the ingest path takes no lock for it.
 	aboveSince atomic.Int64
+	// overloadUntil is until when the shorter limit holds after the last
+	// delivery refused, in Unix nanoseconds.
+	overloadUntil atomic.Int64
 	// refused counts the deliveries refused at once (refuse).
 	refused atomic.Int64
 }
@@ -56,11 +70,28 @@ func (s *shedder) refuse(age time.Duration, now time.Time) bool {
 	if s.target > 0 {
 		s.note(age, now)
 	}
-	if s.after > 0 && age > s.after {
-		s.refused.Add(1)
-		return true
+	if s.after <= 0 {
+		return false
 	}
-	return false
+	limit := s.limit(now)
+	if age <= limit {
+		return false
+	}
+	s.refused.Add(1)
+	if s.overload > 0 {
+		s.overloadUntil.Store(now.Add(overloadHold).UnixNano())
+	}
+	return true
+}
+
+// limit returns the store queue age past which a delivery arriving now is
+// refused: overload within overloadHold of the last refusal, after
+// otherwise.
+func (s *shedder) limit(now time.Time) time.Duration {
+	if s.overload > 0 && now.UnixNano() < s.overloadUntil.Load() {
+		return s.overload
+	}
+	return s.after
 }
 
 // pressure reports whether the age has stood above target for interval, as

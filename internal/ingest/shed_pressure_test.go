@@ -35,3 +35,36 @@ func TestShedderPressureNeedsAStandingQueue(t *testing.T) {
 	require.False(t, off.refuse(time.Hour, t0), "negative after: never refused")
 	require.False(t, off.pressure(time.Hour, t0.Add(time.Hour)), "negative target: never pressure")
 }
+
+// Once a delivery was refused (the queue past after), ingest is over
+// capacity: a delivery finding the age past overload is refused too, and
+// each such refusal holds the shorter limit a second more; an age between
+// the two is a blip otherwise, and passes. With overload off, after alone
+// decides; with after off, nothing is refused.
+func TestShedderHoldsTheShorterLimitOnceRefusing(t *testing.T) {
+	t.Parallel()
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	t0 := time.Unix(1000, 0)
+	at := func(n int) time.Time { return t0.Add(ms(n)) }
+	s := &shedder{after: ms(250), overload: ms(70), target: ms(35), interval: ms(100)}
+
+	require.Equal(t, ms(250), s.limit(t0))
+	require.False(t, s.refuse(ms(200), t0), "a blip under after: passes")
+	require.False(t, s.refuse(ms(250), at(1)), "at after: passes")
+	require.True(t, s.refuse(ms(251), at(2)), "past after: refused")
+	require.Equal(t, ms(70), s.limit(at(3)), "refusing: the shorter limit")
+	require.False(t, s.refuse(ms(70), at(3)), "at overload: passes")
+	require.True(t, s.refuse(ms(71), at(500)), "past overload within the hold: refused, and the hold starts again")
+	require.Equal(t, ms(70), s.limit(at(1499)), "a second after the last refusal, not the first")
+	require.Equal(t, ms(250), s.limit(at(1500)), "a second with none refused: after again")
+	require.False(t, s.refuse(ms(200), at(1500)))
+	require.Equal(t, int64(2), s.refused.Load(), "both refusals counted (RunPressure tells the workers)")
+
+	off := &shedder{after: ms(250), overload: -1}
+	require.True(t, off.refuse(ms(251), t0))
+	require.False(t, off.refuse(ms(200), at(1)), "no overload limit: after alone")
+	require.Equal(t, ms(250), off.limit(at(1)))
+
+	never := &shedder{after: -1, overload: ms(70)}
+	require.False(t, never.refuse(time.Hour, t0), "no --shed-after: nothing refused for the queue")
+}

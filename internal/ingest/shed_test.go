@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/ingest"
@@ -87,4 +88,74 @@ func sendInBackground(t *testing.T, url string, d webhooktest.Delivery) <-chan i
 		answered <- resp.StatusCode
 	}()
 	return answered
+}
+
+// Over capacity, the queue is held short: while nothing was refused, a
+// delivery finding the store queue older than ShedAfterOverload but under
+// ShedAfter waits its turn (a blip); once one was refused past ShedAfter,
+// the next delivery finding it past ShedAfterOverload is refused at once,
+// store_behind, though under ShedAfter; a second with none refused puts
+// ShedAfter back. Nothing acknowledged is lost, and every refused
+// delivery's resend is stored.
+func TestOverloadHoldsTheStoreQueueShort(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	const after, overload = 300 * time.Millisecond, 10 * time.Millisecond
+	b := serve(t, pool, ingest.Options{StoreTimeout: 20 * time.Second, ShedAfter: after, ShedAfterOverload: overload})
+	require.Equal(t, after, b.srv.ShedLimit())
+	ctx := context.Background()
+	source, _ := sample(provider.Standard, "msg_overload_0")
+	url := b.url + "/webhooks/" + source
+	waitAge := func(min time.Duration) {
+		pgtest.Eventually(t, 10*time.Second, "the store queue older than "+min.String(), func() (bool, string) {
+			age := b.store.QueueAge()
+			return age > min, fmt.Sprintf("store queue age %s", age)
+		})
+	}
+	lock := func() pgx.Tx {
+		tx := pgtest.Tx(t, pool)
+		_, err := tx.Exec(ctx, "LOCK TABLE envelope_key IN EXCLUSIVE MODE")
+		require.NoError(t, err)
+		return tx
+	}
+
+	tx := lock()
+	_, d1 := sample(provider.Standard, "msg_overload_1")
+	held1 := sendInBackground(t, url, d1)
+	waitAge(overload)
+	_, d2 := sample(provider.Standard, "msg_overload_2")
+	held2 := sendInBackground(t, url, d2)
+	waitAge(after)
+	require.Len(t, held2, 0, "past overload but nothing refused yet: the second delivery waits its turn")
+	_, d3 := sample(provider.Standard, "msg_overload_3")
+	r := b.send(t, source, d3)
+	require.Equal(t, http.StatusServiceUnavailable, r.code, r.raw)
+	require.Equal(t, overload, b.srv.ShedLimit(), "refusing: the shorter limit")
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, http.StatusAccepted, <-held1)
+	require.Equal(t, http.StatusAccepted, <-held2)
+
+	tx = lock()
+	_, d4 := sample(provider.Standard, "msg_overload_4")
+	held4 := sendInBackground(t, url, d4)
+	waitAge(overload)
+	_, d5 := sample(provider.Standard, "msg_overload_5")
+	r = b.send(t, source, d5)
+	require.Equal(t, http.StatusServiceUnavailable, r.code, r.raw)
+	require.Equal(t, "overloaded", r.Status)
+	require.Less(t, b.store.QueueAge(), after, "refused under --shed-after: for the shorter limit")
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, http.StatusAccepted, <-held4)
+
+	pgtest.Eventually(t, 10*time.Second, "--shed-after back a second after the last refusal", func() (bool, string) {
+		l := b.srv.ShedLimit()
+		return l == after, "limit " + l.String()
+	})
+	for _, d := range []webhooktest.Delivery{d3, d5} {
+		d.SignedAt = time.Now()
+		r = b.send(t, source, d)
+		require.Equal(t, http.StatusAccepted, r.code, r.raw)
+	}
+	env, jobs, _ := b.stored(t)
+	require.Equal(t, [2]int{5, 5}, [2]int{env, jobs})
 }

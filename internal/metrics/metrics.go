@@ -148,11 +148,13 @@ func (m *Ingest) RegisterInflightBodyBytes(reg prometheus.Registerer, bytes func
 }
 
 // RegisterStoreQueue exports inbox_ingest_store_queue_age_seconds, read
-// from age at each scrape, inbox_ingest_shed_after_seconds, the age past
-// which deliveries are refused (0: never), and
+// from age at each scrape, inbox_ingest_shed_limit_seconds, the age past
+// which a delivery is refused now, read from limit, the two limits it is
+// one of (inbox_ingest_shed_after_seconds and
+// inbox_ingest_shed_after_overload_seconds; 0: never), and
 // inbox_ingest_pressure_target_seconds, the age that, standing, asks
 // workers to yield (0: never). Call it once.
-func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, age func() time.Duration, shedAfter, pressureTarget time.Duration) {
+func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, age, limit func() time.Duration, shedAfter, overload, pressureTarget time.Duration) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "inbox_ingest_store_queue_age_seconds",
 		Help: "How long the oldest delivery being stored has waited (0 when none): a few commit times while the database keeps up.",
@@ -162,12 +164,21 @@ func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, age func() time.D
 		Help: "The store queue age past which new deliveries are refused at once with 503 (--shed-after; 0: never).",
 	})
 	g.Set(max(0, shedAfter.Seconds()))
+	ov := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "inbox_ingest_shed_after_overload_seconds",
+		Help: "The shorter store queue age past which deliveries are refused from a refusal until a second passes with none (--shed-after-overload; 0: never).",
+	})
+	ov.Set(max(0, overload.Seconds()))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "inbox_ingest_shed_limit_seconds",
+		Help: "The store queue age past which a delivery arriving now is refused: --shed-after, or --shed-after-overload within a second of a refusal (0: never).",
+	}, func() float64 { return max(0, limit().Seconds()) }))
 	pt := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "inbox_ingest_pressure_target_seconds",
 		Help: "The store queue age that, standing for --pressure-interval, makes ingest ask workers to yield the database (--pressure-target; 0: never).",
 	})
 	pt.Set(max(0, pressureTarget.Seconds()))
-	reg.MustRegister(g, pt)
+	reg.MustRegister(g, ov, pt)
 }
 
 // Observe records one webhook request. reason is the signature's failure
