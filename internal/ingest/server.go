@@ -173,9 +173,9 @@ const DefaultShedAfter = 250 * time.Millisecond
 // DefaultShedAfterOverload is the default of Options.ShedAfterOverload:
 // twice the default pressure target, the queue age workers are asked to
 // hold ingest's store at. Measured (docs/benchmarks.md, "Holding the queue
-// short once overloaded"): with ingest's store at its capacity and 1.5x
-// that offered, accepted deliveries' p99 from due was 292-308 ms against
-// 676-716 ms with --shed-after alone.
+// short once refusing"): with ingest's store at its capacity and about
+// 1.5x that offered, accepted deliveries' p99 from due was 292-314 ms
+// against 547-716 ms with --shed-after alone.
 const DefaultShedAfterOverload = 70 * time.Millisecond
 
 // ShedAfter returns the store queue age past which deliveries are refused

@@ -19,11 +19,11 @@ const (
 const overloadHold = time.Second
 
 // shedder reads the store queue age (how long the oldest delivery being
-// stored has waited) as each delivery arrives, for two decisions:
+// stored has waited) as each delivery arrives, for these decisions:
 //
-//   - refuse: past after (--shed-after) the store is stalled or far
-//     behind, and a new delivery would only wait behind it for its
-//     deadline: it is refused at once;
+//   - refuse: past after (--shed-after; overload while refusing, below)
+//     the store is stalled or far behind, and a new delivery would only
+//     wait behind it for its deadline: it is refused at once;
 //   - pressure: the age stood above target (--pressure-target) for a
 //     whole interval, no delivery in between finding it at or under
 //     target: more is asked of the database than it does at that latency,

@@ -47,7 +47,7 @@ type RefusalReason string
 // Refusal reasons.
 const (
 	RefusedBodyMemory  RefusalReason = "body_memory"  // --max-inflight-body-bytes held by other requests for the whole wait
-	RefusedStoreBehind RefusalReason = "store_behind" // the oldest delivery being stored has waited past --shed-after (a stalled or saturated database)
+	RefusedStoreBehind RefusalReason = "store_behind" // the oldest delivery being stored has waited past --shed-after, or --shed-after-overload while refusing (a stalled or saturated database)
 	RefusedConnections RefusalReason = "connections"  // every one of --max-conns connections is busy with a request
 )
 

@@ -85,7 +85,7 @@ func NewIngest(reg prometheus.Registerer) *Ingest {
 		}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inbox_ingest_refused_total",
-			Help: "Deliveries refused at once with 503 and Retry-After (outcome overloaded), by the resource short: body_memory (--max-inflight-body-bytes), store_behind (the store queue older than --shed-after), connections (--max-conns all taken, none idle 250 ms to close for room).",
+			Help: "Deliveries refused at once with 503 and Retry-After (outcome overloaded), by the resource short: body_memory (--max-inflight-body-bytes), store_behind (the store queue older than inbox_ingest_shed_limit_seconds: --shed-after, or --shed-after-overload while refusing), connections (--max-conns all taken, none idle 250 ms to close for room).",
 		}, []string{"reason"}),
 		StorePressure: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "inbox_ingest_store_pressure",
