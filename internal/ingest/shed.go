@@ -79,7 +79,12 @@ func (s *shedder) refuse(age time.Duration, now time.Time) bool {
 	}
 	s.refused.Add(1)
 	if s.overload > 0 {
-		s.overloadUntil.Store(now.Add(overloadHold).UnixNano())
+		// The latest hold wins: a refusal decided a moment earlier on
+		// another goroutine must not shorten it.
+		until := now.Add(overloadHold).UnixNano()
+		for cur := s.overloadUntil.Load(); until > cur && !s.overloadUntil.CompareAndSwap(cur, until); {
+			cur = s.overloadUntil.Load()
+		}
 	}
 	return true
 }

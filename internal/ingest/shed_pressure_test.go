@@ -55,10 +55,12 @@ func TestShedderHoldsTheShorterLimitOnceRefusing(t *testing.T) {
 	require.Equal(t, ms(70), s.limit(at(3)), "refusing: the shorter limit")
 	require.False(t, s.refuse(ms(70), at(3)), "at overload: passes")
 	require.True(t, s.refuse(ms(71), at(500)), "past overload within the hold: refused, and the hold starts again")
+	require.True(t, s.refuse(ms(71), at(400)), "a refusal decided a moment earlier, on another goroutine")
+	require.Equal(t, ms(70), s.limit(at(1450)), "it did not shorten the later hold")
 	require.Equal(t, ms(70), s.limit(at(1499)), "a second after the last refusal, not the first")
 	require.Equal(t, ms(250), s.limit(at(1500)), "a second with none refused: after again")
 	require.False(t, s.refuse(ms(200), at(1500)))
-	require.Equal(t, int64(2), s.refused.Load(), "both refusals counted (RunPressure tells the workers)")
+	require.Equal(t, int64(3), s.refused.Load(), "every refusal counted (RunPressure tells the workers)")
 
 	off := &shedder{after: ms(250), overload: -1}
 	require.True(t, off.refuse(ms(251), t0))
