@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,7 +36,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfgPath := fs.String("config", "INBOX_CONFIG", "", "sources YAML file")
 	storeTimeout := fs.Duration("store-timeout", "INGEST_STORE_TIMEOUT", ingest.DefaultStoreTimeout, "store deadline: every delivery is answered within it of its arrival, past it with 503 (keep it under the shortest provider timeout: Shopify's 5 s)")
 	shedAfter := fs.Duration("shed-after", "INGEST_SHED_AFTER", 0, "refuse deliveries at once (503) while the oldest one being stored has waited longer than this: a stalled or saturated database (default 250ms, at most a third of --store-timeout; negative: never)")
-	shedAfterOverload := fs.Duration("shed-after-overload", "INGEST_SHED_AFTER_OVERLOAD", 0, "once a delivery was refused for --shed-after (more offered than the database commits), refuse past this shorter store queue age instead, until a second passes with none refused: accepted deliveries wait about this long, not --shed-after (default 70ms, at most --shed-after; negative: never)")
+	shedAfterOverload := fs.Duration("shed-after-overload", "INGEST_SHED_AFTER_OVERLOAD", 0, "once a delivery was refused for --shed-after (more offered than the database commits), refuse past this shorter store queue age instead, until a second passes with none refused: accepted deliveries wait about this long, not --shed-after (default 70ms, or twice --pressure-target or a quarter of --shed-after when more; at most --shed-after, above --pressure-target; negative: never)")
 	maxConns := fs.Int("db-max-conns", "INGEST_DB_MAX_CONNS", 20, "database pool size (at least --store-concurrency + 2)")
 	storeBatch := fs.Int("store-batch", "INGEST_STORE_BATCH", 64, "most deliveries one transaction stores: deliveries arriving while a commit is in flight share the next one (1: one transaction each)")
 	storeConcurrency := fs.Int("store-concurrency", "INGEST_STORE_CONCURRENCY", 2, "store transactions in flight at once (default from measurement: docs/benchmarks.md)")
@@ -68,9 +69,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	opts := ingest.Options{StoreTimeout: *storeTimeout, ShedAfter: *shedAfter, ShedAfterOverload: *shedAfterOverload, PressureTarget: *pressureTarget, PressureInterval: *pressureInterval,
 		MaxInflightBodyBytes: int64(*maxBodies)}
 	// The rules hold between the limits that run (defaults resolved), but
-	// on the deadline and interval as given: zero there is refused.
+	// on the deadline, interval and overload limit as given: zero there is
+	// refused, and an overload limit past --shed-after is refused, not
+	// shortened.
 	eff := opts.WithDefaults()
-	if err := (limits{storeTimeout: *storeTimeout, shedAfter: eff.ShedAfter, shedAfterOverload: eff.ShedAfterOverload,
+	if err := (limits{storeTimeout: *storeTimeout, shedAfter: eff.ShedAfter, shedAfterOverload: cmp.Or(*shedAfterOverload, eff.ShedAfterOverload),
 		pressureTarget: eff.PressureTarget, pressureInterval: *pressureInterval, maxConnsOpen: *maxConnsOpen, maxBodies: *maxBodies,
 		storeBatch: *storeBatch, storeConcurrency: *storeConcurrency, dbMaxConns: *maxConns}).check(); err != nil {
 		return err
@@ -207,10 +210,10 @@ func (l limits) check() error {
 	switch {
 	case l.storeTimeout <= 0 || l.shedAfter >= l.storeTimeout:
 		return cli.UsageError{Err: errors.New("--store-timeout must be positive, and --shed-after below it (a queue that old is refused; negative: never refuse on it)")}
-	case l.shedAfter > 0 && l.shedAfterOverload > l.shedAfter:
-		return cli.UsageError{Err: errors.New("--shed-after-overload must be at most --shed-after (the limit once refusing is the shorter; negative: never)")}
 	case l.pressureInterval < 10*time.Millisecond || (l.pressureTarget > 0 && l.shedAfter > 0 && l.pressureTarget >= l.shedAfter):
 		return cli.UsageError{Err: errors.New("--pressure-interval must be at least 10ms, and --pressure-target below --shed-after (workers yield before deliveries are refused; negative: never)")}
+	case l.shedAfter > 0 && (l.shedAfterOverload > l.shedAfter || (l.shedAfterOverload > 0 && l.pressureTarget > 0 && l.shedAfterOverload <= l.pressureTarget)):
+		return cli.UsageError{Err: errors.New("--shed-after-overload must be at most --shed-after (the limit once refusing is the shorter) and above --pressure-target (the age a healthy store stays under; negative: never)")}
 	case l.maxConnsOpen < 1 || l.maxBodies < ingest.FreeBodyBytes:
 		return cli.UsageError{Err: errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")}
 	case l.storeBatch < 1 || l.storeConcurrency < 1 || l.dbMaxConns < l.storeConcurrency+2:

@@ -251,6 +251,7 @@ func TestIngestFlagRules(t *testing.T) {
 		{[]string{"--shed-after", "20ms"}, "--pressure-target below --shed-after"},
 		{[]string{"--shed-after", "20ms", "--pressure-target", "0"}, "--pressure-target below --shed-after"},
 		{[]string{"--shed-after-overload", "300ms"}, "--shed-after-overload must be at most --shed-after"},
+		{[]string{"--shed-after-overload", "1ms"}, "above --pressure-target"},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), tc.args, func(k string) string { return env[k] }, &out, &out)
@@ -282,6 +283,9 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 		"overload at shed-after":          {func(l *limits) { l.shedAfterOverload = l.shedAfter }, true},
 		"overload past shed-after":        {func(l *limits) { l.shedAfterOverload = l.shedAfter + time.Millisecond }, false},
 		"overload with shed-after never":  {func(l *limits) { l.shedAfterOverload, l.shedAfter = time.Second, -1 }, true},
+		"overload just over the target":   {func(l *limits) { l.shedAfterOverload = l.pressureTarget + time.Millisecond }, true},
+		"overload at the target":          {func(l *limits) { l.shedAfterOverload = l.pressureTarget }, false},
+		"overload negative: never":        {func(l *limits) { l.shedAfterOverload = -1 }, true},
 		"one connection":                  {func(l *limits) { l.maxConnsOpen = 1 }, true},
 		"no connection":                   {func(l *limits) { l.maxConnsOpen = 0 }, false},
 		"body budget of one free body":    {func(l *limits) { l.maxBodies = ingest.FreeBodyBytes }, true},
@@ -290,7 +294,7 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 		"pool of concurrency + 1":         {func(l *limits) { l.dbMaxConns = l.storeConcurrency + 1 }, false},
 		"batch of one":                    {func(l *limits) { l.storeBatch = 1 }, true},
 		"batch of zero":                   {func(l *limits) { l.storeBatch = 0 }, false},
-		"pressure just under shed-after":  {func(l *limits) { l.pressureTarget = l.shedAfter - time.Millisecond }, true},
+		"pressure just under shed-after":  {func(l *limits) { l.pressureTarget, l.shedAfterOverload = l.shedAfter-time.Millisecond, l.shedAfter }, true},
 		"pressure at shed-after":          {func(l *limits) { l.pressureTarget = l.shedAfter }, false},
 		"pressure negative: never":        {func(l *limits) { l.pressureTarget, l.shedAfter, l.shedAfterOverload = -1, 10*time.Millisecond, 0 }, true},
 		"pressure with shed-after never":  {func(l *limits) { l.pressureTarget, l.shedAfter = time.Second, -1 }, true},

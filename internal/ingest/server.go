@@ -44,8 +44,9 @@ type Options struct {
 	// is offered than the database commits, and the queue would otherwise
 	// sit at ShedAfter, every accepted delivery waiting that long; it sits
 	// near this instead. A blip under ShedAfter refuses nothing, as before.
-	// Default DefaultShedAfterOverload (at most ShedAfter); negative, or
-	// with ShedAfter negative: never (ShedAfter alone).
+	// Default DefaultShedAfterOverload, or twice PressureTarget or a
+	// quarter of ShedAfter when more (at most ShedAfter); negative, or with
+	// ShedAfter negative: never (ShedAfter alone).
 	ShedAfterOverload time.Duration
 	// PressureTarget: while the store queue age stands above it for
 	// PressureInterval, ingest notifies envelope.PressureChannel every interval
@@ -151,8 +152,10 @@ func (o Options) WithDefaults() Options {
 		o.PressureInterval = DefaultPressureInterval
 	}
 	if o.ShedAfterOverload == 0 {
-		o.ShedAfterOverload = min(DefaultShedAfterOverload, o.ShedAfter)
+		// Scaled with the limits an operator raised for a slower store.
+		o.ShedAfterOverload = max(DefaultShedAfterOverload, 2*o.PressureTarget, o.ShedAfter/4)
 	}
+	o.ShedAfterOverload = min(o.ShedAfterOverload, o.ShedAfter) // never longer once refusing
 	if o.ShedAfter <= 0 {
 		o.ShedAfterOverload = -1 // nothing refused for the queue's age
 	}

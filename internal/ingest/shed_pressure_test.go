@@ -70,3 +70,25 @@ func TestShedderHoldsTheShorterLimitOnceRefusing(t *testing.T) {
 	never := &shedder{after: -1, overload: ms(70)}
 	require.False(t, never.refuse(time.Hour, t0), "no --shed-after: nothing refused for the queue")
 }
+
+// The overload limit's default scales with the limits an operator raised
+// for a slower store, and it is never longer than ShedAfter.
+func TestShedAfterOverloadDefaults(t *testing.T) {
+	t.Parallel()
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, c := range []struct {
+		in   Options
+		want time.Duration
+	}{
+		{Options{}, DefaultShedAfterOverload},
+		{Options{ShedAfter: time.Second}, ms(250)},
+		{Options{PressureTarget: ms(100), ShedAfter: ms(500)}, ms(200)},
+		{Options{ShedAfter: ms(50)}, ms(50)},
+		{Options{ShedAfter: ms(100), ShedAfterOverload: ms(200)}, ms(100)},
+		{Options{ShedAfterOverload: ms(40)}, ms(40)},
+		{Options{ShedAfter: -1, ShedAfterOverload: ms(40)}, -1},
+		{Options{ShedAfterOverload: -1}, -1},
+	} {
+		require.Equal(t, c.want, c.in.WithDefaults().ShedAfterOverload, "%+v", c.in)
+	}
+}
