@@ -119,7 +119,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	m.RegisterInflightBodyBytes(reg, srv.InflightBodyBytes)
-	m.RegisterStoreQueue(reg, store.QueueAge, srv.ShedLimit, srv.ShedAfter(), srv.ShedAfterOverload(), srv.PressureTarget())
+	m.RegisterStoreQueue(reg, metrics.StoreQueue{
+		Age: store.QueueAge, Limit: srv.ShedLimit, Holds: srv.OverloadHolds,
+		ShedAfter: srv.ShedAfter(), Overload: srv.ShedAfterOverload(), PressureTarget: srv.PressureTarget(),
+	})
 	go srv.RunPressure(ctx, m.SetStorePressure)
 
 	// Say at once when the database does not answer: ingest keeps serving

@@ -109,7 +109,7 @@ func New(sources map[string]Source, store *envelope.Store, logger *slog.Logger, 
 	}
 	opts = opts.WithDefaults()
 	s.storeTimeout = opts.StoreTimeout
-	s.shed = &shedder{after: opts.ShedAfter, target: opts.PressureTarget, interval: opts.PressureInterval, overload: opts.ShedAfterOverload}
+	s.shed = newShedder(opts.ShedAfter, opts.PressureTarget, opts.PressureInterval, opts.ShedAfterOverload)
 	s.retryAfterSeconds = int(opts.RetryAfter / time.Second)
 	if s.retryAfterSeconds <= 0 {
 		s.retryAfterSeconds = 5
@@ -193,6 +193,10 @@ func (s *Server) ShedAfterOverload() time.Duration { return s.shed.overload }
 // is refused: ShedAfter, or ShedAfterOverload within a second of the last
 // refusal (negative: never).
 func (s *Server) ShedLimit() time.Duration { return s.shed.limit(time.Now()) }
+
+// OverloadHolds returns how many holds of ShedAfterOverload began: a
+// delivery refused for the store queue's age while none was in force.
+func (s *Server) OverloadHolds() int64 { return s.shed.holds.Load() }
 
 // PressureTarget returns the store queue age that, standing for the
 // pressure interval, makes ingest ask workers to yield (Options.PressureTarget

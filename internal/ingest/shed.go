@@ -36,20 +36,37 @@ const overloadHold = time.Second
 //     long. Deliveries are then refused past the shorter overload
 //     (--shed-after-overload) instead, until none has been for
 //     overloadHold: the queue, and each accepted delivery's wait, stays
-//     near it.
+//     near it. (Ending it instead at the first look that finds the queue
+//     at or under target doubled the accepted p99 where it acts: under
+//     overload the queue dips that low between batches. docs/benchmarks.md)
 type shedder struct {
 	after, target, interval, overload time.Duration
 
-	// aboveSince is since when every look found the age above target, in
-	// Unix nanoseconds; 0 when the last did not. Atomic: every delivery
-	// looks, and the ingest path takes no lock for it.
+	// epoch is the origin of the times kept below, as offsets from it (see
+	// at): time.Now's monotonic reading, so a wall clock stepped back or
+	// forth neither extends a hold nor starts pressure early.
+	epoch time.Time
+	// aboveSince is since when every look found the age above target (at);
+	// 0 when the last did not. Atomic: every delivery looks, and the
+	// ingest path takes no lock for it.
 	aboveSince atomic.Int64
 	// overloadUntil is until when the shorter limit holds after the last
-	// delivery refused, in Unix nanoseconds.
+	// delivery refused (at); 0: no hold.
 	overloadUntil atomic.Int64
-	// refused counts the deliveries refused at once (refuse).
-	refused atomic.Int64
+	// refused counts the deliveries refused at once (refuse); holds, the
+	// holds of the shorter limit begun (a refusal with none in force).
+	refused, holds atomic.Int64
 }
+
+// newShedder returns a shedder with these limits (ingest.Options' of the
+// same names), its clock starting now.
+func newShedder(after, target, interval, overload time.Duration) *shedder {
+	return &shedder{after: after, target: target, interval: interval, overload: overload, epoch: time.Now()}
+}
+
+// at returns now as kept in the atomics: nanoseconds since epoch, plus
+// one so that no time is 0 (none).
+func (s *shedder) at(now time.Time) int64 { return int64(now.Sub(s.epoch)) + 1 }
 
 // note records one look at the age, now: at or under target it ends the
 // count, above it starts one if none runs.
@@ -60,7 +77,7 @@ func (s *shedder) note(age time.Duration, now time.Time) {
 			s.aboveSince.Store(0)
 		}
 	case s.aboveSince.Load() == 0:
-		s.aboveSince.CompareAndSwap(0, now.UnixNano())
+		s.aboveSince.CompareAndSwap(0, s.at(now))
 	}
 }
 
@@ -81,9 +98,15 @@ func (s *shedder) refuse(age time.Duration, now time.Time) bool {
 	if s.overload > 0 {
 		// The latest hold wins: a refusal decided a moment earlier on
 		// another goroutine must not shorten it.
-		until := now.Add(overloadHold).UnixNano()
-		for cur := s.overloadUntil.Load(); until > cur && !s.overloadUntil.CompareAndSwap(cur, until); {
-			cur = s.overloadUntil.Load()
+		t := s.at(now)
+		until := t + int64(overloadHold)
+		for cur := s.overloadUntil.Load(); until > cur; cur = s.overloadUntil.Load() {
+			if s.overloadUntil.CompareAndSwap(cur, until) {
+				if cur <= t {
+					s.holds.Add(1) // none was in force: a hold begins
+				}
+				break
+			}
 		}
 	}
 	return true
@@ -93,7 +116,7 @@ func (s *shedder) refuse(age time.Duration, now time.Time) bool {
 // refused: overload within overloadHold of the last refusal, after
 // otherwise.
 func (s *shedder) limit(now time.Time) time.Duration {
-	if s.overload > 0 && now.UnixNano() < s.overloadUntil.Load() {
+	if s.overload > 0 && s.at(now) < s.overloadUntil.Load() {
 		return s.overload
 	}
 	return s.after
@@ -108,7 +131,7 @@ func (s *shedder) pressure(age time.Duration, now time.Time) bool {
 	}
 	s.note(age, now)
 	since := s.aboveSince.Load()
-	return since != 0 && now.Sub(time.Unix(0, since)) >= s.interval
+	return since != 0 && s.at(now)-since >= int64(s.interval)
 }
 
 // RunPressure checks the pressure every interval until ctx ends and,

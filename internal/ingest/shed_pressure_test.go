@@ -12,8 +12,8 @@ import (
 // starts the count again.
 func TestShedderPressureNeedsAStandingQueue(t *testing.T) {
 	t.Parallel()
-	s := &shedder{after: 250 * time.Millisecond, target: 25 * time.Millisecond, interval: 50 * time.Millisecond}
 	t0 := time.Unix(1000, 0)
+	s := testShedder(t0, 250*time.Millisecond, 25*time.Millisecond, 50*time.Millisecond, 0)
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
 	require.False(t, s.refuse(ms(100), t0), "above target, under after: not refused")
@@ -31,7 +31,7 @@ func TestShedderPressureNeedsAStandingQueue(t *testing.T) {
 	require.True(t, s.pressure(ms(90), t0.Add(ms(250))))
 
 	require.True(t, s.refuse(ms(251), t0), "past after: refused")
-	off := &shedder{after: -1, target: -1, interval: ms(50)}
+	off := testShedder(t0, -1, -1, ms(50), 0)
 	require.False(t, off.refuse(time.Hour, t0), "negative after: never refused")
 	require.False(t, off.pressure(time.Hour, t0.Add(time.Hour)), "negative target: never pressure")
 }
@@ -46,7 +46,7 @@ func TestShedderHoldsTheShorterLimitOnceRefusing(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	t0 := time.Unix(1000, 0)
 	at := func(n int) time.Time { return t0.Add(ms(n)) }
-	s := &shedder{after: ms(250), overload: ms(70), target: ms(35), interval: ms(100)}
+	s := testShedder(t0, ms(250), ms(35), ms(100), ms(70))
 
 	require.Equal(t, ms(250), s.limit(t0))
 	require.False(t, s.refuse(ms(200), t0), "a blip under after: passes")
@@ -61,14 +61,25 @@ func TestShedderHoldsTheShorterLimitOnceRefusing(t *testing.T) {
 	require.Equal(t, ms(250), s.limit(at(1500)), "a second with none refused: after again")
 	require.False(t, s.refuse(ms(200), at(1500)))
 	require.Equal(t, int64(3), s.refused.Load(), "every refusal counted (RunPressure tells the workers)")
+	require.Equal(t, int64(1), s.holds.Load(), "one hold, renewed twice")
+	require.True(t, s.refuse(ms(251), at(2000)))
+	require.Equal(t, int64(2), s.holds.Load(), "a refusal after the hold ended begins another")
 
-	off := &shedder{after: ms(250), overload: -1}
+	off := testShedder(t0, ms(250), 0, 0, -1)
 	require.True(t, off.refuse(ms(251), t0))
 	require.False(t, off.refuse(ms(200), at(1)), "no overload limit: after alone")
 	require.Equal(t, ms(250), off.limit(at(1)))
 
-	never := &shedder{after: -1, overload: ms(70)}
+	never := testShedder(t0, -1, 0, 0, ms(70))
 	require.False(t, never.refuse(time.Hour, t0), "no --shed-after: nothing refused for the queue")
+}
+
+// testShedder returns a shedder with these limits whose clock starts at t0
+// (the tests' fake times are offsets from it).
+func testShedder(t0 time.Time, after, target, interval, overload time.Duration) *shedder {
+	s := newShedder(after, target, interval, overload)
+	s.epoch = t0
+	return s
 }
 
 // The overload limit's default scales with the limits an operator raised

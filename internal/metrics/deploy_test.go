@@ -231,7 +231,10 @@ func exported(t *testing.T) map[string]bool {
 	im := metrics.NewIngest(ingestReg)
 	im.Init([]string{"stripe"})
 	im.RegisterInflightBodyBytes(ingestReg, func() int64 { return 0 })
-	im.RegisterStoreQueue(ingestReg, func() time.Duration { return 0 }, func() time.Duration { return time.Second }, time.Second, time.Second, time.Second)
+	im.RegisterStoreQueue(ingestReg, metrics.StoreQueue{
+		Age: func() time.Duration { return 0 }, Limit: func() time.Duration { return time.Second }, Holds: func() int64 { return 0 },
+		ShedAfter: time.Second, Overload: time.Second, PressureTarget: time.Second,
+	})
 
 	pool, err := pgxpool.New(context.Background(), pgtest.NewURL(t))
 	require.NoError(t, err)

@@ -147,37 +147,54 @@ func (m *Ingest) RegisterInflightBodyBytes(reg prometheus.Registerer, bytes func
 	}, func() float64 { return float64(bytes()) }))
 }
 
-// RegisterStoreQueue exports inbox_ingest_store_queue_age_seconds, read
-// from age at each scrape, inbox_ingest_shed_limit_seconds, the age past
-// which a delivery is refused now, read from limit, the two limits it is
-// one of (inbox_ingest_shed_after_seconds and
-// inbox_ingest_shed_after_overload_seconds; 0: never), and
-// inbox_ingest_pressure_target_seconds, the age that, standing, asks
-// workers to yield (0: never). Call it once.
-func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, age, limit func() time.Duration, shedAfter, overload, pressureTarget time.Duration) {
+// StoreQueue is what RegisterStoreQueue reads of ingest's store queue.
+type StoreQueue struct {
+	// Age is how long the oldest delivery being stored has waited, and
+	// Limit the age past which a delivery arriving now is refused, read
+	// at each scrape.
+	Age, Limit func() time.Duration
+	// Holds is how many holds of the shorter limit began (Server.OverloadHolds).
+	Holds func() int64
+	// ShedAfter and Overload are the two limits Limit is one of, and
+	// PressureTarget the age that, standing, asks workers to yield
+	// (negative: never).
+	ShedAfter, Overload, PressureTarget time.Duration
+}
+
+// RegisterStoreQueue exports inbox_ingest_store_queue_age_seconds,
+// inbox_ingest_shed_limit_seconds (the limit in force now), the two limits
+// it is one of (inbox_ingest_shed_after_seconds and
+// inbox_ingest_shed_after_overload_seconds; 0: never),
+// inbox_ingest_overload_holds_total, and
+// inbox_ingest_pressure_target_seconds (0: never). Call it once.
+func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, q StoreQueue) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "inbox_ingest_store_queue_age_seconds",
 		Help: "How long the oldest delivery being stored has waited (0 when none): a few commit times while the database keeps up.",
-	}, func() float64 { return age().Seconds() }))
+	}, func() float64 { return q.Age().Seconds() }))
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "inbox_ingest_shed_after_seconds",
 		Help: "The store queue age past which new deliveries are refused at once with 503 (--shed-after; 0: never).",
 	})
-	g.Set(max(0, shedAfter.Seconds()))
+	g.Set(max(0, q.ShedAfter.Seconds()))
 	ov := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "inbox_ingest_shed_after_overload_seconds",
 		Help: "The shorter store queue age past which deliveries are refused from a refusal until a second passes with none (--shed-after-overload; 0: never).",
 	})
-	ov.Set(max(0, overload.Seconds()))
+	ov.Set(max(0, q.Overload.Seconds()))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "inbox_ingest_shed_limit_seconds",
-		Help: "The store queue age past which a delivery arriving now is refused: --shed-after, or --shed-after-overload within a second of a refusal (0: never).",
-	}, func() float64 { return max(0, limit().Seconds()) }))
+		Help: "The store queue age past which a delivery arriving now is refused: --shed-after, or --shed-after-overload while a hold lasts (0: never).",
+	}, func() float64 { return max(0, q.Limit().Seconds()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "inbox_ingest_overload_holds_total",
+		Help: "Holds of --shed-after-overload begun: a delivery refused for the store queue's age while none was in force (over capacity, or the store stalled). A hold lasts until a second passes with none refused; a steady rate of them with no overload (the store queue mostly short) means the store's healthy queue passes --shed-after-overload now and then.",
+	}, func() float64 { return float64(q.Holds()) }))
 	pt := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "inbox_ingest_pressure_target_seconds",
 		Help: "The store queue age that, standing for --pressure-interval, makes ingest ask workers to yield the database (--pressure-target; 0: never).",
 	})
-	pt.Set(max(0, pressureTarget.Seconds()))
+	pt.Set(max(0, q.PressureTarget.Seconds()))
 	reg.MustRegister(g, ov, pt)
 }
 
