@@ -3,7 +3,7 @@
 // is given (a local ingest) and stops by itself.
 //
 //	inboxload send --url URL --secret-env VAR [--concurrency N | --rate R] [--count N | --duration D] [--merchants M]
-//	        [--timeout D] [--deadline D] [--resend-refused] [--verify-database-url URL]
+//	        [--timeout D] [--deadline D] [--resend-refused [--resend-concurrency N]] [--verify-database-url URL]
 //	        [--timeline D] [--warm-conns N]
 //	    send distinct, freshly signed Standard Webhooks payment deliveries to
 //	    POST URL/webhooks/<--source>: closed loop with --concurrency senders,
@@ -14,7 +14,8 @@
 //	    latency p50/p99/max of every request (unanswered ones at the time
 //	    they were given up), of the 2xx and of the 503s, and how many were
 //	    answered later than --deadline. --resend-refused resends each
-//	    delivery that got no 2xx once afterwards; --verify-database-url
+//	    delivery that got no 2xx once afterwards (16 at a time by
+//	    default); --verify-database-url
 //	    checks that every acknowledged delivery is stored, which refused ones
 //	    are (their resend must answer 200 duplicate), and, after resends,
 //	    that every delivery is stored exactly once. It also says how late
@@ -190,6 +191,7 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	timeout := fs.Duration("timeout", 30*time.Second, "give up on a request after this long: it counts as unanswered")
 	deadline := fs.Duration("deadline", 0, "count the requests answered later than this after they were due (late)")
 	resend := fs.Bool("resend-refused", false, "after the load, resend once each delivery that got no 2xx, and report the answers")
+	resendConcurrency := fs.Int("resend-concurrency", 16, "with --resend-refused: resends in flight at once")
 	verifyURL := fs.String("verify-database-url", "", "after the load, check in this database that every acknowledged delivery is stored, and which refused ones are")
 	warmConns := fs.Int("warm-conns", 0, "open this many connections (concurrent GETs of /readyz) before the load starts, for it to reuse: a sender whose connections are open, not one opening them as the load starts")
 	timeline := fs.Duration("timeline", 0, "also report the figures per window of this length, by when each request was due (0: off)")
@@ -400,21 +402,37 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	if *resend {
 		rr := &resendResult{Codes: map[string]int{}}
 		var wrong int64
-		for _, n := range notAcked {
-			a, err := post(n, time.Now())
-			if err != nil {
-				rr.Codes["unanswered"]++
-			} else {
-				rr.Codes[strconv.Itoa(a.code)]++
-			}
-			dup := err == nil && a.code == http.StatusOK && a.status == "duplicate"
-			if dup {
-				rr.Duplicates++
-			}
-			if storedBefore != nil && dup != storedBefore[id(n)] {
-				wrong++
-			}
+		// Resent by --resend-concurrency senders at once: tens of thousands
+		// refused, one at a time, would take minutes.
+		var mu sync.Mutex
+		next := make(chan int64)
+		var wg sync.WaitGroup
+		for range max(*resendConcurrency, 1) {
+			wg.Go(func() {
+				for n := range next {
+					a, err := post(n, time.Now())
+					dup := err == nil && a.code == http.StatusOK && a.status == "duplicate"
+					mu.Lock()
+					if err != nil {
+						rr.Codes["unanswered"]++
+					} else {
+						rr.Codes[strconv.Itoa(a.code)]++
+					}
+					if dup {
+						rr.Duplicates++
+					}
+					if storedBefore != nil && dup != storedBefore[id(n)] {
+						wrong++
+					}
+					mu.Unlock()
+				}
+			})
 		}
+		for _, n := range notAcked {
+			next <- n
+		}
+		close(next)
+		wg.Wait()
 		if storedBefore != nil {
 			rr.StoredWrong = &wrong
 		}

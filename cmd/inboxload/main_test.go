@@ -41,18 +41,27 @@ func TestHelpSucceeds(t *testing.T) {
 // The open-loop sender counts every request: 2xx, 503s and the ones left
 // unanswered past --timeout (never dropped from the figures), times each
 // from when it was due, counts those later than --deadline, and resends
-// each one that got no 2xx.
+// each one that got no 2xx, several at once.
 func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
 	t.Parallel()
-	var resends atomic.Int64
+	var resends, resending, mostResending atomic.Int64
 	seen := sync.Map{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("webhook-id")
-		if _, again := seen.LoadOrStore(id, true); again {
-			resends.Add(1)
-		}
 		n, err := strconv.Atoi(id[strings.LastIndex(id, "-")+1:])
 		require.NoError(t, err)
+		if _, again := seen.LoadOrStore(id, true); again {
+			resends.Add(1)
+			if n%3 == 0 {
+				// A refused one's resend, answered within --timeout:
+				// counted while the sender waits for it.
+				k := resending.Add(1)
+				for m := mostResending.Load(); k > m && !mostResending.CompareAndSwap(m, k); m = mostResending.Load() {
+				}
+				time.Sleep(100 * time.Millisecond)
+				resending.Add(-1)
+			}
+		}
 		switch n % 3 {
 		case 0:
 			w.Header().Set("Retry-After", "5")
@@ -80,6 +89,7 @@ func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
 	require.NotNil(t, res.Resent)
 	require.Equal(t, map[string]int{"503": 3, "unanswered": 3}, res.Resent.Codes)
 	require.Equal(t, int64(6), resends.Load())
+	require.GreaterOrEqual(t, mostResending.Load(), int64(2), "the refused ones are resent at once, not one after another")
 }
 
 // --body-bytes grows a payment to the size asked, still one valid JSON
