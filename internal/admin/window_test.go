@@ -97,24 +97,28 @@ func TestListPlansPruneToTheWindow(t *testing.T) {
 	require.NoError(t, err)
 	seedDays(t, b, clock.Now, 5, 400)
 	day := func(ago time.Duration) string { return clock.Now.Add(-ago).UTC().Format("20060102") }
-	window := []string{day(0), day(DefaultWindow)}
 	field, err := ParseField("data.customer.email=rare@example.com")
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name string
 		f    Filter
+		// ago is how long before now the window ends (Until), which
+		// decides its days: "until 2 h ago" read shortly after midnight
+		// UTC is yesterday's and the day before's.
+		ago time.Duration
 	}{
-		{"no filter", Filter{}},
-		{"source", Filter{Source: "alpha"}},
-		{"status", Filter{Status: envelope.StatusFailed}},
-		{"source and status", Filter{Source: "beta", Status: envelope.StatusDone}},
-		{"cause", Filter{Cause: "unknown_currency"}},
-		{"event type", Filter{Source: "alpha", EventType: "refund.succeeded"}},
-		{"body field", Filter{Contains: []json.RawMessage{field}}},
-		{"body field of failed", Filter{Status: envelope.StatusFailed, Contains: []json.RawMessage{field}}},
-		{"header", Filter{Headers: map[string]string{"x-tenant": "t2"}}},
-		{"until", Filter{Source: "alpha", Until: Bound{Ago: 2 * time.Hour}}},
+		{"no filter", Filter{}, 0},
+		{"source", Filter{Source: "alpha"}, 0},
+		{"status", Filter{Status: envelope.StatusFailed}, 0},
+		{"source and status", Filter{Source: "beta", Status: envelope.StatusDone}, 0},
+		{"cause", Filter{Cause: "unknown_currency"}, 0},
+		{"event type", Filter{Source: "alpha", EventType: "refund.succeeded"}, 0},
+		{"body field", Filter{Contains: []json.RawMessage{field}}, 0},
+		{"body field of failed", Filter{Status: envelope.StatusFailed, Contains: []json.RawMessage{field}}, 0},
+		{"header", Filter{Headers: map[string]string{"x-tenant": "t2"}}, 0},
+		{"until", Filter{Source: "alpha", Until: Bound{Ago: 2 * time.Hour}}, 2 * time.Hour},
 	} {
+		window := []string{day(tc.ago), day(tc.ago + DefaultWindow)}
 		sel, scan := listSelection(tc.f, clock)
 		require.True(t, scan.DefaultWindow, tc.name)
 		plan := explain(t, b, sel, false)
@@ -167,10 +171,12 @@ func TestListPlansPruneToTheWindow(t *testing.T) {
 		require.Empty(t, page.Envelopes, "%+v", f)
 	}
 
-	// A chunk of a bounded search reads one partition.
-	c := envelope.Selection{Headers: map[string]string{"x-tenant": "t2"}, AfterID: envelope.IDAt(clock.Now.Add(-time.Hour)) - 1, BeforeID: envelope.IDAt(clock.Now)}
+	// A chunk of a bounded search reads one partition: an hour of
+	// yesterday (UTC), so that it never spans midnight.
+	midnight := clock.Now.UTC().Truncate(24 * time.Hour)
+	c := envelope.Selection{Headers: map[string]string{"x-tenant": "t2"}, AfterID: envelope.IDAt(midnight.Add(-2*time.Hour)) - 1, BeforeID: envelope.IDAt(midnight.Add(-time.Hour))}
 	plan = explain(t, b, c, false)
-	require.Equal(t, []string{day(0)}, slices.Compact(partitionNames(plan)), plan)
+	require.Equal(t, []string{midnight.Add(-2 * time.Hour).Format("20060102")}, slices.Compact(partitionNames(plan)), plan)
 }
 
 // requireLookupPlan checks the plan of an index lookup (BodyMatchesSQL,
@@ -380,13 +386,18 @@ func TestBodySearchReadsTheBodyIndex(t *testing.T) {
 
 	// Every envelope has this type: more matches in a partition than a
 	// chunk's worth (budget/8 = 10), so the search walks, newest first.
+	// The window is yesterday (UTC), a whole day's partition: today's, in
+	// the first hour after midnight, holds too few envelopes to pass a
+	// chunk's worth, and is rightly read through the index.
 	common := json.RawMessage(`{"type":"payment.succeeded"}`)
-	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Contains: []json.RawMessage{common}}, ScanBudget: 80, Limit: 5})
+	yesterday := Filter{Contains: []json.RawMessage{common}, Until: Bound{At: clock.Now.UTC().Truncate(24 * time.Hour)}}
+	page, err = List(ctx, b.pool, ListRequest{Filter: yesterday, ScanBudget: 80, Limit: 5})
 	require.NoError(t, err)
-	window := sel
+	window, _ := listSelection(yesterday, clock)
 	window.Contains = nil
 	newest, err := envelope.Summaries(ctx, b.pool, window, 5, false)
 	require.NoError(t, err)
+	require.Len(t, newest, 5)
 	require.Equal(t, newest, page.Envelopes)
 	require.Zero(t, page.Scan.Indexed)
 	require.Positive(t, page.Scan.Searched)
@@ -563,12 +574,15 @@ func TestHeaderSearchReadsTheHeadersIndex(t *testing.T) {
 	requireLookupPlan(t, b, sql, args, chunks, `envelope_\d{8}_(?:headers|lower)_idx`, func(c envelope.Chunk) bool { return c.HeadersIndexed })
 
 	// Half the envelopes have this tenant: more matches in a partition
-	// than a chunk's worth (budget/8 = 10), so the search walks.
+	// than a chunk's worth (budget/8 = 10), so the search walks. The
+	// window is yesterday (UTC), a whole day's partition: today's, in the
+	// first hour after midnight, holds too few envelopes to pass a chunk's
+	// worth, and is rightly read through the index.
 	common := map[string]string{"X-Tenant": "t2"}
-	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Headers: common}, ScanBudget: 80, Limit: 5})
+	yesterday := Filter{Headers: common, Until: Bound{At: clock.Now.UTC().Truncate(24 * time.Hour)}}
+	page, err = List(ctx, b.pool, ListRequest{Filter: yesterday, ScanBudget: 80, Limit: 5})
 	require.NoError(t, err)
-	window := sel
-	window.Headers = common
+	window, _ := listSelection(yesterday, clock)
 	newest, err := envelope.Summaries(ctx, b.pool, window, 5, false)
 	require.NoError(t, err)
 	require.Len(t, newest, 5)
