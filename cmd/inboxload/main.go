@@ -53,6 +53,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxhq/inbox/internal/cli"
 	"github.com/inboxhq/inbox/internal/envelope"
@@ -405,34 +406,29 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		// Resent by --resend-concurrency senders at once: tens of thousands
 		// refused, one at a time, would take minutes.
 		var mu sync.Mutex
-		next := make(chan int64)
-		var wg sync.WaitGroup
-		for range max(*resendConcurrency, 1) {
-			wg.Go(func() {
-				for n := range next {
-					a, err := post(n, time.Now())
-					dup := err == nil && a.code == http.StatusOK && a.status == "duplicate"
-					mu.Lock()
-					if err != nil {
-						rr.Codes["unanswered"]++
-					} else {
-						rr.Codes[strconv.Itoa(a.code)]++
-					}
-					if dup {
-						rr.Duplicates++
-					}
-					if storedBefore != nil && dup != storedBefore[id(n)] {
-						wrong++
-					}
-					mu.Unlock()
+		var g errgroup.Group
+		g.SetLimit(max(*resendConcurrency, 1))
+		for _, n := range notAcked {
+			g.Go(func() error {
+				a, err := post(n, time.Now())
+				dup := err == nil && a.code == http.StatusOK && a.status == "duplicate"
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					rr.Codes["unanswered"]++
+				} else {
+					rr.Codes[strconv.Itoa(a.code)]++
 				}
+				if dup {
+					rr.Duplicates++
+				}
+				if storedBefore != nil && dup != storedBefore[id(n)] {
+					wrong++
+				}
+				return nil
 			})
 		}
-		for _, n := range notAcked {
-			next <- n
-		}
-		close(next)
-		wg.Wait()
+		_ = g.Wait() // every resend's error is counted, none returned
 		if storedBefore != nil {
 			rr.StoredWrong = &wrong
 		}
