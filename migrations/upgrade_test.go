@@ -119,7 +119,12 @@ func TestUpgradeToPartitionedEnvelopesKeepsEverything(t *testing.T) {
 	require.Regexp(t, `^envelope_\d{8}(h\d\d)?$`, part)
 
 	// The legacy partition goes whole once past the window; postings stay.
-	drops, err := envelope.DropPartitions(ctx, pool, time.Now().Add(time.Minute), time.Second, false)
+	// The cutoff is its own upper bound: now + a minute would take today's
+	// partition too in the last minute of a UTC day.
+	parts, err := envelope.Partitions(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, "legacy", parts[0].Name)
+	drops, err := envelope.DropPartitions(ctx, pool, parts[0].UpperAt, time.Second, false)
 	require.NoError(t, err)
 	require.Equal(t, []envelope.PartitionDrop{{Name: "legacy", UpperAt: drops[0].UpperAt, Outcome: envelope.PartitionDropped, Envelopes: 200}}, drops)
 	require.Equal(t, 1, pgtest.Count(t, pool, `SELECT count(*) FROM envelope`))
@@ -142,11 +147,12 @@ func TestBodyIndexMigrationUnmarksDaysWithoutBodiesInRows(t *testing.T) {
 	pool := pgtest.OpenPool(t, url)
 	require.NoError(t, migrations.MigrateTo(ctx, pool, 202))
 	now := time.Now()
+	recent := now.Add(-time.Minute) // today's, or yesterday's in the first minute of a UTC day
 
 	// Today's, as ingest stores since 00200 (a failed one with its copy),
 	// then marked as 00200 marked the day it ran.
 	envelopetest.InsertMany(t, pool, 3, func(i int) envelopetest.Row {
-		r := envelopetest.Row{Status: "done", ReceivedAt: now.Add(-time.Minute)}
+		r := envelopetest.Row{Status: "done", ReceivedAt: recent}
 		if i == 2 {
 			r.Status, r.LastError = "failed", "permanent: x"
 		}
@@ -162,7 +168,7 @@ func TestBodyIndexMigrationUnmarksDaysWithoutBodiesInRows(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT name FROM envelope_partition WHERE dropped_at IS NULL AND lower_id <= envelope_id_at($1) AND upper_id > envelope_id_at($1)`, at).Scan(&name))
 		return name
 	}
-	today, old := partition(now), partition(now.Add(-48*time.Hour))
+	today, old := partition(recent), partition(now.Add(-48*time.Hour))
 	_, err := pool.Exec(ctx, `UPDATE envelope_partition SET bodies_in_rows = true WHERE name = $1`, today)
 	require.NoError(t, err)
 	require.NoError(t, migrations.Migrate(ctx, pool, io.Discard))

@@ -102,7 +102,12 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("hash migrations: %w", err)
 	}
-	name := "inbox_tpl_" + sum
+	// One template a UTC day: a template keeps the envelope partitions of
+	// the day it was made, and on a long-lived server one made weeks ago
+	// would hand every test database weeks-old empty partitions, which
+	// retention and purge tests would then find past their cutoffs.
+	// Yesterday's is dropped as any unused template is (templateKeep).
+	name := "inbox_tpl_" + sum + "_" + time.Now().UTC().Format("20060102")
 	admin, err := pgx.Connect(ctx, ServerURL())
 	if err != nil {
 		return "", fmt.Errorf("connect to test server %s (set TEST_DATABASE_URL, or run scripts/dev-db start): %w", redact(ServerURL()), err)
