@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logFormat := fs.String("log-format", "LOG_FORMAT", "json", "json or text")
 	pressureTarget := fs.Duration("pressure-target", "INGEST_PRESSURE_TARGET", ingest.DefaultPressureTarget, "while the oldest delivery being stored has waited longer than this for --pressure-interval, ask workers to yield the database (NOTIFY inbox_ingest_pressure); nothing is refused for it (0: the default; negative: never)")
 	pressureInterval := fs.Duration("pressure-interval", "INGEST_PRESSURE_INTERVAL", ingest.DefaultPressureInterval, "how long the store queue must stand above --pressure-target, and how often the workers are told while it does")
+	pressureSurge := fs.Float("pressure-surge", "INGEST_PRESSURE_SURGE", ingest.DefaultPressureSurge, "under pressure, a rate offered over this many times the calm one (offered lately without pressure) is a surge: workers yield at once, even those keeping up, instead of once they fall behind (0: the default; negative: never)")
 	adminAddr := fs.String("admin-addr", "INGEST_ADMIN_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz; loopback unless given (empty: off)")
 	maxConnsOpen := fs.Int("max-conns", "INGEST_MAX_CONNS", defaultMaxConns, "connections open at once on --addr; from 7/8 of it answers close their connection, at the cap the one longest idle (250ms or more) is closed for a new one, and when none is a new one's request is answered 503 at once")
 	maxBodies := fs.Int("max-inflight-body-bytes", "INGEST_MAX_INFLIGHT_BODY_BYTES", ingest.DefaultMaxInflightBodyBytes, "request bodies held in memory at once, beyond 16 KiB each; past it a delivery waits briefly, then gets 503")
@@ -66,7 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *cfgPath == "" {
 		return errors.New("no sources file: set --config or INBOX_CONFIG")
 	}
-	opts := ingest.Options{StoreTimeout: *storeTimeout, ShedAfter: *shedAfter, ShedAfterOverload: *shedAfterOverload, PressureTarget: *pressureTarget, PressureInterval: *pressureInterval,
+	opts := ingest.Options{StoreTimeout: *storeTimeout, ShedAfter: *shedAfter, ShedAfterOverload: *shedAfterOverload, PressureTarget: *pressureTarget, PressureInterval: *pressureInterval, PressureSurge: *pressureSurge,
 		MaxInflightBodyBytes: int64(*maxBodies)}
 	// The rules hold between the limits that run (defaults resolved), but
 	// on the deadline, interval and overload limit as given: zero there is
@@ -74,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// shortened.
 	eff := opts.WithDefaults()
 	if err := (limits{storeTimeout: *storeTimeout, shedAfter: eff.ShedAfter, shedAfterOverload: cmp.Or(*shedAfterOverload, eff.ShedAfterOverload),
-		pressureTarget: eff.PressureTarget, pressureInterval: *pressureInterval, maxConnsOpen: *maxConnsOpen, maxBodies: *maxBodies,
+		pressureTarget: eff.PressureTarget, pressureInterval: *pressureInterval, pressureSurge: *pressureSurge, maxConnsOpen: *maxConnsOpen, maxBodies: *maxBodies,
 		storeBatch: *storeBatch, storeConcurrency: *storeConcurrency, dbMaxConns: *maxConns}).check(); err != nil {
 		return err
 	}
@@ -204,6 +205,7 @@ func keepPartitions(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger
 type limits struct {
 	storeTimeout, shedAfter, shedAfterOverload                        time.Duration
 	pressureTarget, pressureInterval                                  time.Duration
+	pressureSurge                                                     float64
 	maxConnsOpen, maxBodies, storeBatch, storeConcurrency, dbMaxConns int
 }
 
@@ -217,6 +219,8 @@ func (l limits) check() error {
 		return cli.UsageError{Err: errors.New("--pressure-interval must be at least 10ms, and --pressure-target below --shed-after (workers yield before deliveries are refused; negative: never)")}
 	case l.shedAfter > 0 && (l.shedAfterOverload > l.shedAfter || (l.shedAfterOverload > 0 && l.pressureTarget > 0 && l.shedAfterOverload <= l.pressureTarget)):
 		return cli.UsageError{Err: errors.New("--shed-after-overload must be at most --shed-after (the limit once refusing is the shorter) and above --pressure-target (the age a healthy store stays under; negative: never)")}
+	case l.pressureSurge > 0 && l.pressureSurge <= 1:
+		return cli.UsageError{Err: errors.New("--pressure-surge must be over 1 (a rate offered that many times the calm one; 0: the default; negative: never)")}
 	case l.maxConnsOpen < 1 || l.maxBodies < ingest.FreeBodyBytes:
 		return cli.UsageError{Err: errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")}
 	case l.storeBatch < 1 || l.storeConcurrency < 1 || l.dbMaxConns < l.storeConcurrency+2:

@@ -253,6 +253,7 @@ func TestIngestFlagRules(t *testing.T) {
 		{[]string{"--shed-after", "20ms", "--pressure-target", "0"}, "--pressure-target below --shed-after"},
 		{[]string{"--shed-after-overload", "300ms"}, "--shed-after-overload must be at most --shed-after"},
 		{[]string{"--shed-after-overload", "1ms"}, "above --pressure-target"},
+		{[]string{"--pressure-surge", "1"}, "--pressure-surge must be over 1"},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), tc.args, func(k string) string { return env[k] }, &out, &out)
@@ -271,7 +272,7 @@ func TestIngestFlagRules(t *testing.T) {
 func TestLimitsCheckBoundaries(t *testing.T) {
 	t.Parallel()
 	ok := limits{storeTimeout: 3 * time.Second, shedAfter: 250 * time.Millisecond, shedAfterOverload: ingest.DefaultShedAfterOverload, maxConnsOpen: defaultMaxConns,
-		pressureTarget: ingest.DefaultPressureTarget, pressureInterval: ingest.DefaultPressureInterval,
+		pressureTarget: ingest.DefaultPressureTarget, pressureInterval: ingest.DefaultPressureInterval, pressureSurge: ingest.DefaultPressureSurge,
 		maxBodies: ingest.DefaultMaxInflightBodyBytes, storeBatch: 64, storeConcurrency: 2, dbMaxConns: 20}
 	require.NoError(t, ok.check(), "the defaults")
 	for name, c := range map[string]struct {
@@ -281,6 +282,9 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 		"shed-after negative: never":      {func(l *limits) { l.shedAfter = -time.Second }, true},
 		"shed-after just under deadline":  {func(l *limits) { l.shedAfter = l.storeTimeout - time.Millisecond }, true},
 		"shed-after at the deadline":      {func(l *limits) { l.shedAfter = l.storeTimeout }, false},
+		"surge just over 1":               {func(l *limits) { l.pressureSurge = 1.01 }, true},
+		"surge at 1":                      {func(l *limits) { l.pressureSurge = 1 }, false},
+		"surge negative: never":           {func(l *limits) { l.pressureSurge = -1 }, true},
 		"overload at shed-after":          {func(l *limits) { l.shedAfterOverload = l.shedAfter }, true},
 		"overload past shed-after":        {func(l *limits) { l.shedAfterOverload = l.shedAfter + time.Millisecond }, false},
 		"overload with shed-after never":  {func(l *limits) { l.shedAfterOverload, l.shedAfter = time.Second, -1 }, true},

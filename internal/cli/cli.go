@@ -81,6 +81,19 @@ func (f *Flags) Int(name, env string, def int, usage string) *int {
 	return f.FlagSet.Int(name, def, f.envUsage(env, usage))
 }
 
+// Float defines a float64 flag defaulting from env, then def.
+func (f *Flags) Float(name, env string, def float64, usage string) *float64 {
+	if v := f.lookup(env); v != "" {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s: %q is not a number", env, v))
+		} else {
+			def = x
+		}
+	}
+	return f.FlagSet.Float64(name, def, f.envUsage(env, usage))
+}
+
 func (f *Flags) lookup(env string) string {
 	if env == "" || f.getenv == nil {
 		return ""

@@ -51,3 +51,27 @@ func TestBadFlagIsOneUsageErrorLine(t *testing.T) {
 	require.True(t, errors.As(err, new(cli.UsageError)))
 	require.EqualError(t, err, `WORKER_PURGE_BODY_AFTER: "soon" is not a duration (e.g. 30s, 15m, 24h, 7d)`)
 }
+
+// A float flag reads its environment variable, a flag given overrides it,
+// and a value that is not a number is one usage error naming the variable.
+func TestFloatFlagFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	parse := func(env map[string]string, args ...string) (float64, error) {
+		fs := cli.NewFlags("ingest", func(k string) string { return env[k] }, new(bytes.Buffer))
+		f := fs.Float("pressure-surge", "INGEST_PRESSURE_SURGE", 1.5, "ratio")
+		err := fs.Parse(args)
+		return *f, err
+	}
+	v, err := parse(nil)
+	require.NoError(t, err)
+	require.Equal(t, 1.5, v, "the default")
+	v, err = parse(map[string]string{"INGEST_PRESSURE_SURGE": "2.25"})
+	require.NoError(t, err)
+	require.Equal(t, 2.25, v, "from the environment")
+	v, err = parse(map[string]string{"INGEST_PRESSURE_SURGE": "2.25"}, "--pressure-surge", "-1")
+	require.NoError(t, err)
+	require.Equal(t, -1.0, v, "the flag over the environment")
+	_, err = parse(map[string]string{"INGEST_PRESSURE_SURGE": "lots"})
+	require.True(t, errors.As(err, new(cli.UsageError)))
+	require.EqualError(t, err, `INGEST_PRESSURE_SURGE: "lots" is not a number`)
+}

@@ -92,6 +92,14 @@ const PressureChannel = "inbox_ingest_pressure"
 // PressureRefusing is the payload of a pressure notification sent while
 // ingest refuses deliveries because its store is behind (--shed-after):
 // a delivery refused is one the provider must resend, and workers yield
-// then even when they are not behind (worker.Yield.MinLag). Any other
-// payload is plain pressure.
+// then even when they are not behind (worker.Yield.MinLag). Besides it
+// and PressureSurge, a payload is plain pressure (empty from ingest).
 const PressureRefusing = "refusing"
+
+// PressureSurge is the payload of a pressure notification sent while
+// more is offered to ingest than a while ago, when it was calm: a step in
+// the load (a sale, a provider's backlog arriving at once). Workers then
+// yield at once, even when they keep up, rather than once they are
+// behind: in the step's first second a worker at full rate costs intake
+// the most.
+const PressureSurge = "surge"

@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -18,13 +19,15 @@ import (
 )
 
 // pressureRig serves ingest with a 50 ms pressure target and interval,
-// a 20 s store deadline and shedAfter, and listens on
-// envelope.PressureChannel as a worker does; ctx ends with the test.
-func pressureRig(t *testing.T, url string, pool *pgxpool.Pool, shedAfter time.Duration) (*bundle, context.Context, *pgx.Conn) {
+// a 20 s store deadline, shedAfter and surge (Options.PressureSurge), and
+// listens on envelope.PressureChannel as a worker does; ctx ends with the
+// test.
+func pressureRig(t *testing.T, url string, pool *pgxpool.Pool, shedAfter time.Duration, surge float64) (*bundle, context.Context, *pgx.Conn) {
 	t.Helper()
 	b := serve(t, pool, ingest.Options{
 		StoreTimeout: 20 * time.Second, ShedAfter: shedAfter,
 		PressureTarget: 50 * time.Millisecond, PressureInterval: 50 * time.Millisecond,
+		PressureSurge: surge,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -75,7 +78,7 @@ func TestStorePressureNotifiesWorkers(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	pool := pgtest.OpenPool(t, url)
-	b, ctx, listener := pressureRig(t, url, pool, -1)
+	b, ctx, listener := pressureRig(t, url, pool, -1, -1) // surges: TestStoreSurgeTellsWorkers
 
 	var mu sync.Mutex
 	var states []bool
@@ -121,7 +124,7 @@ func TestStoreRefusalsTellWorkers(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	pool := pgtest.OpenPool(t, url)
-	b, ctx, listener := pressureRig(t, url, pool, 300*time.Millisecond)
+	b, ctx, listener := pressureRig(t, url, pool, 300*time.Millisecond, -1)
 	go b.srv.RunPressure(ctx, nil)
 
 	release := holdADelivery(t, ctx, b, "msg_held_before_refusals")
@@ -149,4 +152,40 @@ func TestStoreRefusalsTellWorkers(t *testing.T) {
 	}
 	require.True(t, told, "within 10 s of the refusal, a notification said deliveries are refused")
 	release.stored(t)
+}
+
+// Under pressure, a burst offered far over the calm rate (here from idle)
+// is a surge, and the notifications say so (envelope.PressureSurge):
+// workers then yield at once, even those keeping up. The deliveries only
+// wait, and are all stored once the store is free.
+func TestStoreSurgeTellsWorkers(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := pgtest.OpenPool(t, url)
+	b, ctx, listener := pressureRig(t, url, pool, -1, 0) // the default surge ratio
+	go b.srv.RunPressure(ctx, nil)
+
+	release := holdADelivery(t, ctx, b, "msg_held_before_surge")
+	var burst []<-chan int
+	for i := range 20 {
+		source, d := sample(provider.Standard, fmt.Sprintf("msg_surge_%02d", i))
+		burst = append(burst, sendInBackground(t, b.url+"/webhooks/"+source, d))
+	}
+	told := false
+	for deadline := time.Now().Add(10 * time.Second); !told && time.Now().Before(deadline); {
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := listener.WaitForNotification(wctx)
+		wcancel()
+		require.NoError(t, err)
+		told = n.Payload == envelope.PressureSurge
+		if !told {
+			require.Empty(t, n.Payload, "nothing refused: plain pressure or a surge")
+		}
+	}
+	require.True(t, told, "within 10 s of the burst, a notification said the load surged")
+	release.stored(t)
+	for i, answered := range burst {
+		require.Equal(t, http.StatusAccepted, <-answered, "delivery %d of the burst", i)
+	}
+	require.Equal(t, 21, pgtest.Count(t, pool, `SELECT count(*) FROM envelope`))
 }

@@ -56,6 +56,13 @@ type Options struct {
 	// PressureInterval: see PressureTarget. Default
 	// DefaultPressureInterval.
 	PressureInterval time.Duration
+	// PressureSurge: under pressure, an offered rate over this many times
+	// the calm one (the rate offered lately without pressure) is a surge,
+	// and the notification says so (envelope.PressureSurge): workers then
+	// yield at once, even those keeping up. Default DefaultPressureSurge;
+	// negative: never (workers yield only once behind, or while ingest
+	// refuses deliveries).
+	PressureSurge float64
 	// RetryAfter is the Retry-After of a 503. Default 5 s.
 	RetryAfter time.Duration
 	// Now is the clock for signature timestamps. Default time.Now.
@@ -109,7 +116,7 @@ func New(sources map[string]Source, store *envelope.Store, logger *slog.Logger, 
 	}
 	opts = opts.WithDefaults()
 	s.storeTimeout = opts.StoreTimeout
-	s.shed = newShedder(opts.ShedAfter, opts.PressureTarget, opts.PressureInterval, opts.ShedAfterOverload)
+	s.shed = newShedder(opts.ShedAfter, opts.PressureTarget, opts.PressureInterval, opts.ShedAfterOverload, opts.PressureSurge)
 	s.retryAfterSeconds = int(opts.RetryAfter / time.Second)
 	if s.retryAfterSeconds <= 0 {
 		s.retryAfterSeconds = 5
@@ -151,6 +158,7 @@ func (o Options) WithDefaults() Options {
 	if o.PressureInterval <= 0 {
 		o.PressureInterval = DefaultPressureInterval
 	}
+	o.PressureSurge = cmp.Or(o.PressureSurge, DefaultPressureSurge)
 	if o.ShedAfterOverload == 0 {
 		// Scaled with the limits an operator raised for a slower store.
 		o.ShedAfterOverload = max(DefaultShedAfterOverload, 2*o.PressureTarget, o.ShedAfter/4)

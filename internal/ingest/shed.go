@@ -8,10 +8,12 @@ import (
 	"github.com/inboxhq/inbox/internal/envelope"
 )
 
-// Pressure defaults (Options.PressureTarget, PressureInterval).
+// Pressure defaults (Options.PressureTarget, PressureInterval,
+// PressureSurge).
 const (
 	DefaultPressureTarget   = 35 * time.Millisecond
 	DefaultPressureInterval = 100 * time.Millisecond
+	DefaultPressureSurge    = 1.5
 )
 
 // overloadHold is how long ingest counts itself over capacity after the
@@ -41,6 +43,8 @@ const overloadHold = time.Second
 //     overload the queue dips that low between batches. docs/benchmarks.md)
 type shedder struct {
 	after, target, interval, overload time.Duration
+	// surge is Options.PressureSurge (surgeMeter; <= 0: never).
+	surge float64
 
 	// epoch is the origin of the times kept below, as offsets from it (see
 	// at): time.Now's monotonic reading, so a wall clock stepped back or
@@ -54,14 +58,16 @@ type shedder struct {
 	// delivery refused (at); 0: no hold.
 	overloadUntil atomic.Int64
 	// refused counts the deliveries refused at once (refuse); holds, the
-	// holds of the shorter limit begun (a refusal with none in force).
-	refused, holds atomic.Int64
+	// holds of the shorter limit begun (a refusal with none in force);
+	// arrived, the deliveries that reached the store's door (refuse), the
+	// offered rate (RunPressure tells it to workers).
+	refused, holds, arrived atomic.Int64
 }
 
 // newShedder returns a shedder with these limits (ingest.Options' of the
 // same names), its clock starting now.
-func newShedder(after, target, interval, overload time.Duration) *shedder {
-	return &shedder{after: after, target: target, interval: interval, overload: overload, epoch: time.Now()}
+func newShedder(after, target, interval, overload time.Duration, surge float64) *shedder {
+	return &shedder{after: after, target: target, interval: interval, overload: overload, surge: surge, epoch: time.Now()}
 }
 
 // at returns now as kept in the atomics: nanoseconds since epoch, plus
@@ -84,6 +90,7 @@ func (s *shedder) note(age time.Duration, now time.Time) {
 // refuse reports whether a delivery that finds the queue age at age, now,
 // is refused, and notes the age for pressure.
 func (s *shedder) refuse(age time.Duration, now time.Time) bool {
+	s.arrived.Add(1)
 	if s.target > 0 {
 		s.note(age, now)
 	}
@@ -141,8 +148,10 @@ func (s *shedder) pressure(age time.Duration, now time.Time) bool {
 // deliveries were refused since the last check (the store behind), the
 // notification says so (envelope.PressureRefusing), pressure or not:
 // workers then yield even when they keep up (until the notification is
-// sent, every check tries again). With no pressure target nothing is
-// notified, refusals included. set, when not nil, is told
+// sent, every check tries again). Otherwise, under pressure while more is
+// offered than surge times the calm rate (surgeMeter), it says that
+// (envelope.PressureSurge): workers yield at once, keeping up or not.
+// With no pressure target nothing is notified, refusals included. set, when not nil, is told
 // the pressure at each check (the inbox_ingest_store_pressure gauge).
 func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 	if s.shed.target <= 0 {
@@ -153,6 +162,7 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 	defer t.Stop()
 	var failedAt time.Time
 	refused := s.shed.refused.Load()
+	surge := newSurgeMeter(s.shed.surge, s.shed.interval, s.shed.arrived.Load(), time.Now())
 	for {
 		select {
 		case <-ctx.Done():
@@ -162,12 +172,16 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 			if set != nil {
 				set(on)
 			}
+			surging := surge.look(s.shed.arrived.Load(), on, now)
 			payload := ""
 			n := s.shed.refused.Load()
-			if n != refused {
+			switch {
+			case n != refused:
 				payload = envelope.PressureRefusing
-			}
-			if !on && payload == "" {
+			case surging:
+				payload = envelope.PressureSurge
+			case on:
+			default:
 				continue
 			}
 			// A second at least: a timed-out statement costs the pool its
@@ -187,4 +201,65 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 			}
 		}
 	}
+}
+
+// surgeWindow is the span over which the offered rate is measured: long
+// enough to smooth a batch, short enough that a step in the load is seen
+// within its first half second. surgeCalm is the time constant of the
+// calm rate: a load that stood for about that long without pressure is
+// the one the store keeps up with.
+const (
+	surgeWindow = 500 * time.Millisecond
+	surgeCalm   = time.Second
+)
+
+// surgeMeter tells a step in the offered load from a load the store keeps
+// up with: at each pressure check it measures the deliveries offered a
+// second over surgeWindow and keeps the calm rate, their moving average
+// over the checks without pressure. Under pressure, an offered rate over
+// ratio times the calm rate is a surge (a sale starting, a provider's
+// backlog arriving at once): a worker at its full rate then costs intake
+// the most, and one that yields only once it is behind yields a second or
+// more too late. At a rate the store sustains, pressure comes from a
+// checkpoint or a blip, and the rate offered is the calm one: no surge.
+// The calm rate does not move under pressure, so a surge lasts until a
+// check finds no pressure and the new rate starts to count as calm (or
+// ingest refuses deliveries, which workers are told instead).
+type surgeMeter struct {
+	ratio float64 // <= 0: never a surge
+	alpha float64 // the calm average's weight of one check
+	calm  float64
+	// The offered count at the last n checks, a ring; i is the oldest.
+	counts []int64
+	times  []time.Time
+	i      int
+}
+
+// newSurgeMeter returns a surgeMeter with this ratio for checks every
+// interval, the offered count being count now.
+func newSurgeMeter(ratio float64, interval time.Duration, count int64, now time.Time) *surgeMeter {
+	n := max(1, int(surgeWindow/interval))
+	m := &surgeMeter{ratio: ratio, alpha: min(1, float64(interval)/float64(surgeCalm)), counts: make([]int64, n), times: make([]time.Time, n)}
+	for j := range m.counts {
+		m.counts[j], m.times[j] = count, now
+	}
+	return m
+}
+
+// look records a check at now, count deliveries having been offered so
+// far and pressure on or not, and reports whether it finds a surge.
+func (m *surgeMeter) look(count int64, pressure bool, now time.Time) bool {
+	oldC, oldT := m.counts[m.i], m.times[m.i]
+	m.counts[m.i], m.times[m.i] = count, now
+	m.i = (m.i + 1) % len(m.counts)
+	dt := now.Sub(oldT).Seconds()
+	if dt <= 0 {
+		return false
+	}
+	offered := float64(count-oldC) / dt
+	if !pressure {
+		m.calm += m.alpha * (offered - m.calm)
+		return false
+	}
+	return m.ratio > 0 && offered > m.ratio*m.calm
 }

@@ -77,7 +77,7 @@ func TestShedderHoldsTheShorterLimitOnceRefusing(t *testing.T) {
 // testShedder returns a shedder with these limits whose clock starts at t0
 // (the tests' fake times are offsets from it).
 func testShedder(t0 time.Time, after, target, interval, overload time.Duration) *shedder {
-	s := newShedder(after, target, interval, overload)
+	s := newShedder(after, target, interval, overload, 0)
 	s.epoch = t0
 	return s
 }
@@ -101,5 +101,49 @@ func TestShedAfterOverloadDefaults(t *testing.T) {
 		{Options{ShedAfterOverload: -1}, -1},
 	} {
 		require.Equal(t, c.want, c.in.WithDefaults().ShedAfterOverload, "%+v", c.in)
+	}
+}
+
+// surgeMeter: under pressure, a rate offered over ratio times the calm
+// one (the average over checks without pressure) is a surge; the rate the
+// store kept up with is not, however long the pressure; the calm rate
+// does not move under pressure, so a surge lasts until a check finds none;
+// a ratio of 0 or less never finds one.
+func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	tick := 100 * time.Millisecond
+	m := newSurgeMeter(1.5, tick, 0, t0)
+	var count int64
+	now := t0
+	// look runs n checks at perSecond offered, pressure on or not, and
+	// returns how many found a surge.
+	look := func(perSecond int64, pressure bool, n int) int {
+		surges := 0
+		for range n {
+			count += perSecond / 10
+			now = now.Add(tick)
+			if m.look(count, pressure, now) {
+				surges++
+			}
+		}
+		return surges
+	}
+	require.Zero(t, look(1000, false, 50), "no pressure: never a surge")
+	require.InDelta(t, 1000, m.calm, 10, "the calm rate")
+	require.Zero(t, look(1000, true, 30), "pressure at the calm rate (a checkpoint, a blip): no surge")
+	require.Zero(t, look(1400, true, 10), "under 1.5 times the calm rate: no surge")
+	require.Zero(t, look(1000, true, 5))
+	require.Zero(t, look(3000, true, 1), "one check into a step to 3x: 1,400/s over the window")
+	require.Equal(t, 29, look(3000, true, 29), "the next (1,800/s over the window) and every one while the pressure lasts: a surge")
+	require.Zero(t, look(3000, false, 40), "no pressure at the new rate: it becomes the calm one")
+	require.InDelta(t, 3000, m.calm, 100)
+	require.Zero(t, look(3000, true, 10), "pressure at the new calm rate: no surge")
+
+	never := newSurgeMeter(-1, tick, count, now)
+	for range 10 {
+		count += 1000
+		now = now.Add(tick)
+		require.False(t, never.look(count, true, now), "ratio -1: never")
 	}
 }

@@ -25,19 +25,21 @@ import (
 // The limit is an envelope rate, adjusted as TCP adjusts its window: each
 // signal cuts it by 30 % (at most once per signalGap, and only when a batch
 // was held to it since the last cut), the first from the rate processed
-// lately; each tick with no signal for quietAfter raises
-// it by 1 %, never past 1.5 times the rate processed lately; after
-// releaseAfter without a signal the worker is unlimited again. It never
-// goes below MinRate, so processing goes on however long the pressure
-// lasts. A batch waits for its envelopes' share of the limit before its
-// transaction (at most maxYieldWait), holding its jobs.
+// lately (a surge drops it to MinRate at once); each tick with no signal
+// for quietAfter raises it by 1 %, never past 1.5 times the rate
+// processed lately; after releaseAfter without a signal the worker is
+// unlimited again. It never goes below MinRate, so processing goes on
+// however long the pressure lasts. A batch waits for its envelopes' share
+// of the limit before its transaction (at most maxYieldWait), holding its
+// jobs.
 //
 // Yielding defers processing, so it happens only while the worker is
-// already behind or ingest is refusing deliveries, and only so far: a
-// batch yields when its longest-waiting job waited between MinLag and
+// already behind, the load surges or ingest is refusing deliveries, and
+// only so far: a batch yields when its longest-waiting job waited between MinLag and
 // MaxLag from becoming available to being fetched, or, under MinLag, when
 // ingest said within the last refusingHold that it refuses deliveries
-// (envelope.PressureRefusing). A worker within MinLag keeps up with what
+// (envelope.PressureRefusing), or within surgeHold that the load surged
+// (envelope.PressureSurge). A worker within MinLag keeps up with what
 // ingest accepts (the sustained rate is the one it keeps up with); near
 // the machine's capacity ingest's store queue passes its target now and
 // then whatever the worker does (its latency there comes from sharing the
@@ -72,6 +74,7 @@ type Yield struct {
 	lastSignal time.Time
 	lastCut    time.Time
 	refusing   time.Time // the last notification that ingest refuses deliveries
+	surged     time.Time // the last notification of a surge (envelope.PressureSurge)
 	// paced: a batch was held to the limit (pace) since the last cut.
 	// Only then does a signal cut further: a limit no batch is held to
 	// (every batch keeping up, under MinLag) relieves nothing, and cutting
@@ -114,6 +117,10 @@ const (
 	// limit: past it the batch runs anyway (a job must never time out
 	// waiting to yield).
 	maxYieldWait = time.Second
+	// surgeHold is how long after a notification of a surge a batch
+	// under MinLag still yields (ingest says so at every check, 100 ms by
+	// default, while the surge lasts).
+	surgeHold = 300 * time.Millisecond
 	// probePayload marks the notification a listener sends itself to
 	// check that notifications reach it (ingest's carry none); probeWait
 	// is how long it waits for it.
@@ -171,12 +178,29 @@ func (y *Yield) Refusing(now time.Time) {
 	y.Signal(now)
 }
 
+// Surge records a notification, received at now, that ingest is offered
+// far more than it was while calm (envelope.PressureSurge): the limit
+// drops to the floor at once, not by a cut, and batches under MinLag
+// yield for surgeHold. In a step's first second the worker, still
+// keeping up, would otherwise run at its full rate on the CPU and
+// database ingest needs most then.
+func (y *Yield) Surge(now time.Time) {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	y.surged, y.lastSignal = now, now
+	if y.limit != y.MinRate {
+		y.lastCut, y.paced = now, false
+		y.setLocked(y.MinRate)
+	}
+}
+
 // refused reports whether ingest said it refuses deliveries within
-// refusingHold before now.
+// refusingHold before now, or that it sees a surge within surgeHold.
 func (y *Yield) refused(now time.Time) bool {
 	y.mu.Lock()
 	defer y.mu.Unlock()
-	return !y.refusing.IsZero() && now.Sub(y.refusing) < refusingHold
+	return (!y.refusing.IsZero() && now.Sub(y.refusing) < refusingHold) ||
+		(!y.surged.IsZero() && now.Sub(y.surged) < surgeHold)
 }
 
 // Tick updates the rate processed lately and raises (or lifts) the limit
@@ -350,6 +374,8 @@ func (y *Yield) notified(payload string, now time.Time) {
 	case probePayload:
 	case envelope.PressureRefusing:
 		y.Refusing(now)
+	case envelope.PressureSurge:
+		y.Surge(now)
 	default:
 		y.Signal(now)
 	}

@@ -295,3 +295,29 @@ func TestYieldOnlyWhenBehindOrRefused(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "ingest refusing: a batch that keeps up yields too")
 	require.EqualValues(t, 420, y.processed.Load(), "every envelope counted")
 }
+
+// A surge (envelope.PressureSurge) drops the limit to the floor at once,
+// not by a cut, and for surgeHold a batch that keeps up yields too; a
+// surge already at the floor changes nothing.
+func TestYieldDropsToTheFloorOnASurge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	y := NewYield(600, time.Second, time.Minute) // 60 envelopes take 100 ms
+	var set []float64
+	y.Set = func(l float64) { set = append(set, l) }
+	t0 := time.Unix(1000, 0)
+	y.Tick(t0)
+	now := feed(y, t0, 200, 50) // 2,000/s for 5 s
+	y.notified(envelope.PressureSurge, now)
+	require.Equal(t, 600.0, y.Limit(), "at the floor at once, not 30 % under 2,000/s")
+	require.True(t, y.refused(now.Add(surgeHold-time.Millisecond)))
+	require.False(t, y.refused(now.Add(surgeHold)), "held for surgeHold")
+	y.notified(envelope.PressureSurge, now.Add(yieldTick))
+	require.Equal(t, []float64{600}, set, "already at the floor: nothing told again")
+
+	y.Surge(time.Now())
+	start := time.Now()
+	y.wait(ctx, 60, 0) // keeping up, but the load surged: the first goes at once, booking 100 ms
+	y.wait(ctx, 60, 0)
+	require.GreaterOrEqual(t, time.Since(start), 80*time.Millisecond, "a batch that keeps up yields during a surge")
+}
