@@ -121,7 +121,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	m.RegisterInflightBodyBytes(reg, srv.InflightBodyBytes)
 	m.RegisterStoreQueue(reg, metrics.StoreQueue{
-		Age: store.QueueAge, Limit: srv.ShedLimit, Holds: srv.OverloadHolds,
+		Age: store.QueueAge, Limit: srv.ShedLimit, Holds: srv.OverloadHolds, Surges: srv.PressureSurges,
 		ShedAfter: srv.ShedAfter(), Overload: srv.ShedAfterOverload(), PressureTarget: srv.PressureTarget(),
 	})
 	go srv.RunPressure(ctx, m.SetStorePressure)

@@ -228,6 +228,7 @@ func TestIdleConnectionsAtTheCapDoNotShutIngest(t *testing.T) {
 	require.Regexp(t, `(?m)^inbox_ingest_shed_after_overload_seconds 0\.07$`, string(body))
 	require.Regexp(t, `(?m)^inbox_ingest_shed_limit_seconds 0\.25$`, string(body), "nothing refused for the queue: the limit is --shed-after")
 	require.Regexp(t, `(?m)^inbox_ingest_overload_holds_total 0$`, string(body), "nothing refused: no hold")
+	require.Regexp(t, `(?m)^inbox_ingest_pressure_surges_total 0$`, string(body), "nothing offered: no surge")
 	require.Regexp(t, `(?m)^inbox_ingest_pressure_target_seconds 0\.035$`, string(body))
 	require.Regexp(t, `(?m)^inbox_ingest_store_pressure 0$`, string(body))
 }

@@ -108,6 +108,7 @@ func TestStorePressureNotifiesWorkers(t *testing.T) {
 	require.Empty(t, n.Payload, "plain pressure: nothing was refused")
 	require.Contains(t, state(), true, "the gauge says pressure")
 	require.Len(t, answered, 0, "the held delivery waits: pressure refuses nothing")
+	require.Zero(t, b.srv.PressureSurges(), "--pressure-surge negative: never a surge")
 
 	release.stored(t)
 	pgtest.Eventually(t, 10*time.Second, "the gauge back at 0 once the queue is empty", func() (bool, string) {
@@ -183,6 +184,16 @@ func TestStoreSurgeTellsWorkers(t *testing.T) {
 		}
 	}
 	require.True(t, told, "within 10 s of the burst, a notification said the load surged")
+	// The held delivery keeps the pressure standing, so the surge never
+	// ends meanwhile: begun once, however many checks find it.
+	for range 3 {
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := listener.WaitForNotification(wctx)
+		wcancel()
+		require.NoError(t, err)
+		require.Equal(t, envelope.PressureSurge, n.Payload, "the surge lasts while the pressure does")
+	}
+	require.Equal(t, int64(1), b.srv.PressureSurges(), "one surge begun, counted once")
 	release.stored(t)
 	for i, answered := range burst {
 		require.Equal(t, http.StatusAccepted, <-answered, "delivery %d of the burst", i)

@@ -206,6 +206,10 @@ func (s *Server) ShedLimit() time.Duration { return s.shed.limit(time.Now()) }
 // delivery refused for the store queue's age while none was in force.
 func (s *Server) OverloadHolds() int64 { return s.shed.holds.Load() }
 
+// PressureSurges returns how many surges began: a pressure check that
+// found one (Options.PressureSurge) after one that did not.
+func (s *Server) PressureSurges() int64 { return s.shed.surges.Load() }
+
 // PressureTarget returns the store queue age that, standing for the
 // pressure interval, makes ingest ask workers to yield (Options.PressureTarget
 // with its default; negative: never).

@@ -60,8 +60,8 @@ type shedder struct {
 	// refused counts the deliveries refused at once (refuse); holds, the
 	// holds of the shorter limit begun (a refusal with none in force);
 	// arrived, the deliveries that reached the store's door (refuse), the
-	// offered rate (RunPressure tells it to workers).
-	refused, holds, arrived atomic.Int64
+	// offered rate (surgeMeter); surges, the surges begun (RunPressure).
+	refused, holds, arrived, surges atomic.Int64
 }
 
 // newShedder returns a shedder with these limits (ingest.Options' of the
@@ -163,6 +163,7 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 	var failedAt time.Time
 	refused := s.shed.refused.Load()
 	surge := newSurgeMeter(s.shed.surge, s.shed.interval, s.shed.arrived.Load(), time.Now())
+	surged := false // the last check found a surge
 	for {
 		select {
 		case <-ctx.Done():
@@ -173,6 +174,10 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 				set(on)
 			}
 			surging := surge.look(s.shed.arrived.Load(), on, now)
+			if surging && !surged {
+				s.shed.surges.Add(1)
+			}
+			surged = surging
 			payload := ""
 			n := s.shed.refused.Load()
 			switch {

@@ -232,7 +232,7 @@ func exported(t *testing.T) map[string]bool {
 	im.Init([]string{"stripe"})
 	im.RegisterInflightBodyBytes(ingestReg, func() int64 { return 0 })
 	im.RegisterStoreQueue(ingestReg, metrics.StoreQueue{
-		Age: func() time.Duration { return 0 }, Limit: func() time.Duration { return time.Second }, Holds: func() int64 { return 0 },
+		Age: func() time.Duration { return 0 }, Limit: func() time.Duration { return time.Second }, Holds: func() int64 { return 0 }, Surges: func() int64 { return 0 },
 		ShedAfter: time.Second, Overload: time.Second, PressureTarget: time.Second,
 	})
 

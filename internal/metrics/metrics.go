@@ -155,6 +155,8 @@ type StoreQueue struct {
 	Age, Limit func() time.Duration
 	// Holds is how many holds of the shorter limit began (Server.OverloadHolds).
 	Holds func() int64
+	// Surges is how many surges began (Server.PressureSurges).
+	Surges func() int64
 	// ShedAfter and Overload are the two limits Limit is one of, and
 	// PressureTarget the age that, standing, asks workers to yield
 	// (negative: never).
@@ -165,8 +167,8 @@ type StoreQueue struct {
 // inbox_ingest_shed_limit_seconds (the limit in force now), the two limits
 // it is one of (inbox_ingest_shed_after_seconds and
 // inbox_ingest_shed_after_overload_seconds; 0: never),
-// inbox_ingest_overload_holds_total, and
-// inbox_ingest_pressure_target_seconds (0: never). Call it once.
+// inbox_ingest_overload_holds_total, inbox_ingest_pressure_surges_total,
+// and inbox_ingest_pressure_target_seconds (0: never). Call it once.
 func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, q StoreQueue) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "inbox_ingest_store_queue_age_seconds",
@@ -190,6 +192,10 @@ func (m *Ingest) RegisterStoreQueue(reg prometheus.Registerer, q StoreQueue) {
 		Name: "inbox_ingest_overload_holds_total",
 		Help: "Holds of --shed-after-overload begun: a delivery refused for the store queue's age while none was in force (over capacity, or the store stalled). A hold lasts until a second passes with none refused; a steady rate of them with no overload (the store queue mostly short) means the store's healthy queue passes --shed-after-overload now and then.",
 	}, func() float64 { return float64(q.Holds()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "inbox_ingest_pressure_surges_total",
+		Help: "Surges begun: a pressure check finding the rate offered over --pressure-surge times the calm one, after one that did not. Workers then drop to their floor at once, even those keeping up; a surge lasts until a check finds no pressure.",
+	}, func() float64 { return float64(q.Surges()) }))
 	pt := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "inbox_ingest_pressure_target_seconds",
 		Help: "The store queue age that, standing for --pressure-interval, makes ingest ask workers to yield the database (--pressure-target; 0: never).",
