@@ -308,6 +308,8 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if o.yieldMin > 0 {
 		yield = worker.NewYield(float64(o.yieldMin), o.yieldMinLag, o.yieldMaxLag)
 		yield.Set, yield.Behind = wm.YieldLimit.Set, wm.YieldBehind.Inc
+		yield.Arrivals = func(ctx context.Context) (int64, error) { return envelope.StoredSoFar(ctx, pool) }
+		yield.Withheld = wm.YieldWithheld.Add
 		go yield.Run(ctx, pool.Config().ConnConfig, envelope.PressureChannel, logger)
 	}
 	client, err := worker.NewClient(pool, registry, worker.Config{

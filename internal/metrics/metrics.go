@@ -243,6 +243,10 @@ type Worker struct {
 	// YieldBehind counts batches that did not yield, while yielding,
 	// because processing was already --yield-max-lag behind.
 	YieldBehind prometheus.Counter
+	// YieldWithheld counts the seconds this worker kept its limit past
+	// the usual release because its last lift was futile and the load
+	// had not eased (worker.Yield.Withheld).
+	YieldWithheld prometheus.Counter
 
 	river     *riverCollector    // nil without a pool
 	envelopes *envelopeCollector // nil without a pool
@@ -297,8 +301,12 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 			Name: "inbox_worker_yield_behind_total",
 			Help: "Batches processed without yielding, while yielding, because their longest-waiting job had waited longer than --yield-max-lag to be fetched: yielding defers processing no further than that.",
 		}),
+		YieldWithheld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "inbox_worker_yield_withheld_seconds_total",
+			Help: "Seconds this worker kept its yield limit past two quiet seconds, which would have lifted it, because its last lift was futile (unlimited, it did not catch up at all) and envelopes still arrived at over 0.8 times the rate they did then: lifting it would only take the machine from intake. It is lifted once they arrive slower (the peak's end).",
+		}),
 	}
-	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat, m.YieldLimit, m.YieldBehind)
+	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat, m.YieldLimit, m.YieldBehind, m.YieldWithheld)
 	if pool != nil {
 		m.river = newRiverCollector(pool, logger)
 		m.envelopes = newEnvelopeCollector(pool, logger)

@@ -28,7 +28,9 @@ import (
 // lately (a surge drops it to MinRate at once); each tick with no signal
 // for quietAfter raises it by 1 %, never past 1.5 times the rate
 // processed lately; after releaseAfter without a signal the worker is
-// unlimited again. It never goes below MinRate, so processing goes on
+// unlimited again, unless the last lift was futile and envelopes arrive
+// as fast as then (outpacedLocked): the limit then goes on rising, and is
+// lifted when they slow. It never goes below MinRate, so processing goes on
 // however long the pressure lasts. A batch waits for its envelopes' share
 // of the limit before its transaction (at most maxYieldWait), holding its
 // jobs.
@@ -65,8 +67,19 @@ type Yield struct {
 	// Behind, when not nil, is called for each batch that did not yield
 	// because of MaxLag: the inbox_worker_yield_behind_total counter.
 	Behind func()
+	// Arrivals, when not nil, returns how many envelopes have been stored
+	// so far, a count that only grows (envelope.StoredSoFar): read
+	// every arrivalEvery while yielding, it tells the rate work arrives at
+	// (see Tick). Nil: the limit is lifted after releaseAfter regardless.
+	Arrivals func(ctx context.Context) (int64, error)
+	// Withheld, when not nil, is told the time of each tick (in seconds)
+	// whose release of the limit was withheld (outpacedLocked): the
+	// inbox_worker_yield_withheld_seconds_total counter.
+	Withheld func(seconds float64)
 
 	processed atomic.Int64
+	// lag is the latest batch's lag (batchLag), in nanoseconds.
+	lag atomic.Int64
 
 	mu         sync.Mutex
 	limit      float64   // 0: not yielding
@@ -84,6 +97,23 @@ type Yield struct {
 	last      float64 // envelopes/s processed in the last tick
 	lastCount int64
 	lastTick  time.Time
+	// released: the limit was lifted (after releaseAfter) at releasedAt
+	// and none has been set since; releasedLag, the latest batch's lag
+	// then; releasedArrival, the arrival rate then (0: not known).
+	// futile: when a limit was next set, that lift had lasted at least
+	// futileAfter and processing had not caught up at all (the lag longer
+	// than at the lift, and at least MinLag); futileArrival is its
+	// releasedArrival.
+	released, futile               bool
+	releasedAt                     time.Time
+	releasedLag                    time.Duration
+	releasedArrival, futileArrival float64
+	// arrival is the rate envelopes were stored at over the last
+	// arrivalEvery, as of arrivalAt (zero: not known); arrived, arrivedAt
+	// the count Arrivals last returned and when.
+	arrival              float64
+	arrivalAt, arrivedAt time.Time
+	arrived              int64
 }
 
 // DefaultYieldMinRate is the default floor of Yield (--yield-min-rate),
@@ -121,6 +151,18 @@ const (
 	// under MinLag still yields (ingest says so at every check, 100 ms by
 	// default, while the surge lasts).
 	surgeHold = 300 * time.Millisecond
+	// arrivalEvery is how often Arrivals is read while yielding; an
+	// arrival rate older than arrivalStale is not used.
+	arrivalEvery = 500 * time.Millisecond
+	arrivalStale = 2 * time.Second
+	// futileAfter is how long a lift must have lasted to be judged
+	// futile: over a shorter one the lag moves by no more than the gap
+	// between batches.
+	futileAfter = 500 * time.Millisecond
+	// eased: a release is withheld only while envelopes arrive at more
+	// than this share of the rate at the futile lift; under it the load
+	// has eased (a peak's end), and the next lift is judged afresh.
+	eased = 0.8
 	// probePayload marks the notification a listener sends itself to
 	// check that notifications reach it (ingest's carry none); probeWait
 	// is how long it waits for it.
@@ -152,6 +194,7 @@ func (y *Yield) Signal(now time.Time) {
 	from := y.limit
 	switch {
 	case from == 0:
+		y.judgeLiftLocked(now)
 		// The first cut is from the rate processed lately: the average,
 		// or the last tick's when higher (a worker that was idle and is
 		// now busy has an average far under what it does: cut from that,
@@ -188,6 +231,9 @@ func (y *Yield) Surge(now time.Time) {
 	y.mu.Lock()
 	defer y.mu.Unlock()
 	y.surged, y.lastSignal = now, now
+	if y.limit == 0 {
+		y.judgeLiftLocked(now)
+	}
 	if y.limit != y.MinRate {
 		y.lastCut, y.paced = now, false
 		y.setLocked(y.MinRate)
@@ -209,8 +255,9 @@ func (y *Yield) Tick(now time.Time) {
 	y.mu.Lock()
 	defer y.mu.Unlock()
 	n := y.processed.Load()
+	var dt float64 // seconds since the last tick (0: the first)
 	if !y.lastTick.IsZero() {
-		if dt := now.Sub(y.lastTick).Seconds(); dt > 0 {
+		if dt = now.Sub(y.lastTick).Seconds(); dt > 0 {
 			r := float64(n-y.lastCount) / dt
 			y.rate = 0.7*y.rate + 0.3*r
 			y.last = r
@@ -222,14 +269,70 @@ func (y *Yield) Tick(now time.Time) {
 	}
 	quiet := now.Sub(y.lastSignal)
 	switch {
-	case quiet >= releaseAfter:
+	case quiet >= releaseAfter && !y.outpacedLocked(now):
 		y.setLocked(0)
+		y.released, y.releasedAt, y.releasedLag = true, now, time.Duration(y.lag.Load())
+		y.releasedArrival = 0
+		if y.arrivalFreshLocked(now) {
+			y.releasedArrival = y.arrival
+		}
+	case quiet >= releaseAfter && y.Withheld != nil:
+		y.Withheld(dt)
+		fallthrough
 	case quiet >= quietAfter:
 		// Raised slowly, and never far past what is processed: a limit
 		// the worker does not reach would hold nothing back at the next
 		// signal's cut.
 		y.setLocked(max(y.MinRate, min(y.limit*1.01, 1.5*y.rate)))
 	}
+}
+
+// outpacedLocked reports whether lifting the limit now would be futile:
+// the last lift was (it lasted at least futileAfter and processing did
+// not catch up at all meanwhile, judgeLiftLocked), and envelopes still
+// arrive at more than eased times the rate they did then. Lifting it
+// would only run the worker at its full rate into a backlog that grows
+// anyway, taking the machine from intake until the next signal cuts it
+// again (at twice the sustained rate each lift was a second or two of
+// refusals and slow answers). The limit goes on rising while no signal
+// comes, and is lifted once the arrivals fall (the peak's end), or when
+// they are not known (Arrivals unset or failing). A worker that catches
+// up when unlimited, as it does at a rate it sustains, is never
+// withheld: the evidence is its own last lift's, read in the lag of the
+// queue all workers share, so a fleet's workers judge the fleet.
+func (y *Yield) outpacedLocked(now time.Time) bool {
+	return y.futile && y.futileArrival > 0 && y.arrivalFreshLocked(now) &&
+		y.arrival > eased*y.futileArrival
+}
+
+// judgeLiftLocked judges the last lift, if any, as a limit is set again
+// at now (futile).
+func (y *Yield) judgeLiftLocked(now time.Time) {
+	if !y.released {
+		return
+	}
+	lag := time.Duration(y.lag.Load())
+	y.released = false
+	y.futile = now.Sub(y.releasedAt) >= futileAfter && lag >= y.MinLag && lag > y.releasedLag
+	y.futileArrival = y.releasedArrival
+}
+
+// arrivalFreshLocked reports whether the arrival rate was read within
+// arrivalStale of now.
+func (y *Yield) arrivalFreshLocked(now time.Time) bool {
+	return !y.arrivalAt.IsZero() && now.Sub(y.arrivalAt) < arrivalStale
+}
+
+// noteArrivals records that Arrivals returned n at now.
+func (y *Yield) noteArrivals(n int64, now time.Time) {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	if !y.arrivedAt.IsZero() && n >= y.arrived {
+		if dt := now.Sub(y.arrivedAt).Seconds(); dt > 0 && dt < arrivalStale.Seconds() {
+			y.arrival, y.arrivalAt = float64(n-y.arrived)/dt, now
+		}
+	}
+	y.arrived, y.arrivedAt = n, now
 }
 
 func (y *Yield) setLocked(limit float64) {
@@ -248,6 +351,7 @@ func (y *Yield) wait(ctx context.Context, n int, lag time.Duration) {
 		return
 	}
 	y.processed.Add(int64(n))
+	y.lag.Store(int64(lag))
 	now := time.Now()
 	if lag > y.MaxLag {
 		if y.Behind != nil && y.Limit() > 0 {
@@ -306,6 +410,9 @@ func (y *Yield) Run(ctx context.Context, cfg *pgx.ConnConfig, channel string, lo
 		y.setLocked(0)
 		y.mu.Unlock()
 	}()
+	if y.Arrivals != nil {
+		go y.pollArrivals(ctx)
+	}
 	go func() {
 		t := time.NewTicker(yieldTick)
 		defer t.Stop()
@@ -331,6 +438,33 @@ func (y *Yield) Run(ctx context.Context, cfg *pgx.ConnConfig, channel string, lo
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// pollArrivals reads Arrivals every arrivalEvery while a limit is in
+// force, until ctx ends. A failed read leaves the rate unknown (it goes
+// stale), and the limit is lifted as without Arrivals.
+func (y *Yield) pollArrivals(ctx context.Context) {
+	t := time.NewTicker(arrivalEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if y.Limit() == 0 {
+			y.mu.Lock()
+			y.arrivedAt = time.Time{} // the next rate starts from a fresh reading
+			y.mu.Unlock()
+			continue
+		}
+		qctx, cancel := context.WithTimeout(ctx, arrivalEvery)
+		n, err := y.Arrivals(qctx)
+		cancel()
+		if err == nil {
+			y.noteArrivals(n, time.Now())
 		}
 	}
 }

@@ -321,3 +321,72 @@ func TestYieldDropsToTheFloorOnASurge(t *testing.T) {
 	y.wait(ctx, 60, 0)
 	require.GreaterOrEqual(t, time.Since(start), 80*time.Millisecond, "a batch that keeps up yields during a surge")
 }
+
+// The limit is not lifted when the last lift was futile (it lasted
+// futileAfter and processing did not catch up at all meanwhile) and
+// envelopes still arrive at more than eased times the rate they did at
+// that lift: it goes on rising instead, and is lifted once the arrivals
+// fall. A lift that caught up, one too short to judge, or arrivals not
+// known, lift the limit as before.
+func TestYieldHoldsItsLimitWhileArrivalsOutpaceIt(t *testing.T) {
+	t.Parallel()
+	y := NewYield(100, time.Second, time.Minute)
+	withheld := 0.0
+	y.Withheld = func(s float64) { withheld += s }
+	now := time.Unix(1000, 0)
+	y.Tick(now)
+	var stored int64
+	// run processes per envelopes a tick for ticks, the batches lag
+	// behind, arrive envelopes arriving a tick (none read when negative).
+	run := func(per, arrive int64, ticks int, lag time.Duration) {
+		for range ticks {
+			y.lag.Store(int64(lag))
+			y.processed.Add(per)
+			now = now.Add(yieldTick)
+			if arrive >= 0 {
+				stored += arrive
+				y.noteArrivals(stored, now)
+			}
+			y.Tick(now)
+		}
+	}
+	run(100, 200, 20, 0)
+	y.Signal(now)
+	require.InDelta(t, 700, y.Limit(), 7)
+	run(70, 200, 20, 2*time.Second)
+	require.Zero(t, y.Limit(), "the first lift: nothing says it is futile")
+	run(100, 200, 10, 3*time.Second) // unlimited for 1 s, the lag grew
+
+	y.Signal(now) // that lift was futile, at 2,000/s
+	require.NotZero(t, y.Limit())
+	// 2,000/s still arriving, no signal for 3 s: not lifted, still rising.
+	limit := y.Limit()
+	run(70, 200, 30, 4*time.Second)
+	require.Greater(t, y.Limit(), limit, "raised while quiet")
+	require.InDelta(t, 1.1, withheld, 0.01, "the ticks from releaseAfter on are counted, in seconds")
+	run(70, 170, 1, 4*time.Second) // 1,700/s: not eased enough
+	require.NotZero(t, y.Limit())
+	run(70, 150, 1, 4*time.Second) // 1,500/s: under eased x 2,000/s
+	require.Zero(t, y.Limit(), "arrivals fallen: lifted")
+
+	// This lift caught up some (the lag fell, still over MinLag), so the
+	// next is not withheld, however fast envelopes arrive.
+	run(100, 200, 10, 3*time.Second)
+	y.Signal(now)
+	require.NotZero(t, y.Limit())
+	run(70, 200, 20, 2*time.Second)
+	require.Zero(t, y.Limit(), "the last lift caught up: lifted after releaseAfter")
+
+	// A lift cut short (under futileAfter) is not judged futile.
+	run(100, 200, 2, 5*time.Second)
+	y.Signal(now)
+	run(70, 200, 20, 6*time.Second)
+	require.Zero(t, y.Limit(), "a lift too short to judge: lifted")
+
+	// Futile again, but the arrivals not read lately (Arrivals failing).
+	run(100, 200, 10, 7*time.Second)
+	y.Signal(now)
+	run(70, -1, 20, 8*time.Second)
+	require.Zero(t, y.Limit(), "no arrival rate known: lifted after releaseAfter")
+	require.InDelta(t, 1.2, withheld, 0.01, "only the two ticks above withheld since")
+}
