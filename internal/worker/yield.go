@@ -269,13 +269,12 @@ func (y *Yield) Tick(now time.Time) {
 	}
 	quiet := now.Sub(y.lastSignal)
 	switch {
+	case quiet >= quietAfter && y.easedLocked(now):
+		// After a futile lift the arrivals tell the peak's end: the
+		// backlog drains from now, not two quiet seconds on.
+		y.liftLocked(now)
 	case quiet >= releaseAfter && !y.outpacedLocked(now):
-		y.setLocked(0)
-		y.released, y.releasedAt, y.releasedLag = true, now, time.Duration(y.lag.Load())
-		y.releasedArrival = 0
-		if y.arrivalFreshLocked(now) {
-			y.releasedArrival = y.arrival
-		}
+		y.liftLocked(now)
 	case quiet >= releaseAfter && y.Withheld != nil:
 		y.Withheld(dt)
 		fallthrough
@@ -295,7 +294,8 @@ func (y *Yield) Tick(now time.Time) {
 // anyway, taking the machine from intake until the next signal cuts it
 // again (at twice the sustained rate each lift was a second or two of
 // refusals and slow answers). The limit goes on rising while no signal
-// comes, and is lifted once the arrivals fall (the peak's end), or when
+// comes, and is lifted once the arrivals fall (the peak's end: then after
+// quietAfter, not releaseAfter, easedLocked), or when
 // they are not known (Arrivals unset or failing). A worker that catches
 // up when unlimited, as it does at a rate it sustains, is never
 // withheld: the evidence is its own last lift's, read in the lag of the
@@ -303,6 +303,23 @@ func (y *Yield) Tick(now time.Time) {
 func (y *Yield) outpacedLocked(now time.Time) bool {
 	return y.futile && y.futileArrival > 0 && y.arrivalFreshLocked(now) &&
 		y.arrival > eased*y.futileArrival
+}
+
+// easedLocked reports whether, after a futile lift, envelopes now arrive
+// at eased times its rate or less: the load has fallen (a peak's end).
+func (y *Yield) easedLocked(now time.Time) bool {
+	return y.futile && y.futileArrival > 0 && y.arrivalFreshLocked(now) &&
+		y.arrival <= eased*y.futileArrival
+}
+
+// liftLocked lifts the limit at now, noting what the lift is judged by.
+func (y *Yield) liftLocked(now time.Time) {
+	y.setLocked(0)
+	y.released, y.releasedAt, y.releasedLag = true, now, time.Duration(y.lag.Load())
+	y.releasedArrival = 0
+	if y.arrivalFreshLocked(now) {
+		y.releasedArrival = y.arrival
+	}
 }
 
 // judgeLiftLocked judges the last lift, if any, as a limit is set again

@@ -389,4 +389,18 @@ func TestYieldHoldsItsLimitWhileArrivalsOutpaceIt(t *testing.T) {
 	run(70, -1, 20, 8*time.Second)
 	require.Zero(t, y.Limit(), "no arrival rate known: lifted after releaseAfter")
 	require.InDelta(t, 1.2, withheld, 0.01, "only the two ticks above withheld since")
+
+	// Futile again, and then the load ends: lifted once quiet for
+	// quietAfter, without waiting out releaseAfter.
+	run(100, 200, 10, 9*time.Second)
+	y.Signal(now) // futile, but no arrival rate known at its lift
+	run(70, 200, 20, 9*time.Second)
+	require.Zero(t, y.Limit(), "lifted after releaseAfter, at 2,000/s")
+	run(100, 200, 10, 10*time.Second)
+	y.Signal(now) // futile, at 2,000/s
+	run(70, 200, 4, 10*time.Second)
+	require.NotZero(t, y.Limit(), "still arriving as fast: held")
+	run(70, 100, 4, 10*time.Second) // 1,000/s
+	require.Zero(t, y.Limit(), "the arrivals fell: lifted within quietAfter of the last signal's silence")
+	require.InDelta(t, 1.2, withheld, 0.01, "nothing withheld: releaseAfter never passed")
 }
