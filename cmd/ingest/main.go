@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -219,8 +220,8 @@ func (l limits) check() error {
 		return cli.UsageError{Err: errors.New("--pressure-interval must be at least 10ms, and --pressure-target below --shed-after (workers yield before deliveries are refused; negative: never)")}
 	case l.shedAfter > 0 && (l.shedAfterOverload > l.shedAfter || (l.shedAfterOverload > 0 && l.pressureTarget > 0 && l.shedAfterOverload <= l.pressureTarget)):
 		return cli.UsageError{Err: errors.New("--shed-after-overload must be at most --shed-after (the limit once refusing is the shorter) and above --pressure-target (the age a healthy store stays under; negative: never)")}
-	case l.pressureSurge > 0 && l.pressureSurge <= 1:
-		return cli.UsageError{Err: errors.New("--pressure-surge must be over 1 (a rate offered that many times the calm one; 0: the default; negative: never)")}
+	case math.IsNaN(l.pressureSurge) || math.IsInf(l.pressureSurge, 0) || (l.pressureSurge > 0 && l.pressureSurge <= 1):
+		return cli.UsageError{Err: errors.New("--pressure-surge must be a finite number over 1 (a rate offered that many times the calm one; 0: the default; negative: never)")}
 	case l.maxConnsOpen < 1 || l.maxBodies < ingest.FreeBodyBytes:
 		return cli.UsageError{Err: errors.New("--max-conns must be at least 1 and --max-inflight-body-bytes at least 16384")}
 	case l.storeBatch < 1 || l.storeConcurrency < 1 || l.dbMaxConns < l.storeConcurrency+2:

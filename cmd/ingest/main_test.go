@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -254,7 +255,7 @@ func TestIngestFlagRules(t *testing.T) {
 		{[]string{"--shed-after", "20ms", "--pressure-target", "0"}, "--pressure-target below --shed-after"},
 		{[]string{"--shed-after-overload", "300ms"}, "--shed-after-overload must be at most --shed-after"},
 		{[]string{"--shed-after-overload", "1ms"}, "above --pressure-target"},
-		{[]string{"--pressure-surge", "1"}, "--pressure-surge must be over 1"},
+		{[]string{"--pressure-surge", "1"}, "--pressure-surge must be a finite number over 1"},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), tc.args, func(k string) string { return env[k] }, &out, &out)
@@ -286,6 +287,8 @@ func TestLimitsCheckBoundaries(t *testing.T) {
 		"surge just over 1":               {func(l *limits) { l.pressureSurge = 1.01 }, true},
 		"surge at 1":                      {func(l *limits) { l.pressureSurge = 1 }, false},
 		"surge negative: never":           {func(l *limits) { l.pressureSurge = -1 }, true},
+		"surge NaN":                       {func(l *limits) { l.pressureSurge = math.NaN() }, false},
+		"surge infinite":                  {func(l *limits) { l.pressureSurge = math.Inf(1) }, false},
 		"overload at shed-after":          {func(l *limits) { l.shedAfterOverload = l.shedAfter }, true},
 		"overload past shed-after":        {func(l *limits) { l.shedAfterOverload = l.shedAfter + time.Millisecond }, false},
 		"overload with shed-after never":  {func(l *limits) { l.shedAfterOverload, l.shedAfter = time.Second, -1 }, true},

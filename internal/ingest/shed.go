@@ -168,7 +168,11 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
+		case <-t.C:
+			// Read now, not the tick's time: after a NOTIFY that blocked
+			// (under pressure, up to a second) the queued tick is old, and
+			// the arrivals counted since would look like a burst.
+			now := time.Now()
 			on := s.shed.pressure(s.store.QueueAge(), now)
 			if set != nil {
 				set(on)

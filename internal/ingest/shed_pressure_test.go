@@ -107,7 +107,8 @@ func TestShedAfterOverloadDefaults(t *testing.T) {
 // surgeMeter: under pressure, a rate offered over ratio times the calm
 // one (the average over checks without pressure) is a surge; the rate the
 // store kept up with is not, however long the pressure; the calm rate
-// does not move under pressure, so a surge lasts until a check finds none;
+// does not move under pressure, so a surge lasts until a check finds none
+// (or the rate offered falls back);
 // a ratio of 0 or less never finds one.
 func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	t.Parallel()

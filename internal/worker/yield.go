@@ -164,7 +164,7 @@ const (
 	// has eased (a peak's end), and the next lift is judged afresh.
 	eased = 0.8
 	// probePayload marks the notification a listener sends itself to
-	// check that notifications reach it (ingest's carry none); probeWait
+	// check that notifications reach it (ingest never sends it); probeWait
 	// is how long it waits for it.
 	probePayload = "probe"
 	probeWait    = 5 * time.Second
