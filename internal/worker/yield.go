@@ -102,12 +102,13 @@ type Yield struct {
 	// then; releasedArrival, the arrival rate then (0: not known).
 	// futile: when a limit was next set, that lift had lasted at least
 	// futileAfter and processing had not caught up at all (the lag longer
-	// than at the lift, and at least MinLag); futileArrival is its
-	// releasedArrival.
-	released, futile               bool
-	releasedAt                     time.Time
-	releasedLag                    time.Duration
-	releasedArrival, futileArrival float64
+	// than at the lift, and at least MinLag). Both are consulted only
+	// while a limit is in force, so releasedArrival is then the judged
+	// lift's.
+	released, futile bool
+	releasedAt       time.Time
+	releasedLag      time.Duration
+	releasedArrival  float64
 	// arrival is the rate envelopes were stored at over the last
 	// arrivalEvery, as of arrivalAt (zero: not known); arrived, arrivedAt
 	// the count Arrivals last returned and when.
@@ -301,15 +302,23 @@ func (y *Yield) Tick(now time.Time) {
 // withheld: the evidence is its own last lift's, read in the lag of the
 // queue all workers share, so a fleet's workers judge the fleet.
 func (y *Yield) outpacedLocked(now time.Time) bool {
-	return y.futile && y.futileArrival > 0 && y.arrivalFreshLocked(now) &&
-		y.arrival > eased*y.futileArrival
+	fallen, known := y.sinceFutileLiftLocked(now)
+	return known && !fallen
 }
 
 // easedLocked reports whether, after a futile lift, envelopes now arrive
 // at eased times its rate or less: the load has fallen (a peak's end).
 func (y *Yield) easedLocked(now time.Time) bool {
-	return y.futile && y.futileArrival > 0 && y.arrivalFreshLocked(now) &&
-		y.arrival <= eased*y.futileArrival
+	fallen, _ := y.sinceFutileLiftLocked(now)
+	return fallen
+}
+
+// sinceFutileLiftLocked reports whether the last lift was futile with its
+// arrival rate and the current one both known (known), and if so whether
+// envelopes now arrive at eased times that rate or less (fallen).
+func (y *Yield) sinceFutileLiftLocked(now time.Time) (fallen, known bool) {
+	known = y.futile && y.releasedArrival > 0 && y.arrivalFreshLocked(now)
+	return known && y.arrival <= eased*y.releasedArrival, known
 }
 
 // liftLocked lifts the limit at now, noting what the lift is judged by.
@@ -331,7 +340,6 @@ func (y *Yield) judgeLiftLocked(now time.Time) {
 	lag := time.Duration(y.lag.Load())
 	y.released = false
 	y.futile = now.Sub(y.releasedAt) >= futileAfter && lag >= y.MinLag && lag > y.releasedLag
-	y.futileArrival = y.releasedArrival
 }
 
 // arrivalFreshLocked reports whether the arrival rate was read within
@@ -472,10 +480,7 @@ func (y *Yield) pollArrivals(ctx context.Context) {
 		case <-t.C:
 		}
 		if y.Limit() == 0 {
-			y.mu.Lock()
-			y.arrivedAt = time.Time{} // the next rate starts from a fresh reading
-			y.mu.Unlock()
-			continue
+			continue // a reading after a longer gap starts afresh (noteArrivals)
 		}
 		qctx, cancel := context.WithTimeout(ctx, arrivalEvery)
 		n, err := y.Arrivals(qctx)
