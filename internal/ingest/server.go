@@ -207,7 +207,7 @@ func (s *Server) ShedLimit() time.Duration { return s.shed.limit(time.Now()) }
 func (s *Server) OverloadHolds() int64 { return s.shed.holds.Load() }
 
 // PressureSurges returns how many surges began: a pressure check that
-// found one (Options.PressureSurge) after one that did not.
+// found one (Options.PressureSurge) with none found in the second before.
 func (s *Server) PressureSurges() int64 { return s.shed.surges.Load() }
 
 // PressureTarget returns the store queue age that, standing for the

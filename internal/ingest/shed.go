@@ -163,7 +163,7 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 	var failedAt time.Time
 	refused := s.shed.refused.Load()
 	surge := newSurgeMeter(s.shed.surge, s.shed.interval, s.shed.arrived.Load(), time.Now())
-	surged := false // the last check found a surge
+	var surgedAt time.Time // the last check that found a surge
 	for {
 		select {
 		case <-ctx.Done():
@@ -178,10 +178,14 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 				set(on)
 			}
 			surging := surge.look(s.shed.arrived.Load(), on, now)
-			if surging && !surged {
-				s.shed.surges.Add(1)
+			if surging {
+				// Begun: none found within a second. One check without
+				// pressure inside a surge does not make two.
+				if surgedAt.IsZero() || now.Sub(surgedAt) > surgeCalm {
+					s.shed.surges.Add(1)
+				}
+				surgedAt = now
 			}
-			surged = surging
 			payload := ""
 			n := s.shed.refused.Load()
 			switch {
@@ -216,10 +220,20 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 // enough to smooth a batch, short enough that a step in the load is seen
 // within its first half second. surgeCalm is the time constant of the
 // calm rate: a load that stood for about that long without pressure is
-// the one the store keeps up with.
+// the one the store keeps up with. surgeSettle is its time constant under
+// pressure: a load that stood that long is the new calm even if the store
+// stays a little behind it, so a surge ends (a step to twice the calm rate
+// after about 2 s, to three times after about 3.5 s) and workers keeping
+// up are not held at their floor for as long as the pressure lasts.
+// surgeMinRate is the least rate offered that can be a surge: under it
+// (a trickle, or a first blip after the calm rate decayed while idle) a
+// worker at its full rate costs intake little, and pressure there comes
+// from a checkpoint or a vacuum, not the load.
 const (
-	surgeWindow = 500 * time.Millisecond
-	surgeCalm   = time.Second
+	surgeWindow  = 500 * time.Millisecond
+	surgeCalm    = time.Second
+	surgeSettle  = 5 * time.Second
+	surgeMinRate = 100
 )
 
 // surgeMeter tells a step in the offered load from a load the store keeps
@@ -231,13 +245,17 @@ const (
 // the most, and one that yields only once it is behind yields a second or
 // more too late. At a rate the store sustains, pressure comes from a
 // checkpoint or a blip, and the rate offered is the calm one: no surge.
-// The calm rate does not move under pressure, so a surge lasts until a
-// check finds no pressure and the new rate starts to count as calm (or
-// ingest refuses deliveries, which workers are told instead).
+// Under pressure the calm rate moves five times slower (surgeSettle), so a
+// surge lasts until a check finds no pressure, the rate offered falls
+// back, or the new rate has stood a few seconds (or ingest refuses
+// deliveries, which workers are told instead). A rate under surgeMinRate
+// is never a surge.
 type surgeMeter struct {
 	ratio float64 // <= 0: never a surge
-	alpha float64 // the calm average's weight of one check
-	calm  float64
+	// alpha, settle: the calm average's weight of one check without
+	// pressure, and with it.
+	alpha, settle float64
+	calm          float64
 	// The offered count at the last n checks, a ring; i is the oldest.
 	counts []int64
 	times  []time.Time
@@ -248,7 +266,10 @@ type surgeMeter struct {
 // interval, the offered count being count now.
 func newSurgeMeter(ratio float64, interval time.Duration, count int64, now time.Time) *surgeMeter {
 	n := max(1, int(surgeWindow/interval))
-	m := &surgeMeter{ratio: ratio, alpha: min(1, float64(interval)/float64(surgeCalm)), counts: make([]int64, n), times: make([]time.Time, n)}
+	m := &surgeMeter{
+		ratio: ratio, alpha: min(1, float64(interval)/float64(surgeCalm)), settle: min(1, float64(interval)/float64(surgeSettle)),
+		counts: make([]int64, n), times: make([]time.Time, n),
+	}
 	for j := range m.counts {
 		m.counts[j], m.times[j] = count, now
 	}
@@ -270,5 +291,7 @@ func (m *surgeMeter) look(count int64, pressure bool, now time.Time) bool {
 		m.calm += m.alpha * (offered - m.calm)
 		return false
 	}
-	return m.ratio > 0 && offered > m.ratio*m.calm
+	surge := m.ratio > 0 && offered >= surgeMinRate && offered > m.ratio*m.calm
+	m.calm += m.settle * (offered - m.calm)
+	return surge
 }

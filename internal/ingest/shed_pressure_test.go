@@ -106,10 +106,11 @@ func TestShedAfterOverloadDefaults(t *testing.T) {
 
 // surgeMeter: under pressure, a rate offered over ratio times the calm
 // one (the average over checks without pressure) is a surge; the rate the
-// store kept up with is not, however long the pressure; the calm rate
-// does not move under pressure, so a surge lasts until a check finds none
-// (or the rate offered falls back);
-// a ratio of 0 or less never finds one.
+// store kept up with is not, however long the pressure; under pressure the
+// calm rate follows five times slower, so a surge lasts a few seconds at
+// most (less when a check finds no pressure or the rate offered falls
+// back); a rate under surgeMinRate is never one (a trickle, or a blip
+// after an idle spell); a ratio of 0 or less never finds one.
 func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(1000, 0)
@@ -133,13 +134,22 @@ func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	require.Zero(t, look(1000, false, 50), "no pressure: never a surge")
 	require.InDelta(t, 1000, m.calm, 10, "the calm rate")
 	require.Zero(t, look(1000, true, 30), "pressure at the calm rate (a checkpoint, a blip): no surge")
+	require.InDelta(t, 1000, m.calm, 10, "pressure at the calm rate leaves it")
 	require.Zero(t, look(1400, true, 10), "under 1.5 times the calm rate: no surge")
-	require.Zero(t, look(1000, true, 5))
+	require.Zero(t, look(1000, true, 30))
 	require.Zero(t, look(3000, true, 1), "one check into a step to 3x: 1,400/s over the window")
-	require.Equal(t, 29, look(3000, true, 29), "the next (1,800/s over the window) and every one while the pressure lasts: a surge")
-	require.Zero(t, look(3000, false, 40), "no pressure at the new rate: it becomes the calm one")
+	require.Equal(t, 25, look(3000, true, 25), "the next (1,800/s over the window) and every one for a few seconds: a surge")
+	require.Less(t, look(3000, true, 30), 15, "the calm rate follows under pressure: the surge ends though the pressure stands")
+	require.Zero(t, look(3000, true, 20), "pressure at a rate that stood for seconds: no surge")
+	require.Zero(t, look(3000, false, 40), "no pressure at the new rate: it is the calm one")
 	require.InDelta(t, 3000, m.calm, 100)
 	require.Zero(t, look(3000, true, 10), "pressure at the new calm rate: no surge")
+
+	require.Zero(t, look(0, false, 100), "idle: the calm rate decays")
+	require.Less(t, m.calm, 1.0)
+	require.Zero(t, look(60, true, 20), "a trickle under pressure, far over the calm rate but under surgeMinRate: no surge")
+	require.Zero(t, look(0, false, 100))
+	require.Equal(t, 15, look(1000, true, 15), "a step from idle to a real load: a surge from the first check")
 
 	never := newSurgeMeter(-1, tick, count, now)
 	for range 10 {
