@@ -13,10 +13,10 @@ import (
 // TestDrillPartitions: envelopes stored across partition boundaries under
 // load, then their partitions dropped under load.
 //
-// The drill's cluster is re-partitioned into 2-second partitions for the
+// The drill's cluster is re-partitioned into 1-second partitions for the
 // load's minute (the layout allows any whole seconds; the worker makes days
 // or hours), so deliveries, their provider retries and their workers' jobs
-// cross a boundary every 2 s. Phase A sends half the deliveries, paced
+// cross a boundary every second. Phase A sends half the deliveries, paced
 // across many boundaries, and waits until they are processed. Phase B sends
 // the other half while every partition holding phase A is dropped, oldest
 // first, as retention drops them (envelope_partition_drop: a lock wait of
@@ -32,15 +32,15 @@ func TestDrillPartitions(t *testing.T) {
 	defer cancel()
 
 	// Today's and the next days' partitions are empty: drop them, and lay
-	// out 2-second ones from now on for two minutes, then whole hours.
+	// out 1-second ones from now on for a minute, then whole hours.
 	_, err := d.pool.Exec(ctx, `SELECT envelope_partition_drop(name, 'infinity') FROM envelope_partition WHERE dropped_at IS NULL ORDER BY upper_id`)
 	require.NoError(t, err)
 	for _, q := range []string{
-		// from the hour's start to 2 s from now, then 2-second partitions for two minutes,
+		// from the hour's start to 2 s from now, then 1-second partitions for a minute,
 		// then the rest of the next hour
 		`SELECT envelope_partition_create(date_trunc('hour', clock_timestamp()), date_trunc('second', clock_timestamp()) + interval '2 s')`,
-		`SELECT count(envelope_partition_create(t, t + interval '2 s'))
-		   FROM (SELECT max(upper_at) AS s FROM envelope_partition WHERE dropped_at IS NULL) m, generate_series(m.s, m.s + interval '118 s', interval '2 s') t`,
+		`SELECT count(envelope_partition_create(t, t + interval '1 s'))
+		   FROM (SELECT max(upper_at) AS s FROM envelope_partition WHERE dropped_at IS NULL) m, generate_series(m.s, m.s + interval '59 s', interval '1 s') t`,
 		`SELECT envelope_partition_create(max(upper_at), date_trunc('hour', max(upper_at)) + interval '2 hours') FROM envelope_partition WHERE dropped_at IS NULL`,
 	} {
 		_, err := d.pool.Exec(ctx, q)
@@ -54,7 +54,7 @@ func TestDrillPartitions(t *testing.T) {
 	w := d.startWorker()
 	l := newLoad(d, drillDeliveries("pt", n), func(int, int) string { return url })
 	l.senders = 8
-	l.rate = float64(half) / 16 // phase A over about 16 s: 8 boundaries or more
+	l.rate = float64(half) / 8 // phase A over about 8 s: 8 boundaries or more
 
 	l.runRange(ctx, 0, half)
 	require.Equal(t, int64(half), l.acked.Load(), "phase A acknowledged")
