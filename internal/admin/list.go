@@ -295,7 +295,7 @@ func listPage(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req ListRe
 // time, until the page is full, the window is read, or the next chunk
 // would take the envelopes read past the budget (the first chunk is
 // always read). A header or body search reads the chunks of a partition
-// that has the headers or body index (indexFor) through it instead: the
+// that has the headers or body index (indexesFor) through it instead: the
 // partition's matching ids once (at most a chunk's worth, maxDayMatches
 // when nothing else narrows them, and what the budget has left: each
 // match counts against it; more, and the value is common enough for the
@@ -336,7 +336,7 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 			upper = min(upper, req.BeforeID)
 		}
 		var m *indexMatches
-		if ix := indexFor(sel, c); ix != "" {
+		if ixs := indexesFor(sel, c); len(ixs) > 0 {
 			if m = matches[c.Partition]; m == nil {
 				m = &indexMatches{}
 				lower, top := partitionRange(chunks, c.Partition)
@@ -348,11 +348,17 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 				// envelopes, and a partition with more than the budget has
 				// left is walked (and stops there) instead, as is one with
 				// more than maxDayMatches when nothing else narrows them.
-				limit := min(chunkRows, req.ScanBudget-scan.Searched-scan.Matches)
-				if onlyIndexed(sel, ix) {
-					limit = min(limit, maxDayMatches)
-				}
-				if limit > 0 {
+				// A header value with too many matches there leaves the
+				// body's index to try, when the search has a body field
+				// too: the rarer of the two narrows it.
+				for _, ix := range ixs {
+					limit := min(chunkRows, req.ScanBudget-scan.Searched-scan.Matches)
+					if onlyIndexed(sel, ix) {
+						limit = min(limit, maxDayMatches)
+					}
+					if limit <= 0 {
+						break
+					}
 					if ix == "headers" {
 						m.ids, m.complete, err = envelope.HeaderMatches(ctx, tx, sel.Headers, lower, top, int(limit))
 					} else {
@@ -362,6 +368,9 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 						return err
 					}
 					scan.Matches += int64(len(m.ids))
+					if m.complete {
+						break
+					}
 				}
 				matches[c.Partition] = m
 			}
@@ -404,18 +413,20 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 	return nil
 }
 
-// indexFor is the index a bounded search reads c's matches from: the
-// headers' when sel has headers and c has that index (it serves every day
-// whose envelopes are kept), else the body's when sel has a containment
-// and c has that one; "" when c is walked.
-func indexFor(sel envelope.Selection, c envelope.Chunk) string {
-	switch {
-	case len(sel.Headers) > 0 && c.HeadersIndexed:
-		return "headers"
-	case len(sel.Contains) > 0 && c.BodyIndexed:
-		return "body"
+// indexesFor is the indexes a bounded search may read c's matches from,
+// in the order it tries them: the headers' when sel has headers and c has
+// that index (it serves every day whose envelopes are kept), then the
+// body's when sel has a containment and c has that one; none when c is
+// walked.
+func indexesFor(sel envelope.Selection, c envelope.Chunk) []string {
+	var ixs []string
+	if len(sel.Headers) > 0 && c.HeadersIndexed {
+		ixs = append(ixs, "headers")
 	}
-	return ""
+	if len(sel.Contains) > 0 && c.BodyIndexed {
+		ixs = append(ixs, "body")
+	}
+	return ixs
 }
 
 // indexMatches is what a partition's body or headers index gave a search:

@@ -510,10 +510,30 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 		}
 	}
 
+	// X-T (every envelope's, 2,100 a day) with a budget whose chunks are
+	// 1,000: too common for its index's lookup; v0's body field (700 a
+	// day) narrows it through the body's index instead, and no day is
+	// walked.
+	rows, err := b.pool.Query(ctx, `SELECT id FROM envelope_with_body WHERE payload @> $1::jsonb ORDER BY id DESC LIMIT 50`, string(v0[0]))
+	require.NoError(t, err)
+	want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, want, 50)
+	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{Since: since, Contains: v0, Headers: map[string]string{"X-T": "t"}}, Limit: 50, ScanBudget: 8000})
+	require.NoError(t, err)
+	require.Zero(t, page.Scan.Searched, "read through the body index, not walked: %+v", page.Scan)
+	require.Positive(t, page.Scan.Indexed)
+	require.False(t, page.Scan.Stopped)
+	var got []int64
+	for _, e := range page.Envelopes {
+		got = append(got, e.ID)
+	}
+	require.Equal(t, want, got)
+
 	// 700 matches a day (UTC days cut the seed unevenly), a budget of 8
 	// days' matches (chunks of 700), and a source no envelope has: days read
 	// by the index until their matches reach the budget, then a stop.
-	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{Source: "gamma", Since: since, Contains: v0}, ScanBudget: 8 * perDay / 3})
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Source: "gamma", Since: since, Contains: v0}, ScanBudget: 8 * perDay / 3})
 	require.NoError(t, err)
 	require.Empty(t, page.Envelopes)
 	s := page.Scan
