@@ -101,7 +101,8 @@ type Yield struct {
 	// and none has been set since; releasedLag, the latest batch's lag
 	// then; releasedArrival, the arrival rate then (0: not known).
 	// futile: when a limit was next set, that lift had lasted at least
-	// futileAfter and processing had not caught up at all (the lag longer
+	// futileAfter (and at most futileWithin) and processing had not caught
+	// up at all (the lag longer
 	// than at the lift, and at least MinLag). Both are consulted only
 	// while a limit is in force, so releasedArrival is then the judged
 	// lift's.
@@ -160,6 +161,11 @@ const (
 	// futile: over a shorter one the lag moves by no more than the gap
 	// between batches.
 	futileAfter = 500 * time.Millisecond
+	// futileWithin: a lift is judged only when the next limit comes
+	// within this of it. One that held longer let the worker run at its
+	// full rate without pressure: it worked, whatever the lag is when a
+	// later episode (another peak, a checkpoint) sets a limit again.
+	futileWithin = 5 * time.Second
 	// eased: a release is withheld only while envelopes arrive at more
 	// than this share of the rate at the futile lift; under it the load
 	// has eased (a peak's end), and the next lift is judged afresh.
@@ -277,7 +283,7 @@ func (y *Yield) Tick(now time.Time) {
 	case quiet >= releaseAfter && !y.outpacedLocked(now):
 		y.liftLocked(now)
 	case quiet >= releaseAfter && y.Withheld != nil:
-		y.Withheld(dt)
+		y.Withheld(max(dt, 0))
 		fallthrough
 	case quiet >= quietAfter:
 		// Raised slowly, and never far past what is processed: a limit
@@ -296,12 +302,19 @@ func (y *Yield) Tick(now time.Time) {
 // again (at twice the sustained rate each lift was a second or two of
 // refusals and slow answers). The limit goes on rising while no signal
 // comes, and is lifted once the arrivals fall (the peak's end: then after
-// quietAfter, not releaseAfter, easedLocked), or when
-// they are not known (Arrivals unset or failing). A worker that catches
+// quietAfter, not releaseAfter, easedLocked), when
+// they are not known (Arrivals unset or failing), or once the latest batch
+// is under MinLag (the worker caught up: the limit holds nothing back). A worker that catches
 // up when unlimited, as it does at a rate it sustains, is never
 // withheld: the evidence is its own last lift's, read in the lag of the
 // queue all workers share, so a fleet's workers judge the fleet.
 func (y *Yield) outpacedLocked(now time.Time) bool {
+	if time.Duration(y.lag.Load()) < y.MinLag {
+		// The latest batch kept up: the limit holds nothing back, and
+		// withholding its release would only keep a worker that caught up
+		// under a limit for as long as the load lasts.
+		return false
+	}
 	fallen, known := y.sinceFutileLiftLocked(now)
 	return known && !fallen
 }
@@ -339,7 +352,8 @@ func (y *Yield) judgeLiftLocked(now time.Time) {
 	}
 	lag := time.Duration(y.lag.Load())
 	y.released = false
-	y.futile = now.Sub(y.releasedAt) >= futileAfter && lag >= y.MinLag && lag > y.releasedLag
+	held := now.Sub(y.releasedAt)
+	y.futile = held >= futileAfter && held <= futileWithin && lag >= y.MinLag && lag > y.releasedLag
 }
 
 // arrivalFreshLocked reports whether the arrival rate was read within

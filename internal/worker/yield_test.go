@@ -403,4 +403,22 @@ func TestYieldHoldsItsLimitWhileArrivalsOutpaceIt(t *testing.T) {
 	run(70, 100, 4, 10*time.Second) // 1,000/s
 	require.Zero(t, y.Limit(), "the arrivals fell: lifted within quietAfter of the last signal's silence")
 	require.InDelta(t, 1.2, withheld, 0.01, "nothing withheld: releaseAfter never passed")
+
+	// Futile, withheld at 2,000/s; then the worker catches up under its
+	// limit (its batches under MinLag): the limit holds nothing back, and
+	// it is lifted though the arrivals never fell.
+	run(100, 200, 10, 11*time.Second)
+	y.Signal(now)
+	run(70, 200, 25, 12*time.Second)
+	require.NotZero(t, y.Limit(), "withheld")
+	run(100, 200, 1, 500*time.Millisecond)
+	require.Zero(t, y.Limit(), "caught up under the limit: lifted")
+
+	// A lift that held for a minute without pressure worked: judged when a
+	// later episode sets a limit, it is not futile, however the lag then
+	// compares with the lag at the lift.
+	run(100, 200, 600, 12*time.Second)
+	y.Signal(now)
+	run(70, 200, 25, 13*time.Second)
+	require.Zero(t, y.Limit(), "the last lift held for a minute: not futile, lifted after releaseAfter")
 }
