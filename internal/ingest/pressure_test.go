@@ -188,9 +188,10 @@ func TestStoreSurgeTellsWorkers(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	codes := make(chan int, 1000)
+	client := &http.Client{Timeout: 30 * time.Second} // past the store deadline: an answer is due before
 	send := func(req *http.Request) {
 		wg.Go(func() {
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				codes <- 0
 				return
@@ -212,10 +213,10 @@ func TestStoreSurgeTellsWorkers(t *testing.T) {
 		}
 	}()
 	time.Sleep(3 * time.Second)
-	before := b.srv.PressureSurges()
+	before, pressedBefore := b.srv.PressureSurges(), pressed.Load()
 	release := holdADelivery(t, ctx, b, "msg_held_at_the_calm_rate")
 	<-paced
-	require.Eventually(t, func() bool { return pressed.Load() >= 5 }, 10*time.Second, 10*time.Millisecond, "the held delivery makes pressure")
+	require.Eventually(t, func() bool { return pressed.Load() >= pressedBefore+5 }, 10*time.Second, 10*time.Millisecond, "the held delivery makes pressure")
 	require.Equal(t, before, b.srv.PressureSurges(), "pressure at the calm rate: no surge")
 
 	for _, req := range requests("msg_surge", 300) {
@@ -235,8 +236,10 @@ func TestStoreSurgeTellsWorkers(t *testing.T) {
 	}
 	require.True(t, told, "within 10 s of the burst, a notification said the load surged")
 	// The burst stays in the half-second window over ten checks, and
-	// every one finds the surge: it began once.
-	time.Sleep(time.Second)
+	// every one finds the surge: it began once. Twenty checks more, each
+	// under pressure (the held delivery).
+	checked := pressed.Load()
+	require.Eventually(t, func() bool { return pressed.Load() >= checked+20 }, 10*time.Second, 10*time.Millisecond, "the checks go on")
 	require.Equal(t, before+1, b.srv.PressureSurges(), "one surge begun, counted once")
 	release.stored(t)
 	wg.Wait()

@@ -206,8 +206,9 @@ func (s *Server) ShedLimit() time.Duration { return s.shed.limit(time.Now()) }
 // delivery refused for the store queue's age while none was in force.
 func (s *Server) OverloadHolds() int64 { return s.shed.holds.Load() }
 
-// PressureSurges returns how many surges began: a pressure check that
-// found one (Options.PressureSurge) with none found in the second before.
+// PressureSurges returns how many surges began: the first pressure check
+// that found one (Options.PressureSurge), or the first after a second of
+// checks that found none.
 func (s *Server) PressureSurges() int64 { return s.shed.surges.Load() }
 
 // PressureTarget returns the store queue age that, standing for the

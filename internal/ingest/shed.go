@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -163,7 +164,6 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 	var failedAt time.Time
 	refused := s.shed.refused.Load()
 	surge := newSurgeMeter(s.shed.surge, s.shed.interval, s.shed.arrived.Load(), time.Now())
-	var surgedAt time.Time // the last check that found a surge
 	for {
 		select {
 		case <-ctx.Done():
@@ -177,14 +177,9 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 			if set != nil {
 				set(on)
 			}
-			surging := surge.look(s.shed.arrived.Load(), on, now)
-			if surging {
-				// Begun: none found within a second. One check without
-				// pressure inside a surge does not make two.
-				if surgedAt.IsZero() || now.Sub(surgedAt) > surgeCalm {
-					s.shed.surges.Add(1)
-				}
-				surgedAt = now
+			surging, begun := surge.look(s.shed.arrived.Load(), on, now)
+			if begun {
+				s.shed.surges.Add(1)
 			}
 			payload := ""
 			n := s.shed.refused.Load()
@@ -252,46 +247,64 @@ const (
 // is never a surge.
 type surgeMeter struct {
 	ratio float64 // <= 0: never a surge
-	// alpha, settle: the calm average's weight of one check without
-	// pressure, and with it.
-	alpha, settle float64
-	calm          float64
+	calm  float64
 	// The offered count at the last n checks, a ring; i is the oldest.
 	counts []int64
 	times  []time.Time
 	i      int
+	// last is the latest check; surgedAt, the latest that found a surge;
+	// quietSince, the first since then that found none (zero: the latest
+	// found one, or none ever did).
+	last, surgedAt, quietSince time.Time
 }
 
 // newSurgeMeter returns a surgeMeter with this ratio for checks every
 // interval, the offered count being count now.
 func newSurgeMeter(ratio float64, interval time.Duration, count int64, now time.Time) *surgeMeter {
 	n := max(1, int(surgeWindow/interval))
-	m := &surgeMeter{
-		ratio: ratio, alpha: min(1, float64(interval)/float64(surgeCalm)), settle: min(1, float64(interval)/float64(surgeSettle)),
-		counts: make([]int64, n), times: make([]time.Time, n),
-	}
+	m := &surgeMeter{ratio: ratio, counts: make([]int64, n), times: make([]time.Time, n), last: now}
 	for j := range m.counts {
 		m.counts[j], m.times[j] = count, now
 	}
 	return m
 }
 
+// follow moves x toward target as an exponential average with time
+// constant tau over dt: the same weight per second however often it is
+// called (a check that a slow NOTIFY delayed weighs what it spans).
+func follow(x, target float64, dt, tau time.Duration) float64 {
+	return x + (1-math.Exp(-dt.Seconds()/tau.Seconds()))*(target-x)
+}
+
 // look records a check at now, count deliveries having been offered so
-// far and pressure on or not, and reports whether it finds a surge.
-func (m *surgeMeter) look(count int64, pressure bool, now time.Time) bool {
+// far and pressure on or not. It reports whether the check finds a surge,
+// and whether that surge begins here: none was found before, or the
+// checks since the last one that did found none for surgeCalm at least
+// (one without pressure inside a surge does not make two, and checks a
+// second apart, each NOTIFY having blocked, do not make one each).
+func (m *surgeMeter) look(count int64, pressure bool, now time.Time) (surge, begun bool) {
 	oldC, oldT := m.counts[m.i], m.times[m.i]
 	m.counts[m.i], m.times[m.i] = count, now
 	m.i = (m.i + 1) % len(m.counts)
+	step := max(now.Sub(m.last), 0)
+	m.last = now
 	dt := now.Sub(oldT).Seconds()
 	if dt <= 0 {
-		return false
+		return false, false
 	}
 	offered := float64(count-oldC) / dt
 	if !pressure {
-		m.calm += m.alpha * (offered - m.calm)
-		return false
+		m.calm = follow(m.calm, offered, step, surgeCalm)
+	} else {
+		surge = m.ratio > 0 && offered >= surgeMinRate && offered > m.ratio*m.calm
+		m.calm = follow(m.calm, offered, step, surgeSettle)
 	}
-	surge := m.ratio > 0 && offered >= surgeMinRate && offered > m.ratio*m.calm
-	m.calm += m.settle * (offered - m.calm)
-	return surge
+	switch {
+	case surge:
+		begun = m.surgedAt.IsZero() || (!m.quietSince.IsZero() && now.Sub(m.quietSince) >= surgeCalm)
+		m.surgedAt, m.quietSince = now, time.Time{}
+	case !m.surgedAt.IsZero() && m.quietSince.IsZero():
+		m.quietSince = now
+	}
+	return surge, begun
 }

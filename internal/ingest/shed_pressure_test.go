@@ -110,7 +110,11 @@ func TestShedAfterOverloadDefaults(t *testing.T) {
 // calm rate follows five times slower, so a surge lasts a few seconds at
 // most (less when a check finds no pressure or the rate offered falls
 // back); a rate under surgeMinRate is never one (a trickle, or a blip
-// after an idle spell); a ratio of 0 or less never finds one.
+// after an idle spell); a ratio of 0 or less never finds one. A surge
+// begins once, however many checks find it, unless a second of checks
+// found none; the averages weigh a check by the time it spans, so checks
+// a second apart (a NOTIFY that blocked) follow a load as fast as checks
+// every 100 ms, and count a surge once too.
 func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(1000, 0)
@@ -118,19 +122,26 @@ func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	m := newSurgeMeter(1.5, tick, 0, t0)
 	var count int64
 	now := t0
-	// look runs n checks at perSecond offered, pressure on or not, and
-	// returns how many found a surge.
-	look := func(perSecond int64, pressure bool, n int) int {
+	begun := 0 // surges begun
+	// lookEvery runs n checks every step at perSecond offered, pressure on
+	// or not, and returns how many found a surge.
+	lookEvery := func(step time.Duration, perSecond int64, pressure bool, n int) int {
 		surges := 0
 		for range n {
-			count += perSecond / 10
-			now = now.Add(tick)
-			if m.look(count, pressure, now) {
+			count += perSecond * int64(step) / int64(time.Second)
+			now = now.Add(step)
+			surge, b := m.look(count, pressure, now)
+			if surge {
 				surges++
+			}
+			if b {
+				require.True(t, surge, "only a check that finds a surge begins one")
+				begun++
 			}
 		}
 		return surges
 	}
+	look := func(perSecond int64, pressure bool, n int) int { return lookEvery(tick, perSecond, pressure, n) }
 	require.Zero(t, look(1000, false, 50), "no pressure: never a surge")
 	require.InDelta(t, 1000, m.calm, 10, "the calm rate")
 	require.Zero(t, look(1000, true, 30), "pressure at the calm rate (a checkpoint, a blip): no surge")
@@ -139,6 +150,10 @@ func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	require.Zero(t, look(1000, true, 30))
 	require.Zero(t, look(3000, true, 1), "one check into a step to 3x: 1,400/s over the window")
 	require.Equal(t, 25, look(3000, true, 25), "the next (1,800/s over the window) and every one for a few seconds: a surge")
+	require.Equal(t, 1, begun, "begun once")
+	require.Equal(t, 0, look(3000, false, 1), "one check without pressure")
+	require.Equal(t, 1, look(3000, true, 1), "inside the surge")
+	require.Equal(t, 1, begun, "still the same surge")
 	require.Less(t, look(3000, true, 30), 15, "the calm rate follows under pressure: the surge ends though the pressure stands")
 	require.Zero(t, look(3000, true, 20), "pressure at a rate that stood for seconds: no surge")
 	require.Zero(t, look(3000, false, 40), "no pressure at the new rate: it is the calm one")
@@ -150,11 +165,23 @@ func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	require.Zero(t, look(60, true, 20), "a trickle under pressure, far over the calm rate but under surgeMinRate: no surge")
 	require.Zero(t, look(0, false, 100))
 	require.Equal(t, 15, look(1000, true, 15), "a step from idle to a real load: a surge from the first check")
+	require.Equal(t, 2, begun, "a second surge, after seconds without one")
+
+	// Checks a second apart, each NOTIFY having blocked: the calm rate
+	// follows a load in about as many seconds as with checks every 100 ms,
+	// and a surge found at every check is begun once.
+	require.Zero(t, lookEvery(time.Second, 1000, false, 5), "no pressure")
+	require.InDelta(t, 1000, m.calm, 15, "five seconds at a one-second time constant (weighed per check, it would be about 560)")
+	require.Zero(t, lookEvery(time.Second, 1000, false, 5))
+	before := begun
+	require.Equal(t, 3, lookEvery(1100*time.Millisecond, 5000, true, 3), "a step to 5x, slow checks: a surge at each")
+	require.Equal(t, before+1, begun, "begun once, though the checks are more than a second apart")
 
 	never := newSurgeMeter(-1, tick, count, now)
 	for range 10 {
 		count += 1000
 		now = now.Add(tick)
-		require.False(t, never.look(count, true, now), "ratio -1: never")
+		surge, b := never.look(count, true, now)
+		require.False(t, surge || b, "ratio -1: never")
 	}
 }
