@@ -116,8 +116,9 @@ type Scan struct {
 	// Indexed is about how many envelopes of the window a search read
 	// through the headers or body index (Chunk.HeadersIndexed,
 	// Chunk.BodyIndexed) rather than one by one,
-	// back to SearchedFrom too; Matches is how many matches the index gave
-	// (each read and checked), which count against the budget with
+	// back to SearchedFrom too; Matches is how many matches the indexes
+	// gave (each read and checked, and a lookup's limit when it found more
+	// and was given up on), which count against the budget with
 	// Searched.
 	Indexed      int64     `json:"indexed,omitempty"`
 	Matches      int64     `json:"matches,omitempty"`
@@ -367,10 +368,16 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 					if err != nil {
 						return err
 					}
-					scan.Matches += int64(len(m.ids))
-					if m.complete {
-						break
+					if !m.complete {
+						// Read and given up on: the limit's worth counts
+						// against the budget all the same, so a partition's
+						// failed lookups (up to one per index) cost what
+						// they read.
+						scan.Matches += limit
+						continue
 					}
+					scan.Matches += int64(len(m.ids))
+					break
 				}
 				matches[c.Partition] = m
 			}
@@ -445,9 +452,9 @@ type indexMatches struct {
 // envelopes; a common header value's 21,000 matches took 245 ms through
 // the index at 10 M). With another filter (a source, a status...) the
 // index's matches are candidates that filter may mostly reject, so the
-// walk would not find a page sooner: the cap is the chunk's. The matches
-// read before giving up are not charged to the budget: 2,000 at most a
-// partition.
+// walk would not find a page sooner: the cap is the chunk's (or what the
+// budget has left). The matches read before giving up count against the
+// budget too.
 const maxDayMatches = 2000
 
 // onlyIndexed reports whether sel selects by nothing but its window and

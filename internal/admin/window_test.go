@@ -426,8 +426,9 @@ func TestBodySearchReadsTheBodyIndex(t *testing.T) {
 // Paged through by the body or headers index, a search returns what the
 // walk would: the same envelopes, newest first, across partitions and
 // index batches, with or without another filter. The index's matches count against the
-// budget: a filter that rejects every match stops at the budget instead of
-// reading every day's matches.
+// budget, those of a lookup given up on (too common) too: a filter that
+// rejects every match stops at the budget instead of reading every day's
+// matches.
 func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -510,6 +511,16 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 		}
 	}
 
+	// Yesterday alone, X-T: its lookup read maxDayMatches before it was
+	// given up on (2,100 matches), and they count against the budget with
+	// the envelopes walked after it.
+	today := clock.Now.UTC().Truncate(24 * time.Hour)
+	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{Since: Bound{At: today.Add(-24 * time.Hour)}, Until: Bound{At: today}, Headers: map[string]string{"X-T": "t"}}, Limit: 50})
+	require.NoError(t, err)
+	require.Len(t, page.Envelopes, 50)
+	require.Positive(t, page.Scan.Searched, "too common for the index: walked")
+	require.EqualValues(t, maxDayMatches, page.Scan.Matches, "the lookup given up on is charged: %+v", page.Scan)
+
 	// X-T (every envelope's, 2,100 a day) with a budget whose chunks are
 	// 1,000: too common for its index's lookup; v0's body field (700 a
 	// day) narrows it through the body's index instead, and no day is
@@ -519,7 +530,7 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
 	require.Len(t, want, 1000)
-	page, err := List(ctx, b.pool, ListRequest{Filter: Filter{Since: since, Contains: v0, Headers: map[string]string{"X-T": "t"}}, Limit: 1000, ScanBudget: 8000})
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Since: since, Contains: v0, Headers: map[string]string{"X-T": "t"}}, Limit: 1000, ScanBudget: 8000})
 	require.NoError(t, err)
 	require.Zero(t, page.Scan.Searched, "read through the body index, not walked: %+v", page.Scan)
 	// Over a whole day indexed: the page reached a day with over 1,000 X-T
