@@ -17,6 +17,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // seedDays stores perDay envelopes a day for days days back from now, in
@@ -93,6 +94,7 @@ func TestListPlansPruneToTheWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	pgtest.AwayFromMidnight(t, b.pool, 2*time.Minute) // the seed and List read the clock each
 	clock, err := envelope.ReadClock(ctx, b.pool)
 	require.NoError(t, err)
 	seedDays(t, b, clock.Now, 5, 400)
@@ -216,6 +218,7 @@ func TestListDefaultWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	pgtest.AwayFromMidnight(t, b.pool, 2*time.Minute) // the seed and List read the clock each
 	clock, err := envelope.ReadClock(ctx, b.pool)
 	require.NoError(t, err)
 	seedDays(t, b, clock.Now, 3, 100)
@@ -253,6 +256,7 @@ func TestListBoundedSearchStopsAtItsBudget(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	pgtest.AwayFromMidnight(t, b.pool, 2*time.Minute) // the seed and List read the clock each
 	clock, err := envelope.ReadClock(ctx, b.pool)
 	require.NoError(t, err)
 	seedDays(t, b, clock.Now, 1, 2400) // one a 36 s; rare@ is 30 minutes old
@@ -305,6 +309,7 @@ func TestPlanScanChunks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	pgtest.AwayFromMidnight(t, b.pool, 2*time.Minute) // the seed and List read the clock each
 	clock, err := envelope.ReadClock(ctx, b.pool)
 	require.NoError(t, err)
 	seedDays(t, b, clock.Now, 2, 1000)
@@ -344,6 +349,7 @@ func TestBodySearchReadsTheBodyIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	pgtest.AwayFromMidnight(t, b.pool, 2*time.Minute) // the seed and List read the clock each
 	clock, err := envelope.ReadClock(ctx, b.pool)
 	require.NoError(t, err)
 	seedDays(t, b, clock.Now, 3, 400) // one every 3.6 minutes; rare@ is 30 minutes old, source alpha
@@ -433,6 +439,7 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	pgtest.AwayFromMidnight(t, b.pool, 2*time.Minute) // the seed and List read the clock each
 	clock, err := envelope.ReadClock(ctx, b.pool)
 	require.NoError(t, err)
 	const days, perDay = 10, 2100
@@ -570,6 +577,7 @@ func TestHeaderSearchReadsTheHeadersIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	pgtest.AwayFromMidnight(t, b.pool, 2*time.Minute) // the seed and List read the clock each
 	clock, err := envelope.ReadClock(ctx, b.pool)
 	require.NoError(t, err)
 	seedDays(t, b, clock.Now, 3, 400) // one every 3.6 minutes; w-8 is 30 minutes old

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -356,6 +357,8 @@ func TestCookbookQueriesRunAndAnswer(t *testing.T) {
 	require.GreaterOrEqual(t, len(checks), 8)
 
 	pool := pgtest.NewPool(t)
+	// The seed's "yesterday" and the queries' now() must fall on the same day.
+	pgtest.AwayFromMidnight(t, pool, 2*time.Minute)
 	seed(t, pool)
 	for _, q := range qs {
 		t.Run(q.Heading, func(t *testing.T) {
