@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,25 +46,7 @@ type bundle struct {
 	// and checks.
 	worker *pgxpool.Pool
 	// logs holds what the worker clients run by runConfig logged.
-	logs lockedBuffer
-}
-
-// lockedBuffer is a bytes.Buffer for a logger that several goroutines use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
+	logs worker.LockedBuffer
 }
 
 func setup(t testing.TB) *bundle {

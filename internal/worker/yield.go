@@ -450,7 +450,7 @@ func (y *Yield) Run(ctx context.Context, cfg *pgx.ConnConfig, channel string, lo
 		y.mu.Unlock()
 	}()
 	if y.Arrivals != nil {
-		go y.pollArrivals(ctx)
+		go y.pollArrivals(ctx, logger)
 	}
 	go func() {
 		t := time.NewTicker(yieldTick)
@@ -483,10 +483,12 @@ func (y *Yield) Run(ctx context.Context, cfg *pgx.ConnConfig, channel string, lo
 
 // pollArrivals reads Arrivals every arrivalEvery while a limit is in
 // force, until ctx ends. A failed read leaves the rate unknown (it goes
-// stale), and the limit is lifted as without Arrivals.
-func (y *Yield) pollArrivals(ctx context.Context) {
+// stale), and the limit is lifted as without Arrivals; the failure is
+// logged, once a minute at most.
+func (y *Yield) pollArrivals(ctx context.Context, logger *slog.Logger) {
 	t := time.NewTicker(arrivalEvery)
 	defer t.Stop()
+	var warnedAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -499,8 +501,12 @@ func (y *Yield) pollArrivals(ctx context.Context) {
 		qctx, cancel := context.WithTimeout(ctx, arrivalEvery)
 		n, err := y.Arrivals(qctx)
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil:
 			y.noteArrivals(n, time.Now())
+		case ctx.Err() == nil && time.Since(warnedAt) > time.Minute:
+			warnedAt = time.Now()
+			logger.Warn("reading the envelopes stored so far failed: a lift of the yield limit is not withheld while it fails", "error", err)
 		}
 	}
 }

@@ -2,10 +2,12 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,7 +183,8 @@ func TestBatchLag(t *testing.T) {
 
 // Run listens on the channel with a connection of its own: a NOTIFY there
 // (ingest's, here sent by hand) makes a busy worker yield; one saying
-// ingest refuses deliveries makes batches that keep up yield too.
+// ingest refuses deliveries makes batches that keep up yield too. While it
+// yields it reads the arrivals, and says when that fails.
 func TestYieldFollowsNotifications(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
@@ -191,7 +194,13 @@ func TestYieldFollowsNotifications(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	y := NewYield(50, time.Second, time.Minute)
-	go y.Run(ctx, cfg, envelope.PressureChannel, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var reads atomic.Int64
+	y.Arrivals = func(context.Context) (int64, error) {
+		reads.Add(1)
+		return 0, errors.New("permission denied for sequence envelope_id_seq")
+	}
+	logs := &LockedBuffer{}
+	go y.Run(ctx, cfg, envelope.PressureChannel, slog.New(slog.NewTextHandler(logs, nil)))
 	// A NOTIFY before the LISTEN is lost: send until one arrives. The
 	// worker processes meanwhile (an idle one has nothing to yield).
 	pgtest.Eventually(t, 10*time.Second, "the worker to yield on a notification", func() (bool, string) {
@@ -206,6 +215,17 @@ func TestYieldFollowsNotifications(t *testing.T) {
 		require.NoError(t, err)
 		return y.refused(time.Now()), ""
 	})
+	pgtest.Eventually(t, 10*time.Second, "the failed read of the arrivals to be logged", func() (bool, string) {
+		return strings.Contains(logs.String(), "reading the envelopes stored so far failed"), logs.String()
+	})
+	failed := reads.Load()
+	pgtest.Eventually(t, 10*time.Second, "two reads more", func() (bool, string) {
+		_, err := pool.Exec(ctx, "SELECT pg_notify($1, '')", envelope.PressureChannel) // a limit in force: the reads go on
+		require.NoError(t, err)
+		return reads.Load() >= failed+2, ""
+	})
+	require.Equal(t, 1, strings.Count(logs.String(), "reading the envelopes stored so far failed"), "once a minute at most")
+	require.Contains(t, logs.String(), "permission denied for sequence envelope_id_seq")
 }
 
 // Every batch goes through the yield before its transaction.
