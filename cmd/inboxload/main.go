@@ -106,6 +106,11 @@ type sendResult struct {
 	AckP99ms     float64 `json:"ack_p99_ms"`
 	RefusedP99ms float64 `json:"refused_p99_ms,omitempty"`
 	RefusedMaxms float64 `json:"refused_max_ms,omitempty"`
+	// RefusedServedP99ms is the 503s' p99 from when their headers were
+	// written, not from when they were due: the server's share of a
+	// refusal's latency (and the answer's way back), without this tool's
+	// own lag in writing it.
+	RefusedServedP99ms float64 `json:"refused_served_p99_ms,omitempty"`
 	// WrittenP99ms: how late the requests were written, from when each was
 	// due until its headers were (this tool's own lag, the dial included);
 	// Dialed: the requests that opened a connection (the rest reused an
@@ -322,7 +327,7 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	el := time.Since(start)
 
 	res := sendResult{Codes: map[string]int{}, Seconds: el.Seconds()}
-	var all, acked, refused, written []time.Duration
+	var all, acked, refused, refusedServed, written []time.Duration
 	var late int64
 	var notAcked, ackedIDs []int64
 	for n, a := range answers {
@@ -356,12 +361,16 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 			notAcked = append(notAcked, n)
 			if a.code == http.StatusServiceUnavailable {
 				refused = append(refused, a.late)
+				if a.written > 0 {
+					refusedServed = append(refusedServed, a.late-a.written)
+				}
 			}
 		}
 	}
-	for _, l := range [][]time.Duration{all, acked, refused, written} {
+	for _, l := range [][]time.Duration{all, acked, refused, refusedServed, written} {
 		slices.Sort(l)
 	}
+	res.RefusedServedP99ms = pct(refusedServed, 0.99)
 	res.WrittenP99ms = pct(written, 0.99)
 	res.Sent = int64(len(answers))
 	res.Rate = float64(res.Acknowledged) / el.Seconds()

@@ -40,7 +40,8 @@ func TestHelpSucceeds(t *testing.T) {
 
 // The open-loop sender counts every request: 2xx, 503s and the ones left
 // unanswered past --timeout (never dropped from the figures), times each
-// from when it was due, counts those later than --deadline, and resends
+// from when it was due (the 503s from when they were written too, the
+// server's share), counts those later than --deadline, and resends
 // each one that got no 2xx, several at once. The timeout is 2 s and the
 // slow answers 3 s: with 500 ms, a loaded CI machine running the race
 // detector once left all nine unanswered.
@@ -52,7 +53,8 @@ func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
 		id := r.Header.Get("webhook-id")
 		n, err := strconv.Atoi(id[strings.LastIndex(id, "-")+1:])
 		require.NoError(t, err)
-		if _, again := seen.LoadOrStore(id, true); again {
+		_, again := seen.LoadOrStore(id, true)
+		if again {
 			resends.Add(1)
 			if n%3 == 0 {
 				// A refused one's resend, answered within --timeout:
@@ -66,6 +68,9 @@ func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
 		}
 		switch n % 3 {
 		case 0:
+			if !again {
+				time.Sleep(200 * time.Millisecond) // the server's share of the refusal's latency
+			}
 			w.Header().Set("Retry-After", "5")
 			w.WriteHeader(http.StatusServiceUnavailable)
 		case 1:
@@ -88,6 +93,8 @@ func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
 	require.NotNil(t, res.Late)
 	require.GreaterOrEqual(t, *res.Late, int64(3), "the unanswered ones count as late")
 	require.GreaterOrEqual(t, res.Maxms, 2000.0, "an unanswered request counts at the time it was given up")
+	require.GreaterOrEqual(t, res.RefusedServedP99ms, 200.0, "the refusals' time from when they were written")
+	require.LessOrEqual(t, res.RefusedServedP99ms, res.RefusedP99ms, "the time from when they were due includes it")
 	require.NotNil(t, res.Resent)
 	require.Equal(t, map[string]int{"503": 3, "unanswered": 3}, res.Resent.Codes)
 	require.Equal(t, int64(6), resends.Load())
