@@ -223,12 +223,15 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 // surgeMinRate is the least rate offered that can be a surge: under it
 // (a trickle, or a first blip after the calm rate decayed while idle) a
 // worker at its full rate costs intake little, and pressure there comes
-// from a checkpoint or a vacuum, not the load.
+// from a checkpoint or a vacuum, not the load. surgeLearn is how long a
+// new ingest that found no load waits before it takes its calm rate to be
+// 0 (surgeMeter.look).
 const (
 	surgeWindow  = 500 * time.Millisecond
 	surgeCalm    = time.Second
 	surgeSettle  = 5 * time.Second
 	surgeMinRate = 100
+	surgeLearn   = 5 * time.Second
 )
 
 // surgeMeter tells a step in the offered load from a load the store keeps
@@ -244,7 +247,8 @@ const (
 // surge lasts until a check finds no pressure, the rate offered falls
 // back, or the new rate has stood a few seconds (or ingest refuses
 // deliveries, which workers are told instead). A rate under surgeMinRate
-// is never a surge.
+// is never a surge. A new meter knows no calm rate until it has measured a
+// window under load, or none for surgeLearn (look).
 type surgeMeter struct {
 	ratio float64 // <= 0: never a surge
 	calm  float64
@@ -256,13 +260,19 @@ type surgeMeter struct {
 	// quietSince, the first since then that found none (zero: the latest
 	// found one, or none ever did).
 	last, surgedAt, quietSince time.Time
+	// loadedSince is since when every check found a load (surgeMinRate
+	// or more offered over the window), while the calm rate is not known
+	// yet (known); zero when the latest found none. born is when the meter
+	// was made.
+	loadedSince, born time.Time
+	known             bool
 }
 
 // newSurgeMeter returns a surgeMeter with this ratio for checks every
 // interval, the offered count being count now.
 func newSurgeMeter(ratio float64, interval time.Duration, count int64, now time.Time) *surgeMeter {
 	n := max(1, int(surgeWindow/interval))
-	m := &surgeMeter{ratio: ratio, counts: make([]int64, n), times: make([]time.Time, n), last: now}
+	m := &surgeMeter{ratio: ratio, counts: make([]int64, n), times: make([]time.Time, n), last: now, born: now}
 	for j := range m.counts {
 		m.counts[j], m.times[j] = count, now
 	}
@@ -293,6 +303,24 @@ func (m *surgeMeter) look(count int64, pressure bool, now time.Time) (surge, beg
 		return false, false
 	}
 	offered := float64(count-oldC) / dt
+	if !m.known {
+		// A new ingest knows no calm rate: its zero is not an idle spell
+		// (in a rolling restart, or a replica added, the load was there
+		// before it). The first window measured wholly under a load is the
+		// calm rate (a window's worth after the first to find the load);
+		// no surge before. One that found no load for its first surgeLearn
+		// is idle: its calm rate is 0.
+		switch {
+		case offered < surgeMinRate:
+			m.loadedSince = time.Time{}
+			m.known = now.Sub(m.born) >= surgeLearn
+		case m.loadedSince.IsZero():
+			m.loadedSince = now
+		case now.Sub(m.loadedSince) >= surgeWindow:
+			m.calm, m.known = offered, true
+		}
+		return false, false
+	}
 	if !pressure {
 		m.calm = follow(m.calm, offered, step, surgeCalm)
 	} else {

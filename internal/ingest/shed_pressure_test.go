@@ -177,11 +177,54 @@ func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	require.Equal(t, 3, lookEvery(1100*time.Millisecond, 5000, true, 3), "a step to 5x, slow checks: a surge at each")
 	require.Equal(t, before+1, begun, "begun once, though the checks are more than a second apart")
 
-	never := newSurgeMeter(-1, tick, count, now)
-	for range 10 {
-		count += 1000
-		now = now.Add(tick)
-		surge, b := never.look(count, true, now)
-		require.False(t, surge || b, "ratio -1: never")
+	m = newSurgeMeter(-1, tick, count, now)
+	require.Zero(t, look(1000, false, 10), "learning the calm rate")
+	require.True(t, m.known)
+	require.Zero(t, look(10000, true, 10), "ratio -1: never")
+}
+
+// A new meter knows no calm rate: under a load from its first check
+// (a rolling restart, a replica added), pressure or not, it finds no surge
+// and takes the first window wholly under that load as its calm rate; a
+// load that starts a moment after it does the same; one idle for
+// surgeLearn takes its calm rate to be 0, and a load then is a surge.
+func TestSurgeMeterLearnsItsCalmRate(t *testing.T) {
+	t.Parallel()
+	tick := 100 * time.Millisecond
+	for _, c := range []struct {
+		name       string
+		idleChecks int
+		wantCalm   float64 // after 20 checks at 2,000/s under pressure
+		surges     int     // of those 20
+	}{
+		{"under a load from the start", 0, 2000, 0},
+		{"a load a second after the start", 10, 2000, 0},
+		{"a load after an idle spell as long as surgeLearn", int(surgeLearn / tick), 0, 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Unix(1000, 0)
+			var count int64
+			m := newSurgeMeter(1.5, tick, count, now)
+			look := func(perSecond int64, n int) (surges int) {
+				for range n {
+					count += perSecond / 10
+					now = now.Add(tick)
+					if surge, _ := m.look(count, true, now); surge {
+						surges++
+					}
+				}
+				return surges
+			}
+			require.Zero(t, look(0, c.idleChecks))
+			surges := look(2000, 20)
+			if c.surges > 0 {
+				require.Equal(t, c.surges, surges, "idle: the calm rate is 0")
+				return
+			}
+			require.Zero(t, surges, "no calm rate known: no surge")
+			require.True(t, m.known)
+			require.InDelta(t, c.wantCalm, m.calm, 100, "the first window wholly under the load")
+			require.Positive(t, look(4000, 10), "known: a step to twice it is a surge")
+		})
 	}
 }
