@@ -252,7 +252,8 @@ const (
 type surgeMeter struct {
 	ratio float64 // <= 0: never a surge
 	calm  float64
-	// The offered count at the last n checks, a ring; i is the oldest.
+	// The offered count at the last n checks (n: those a window holds at
+	// the pressure interval), a ring; i is the oldest.
 	counts []int64
 	times  []time.Time
 	i      int
@@ -293,9 +294,22 @@ func follow(x, target float64, dt, tau time.Duration) float64 {
 // (one without pressure inside a surge does not make two, and checks a
 // second apart, each NOTIFY having blocked, do not make one each).
 func (m *surgeMeter) look(count int64, pressure bool, now time.Time) (surge, begun bool) {
+	// The window starts at the newest check at least surgeWindow old (the
+	// previous one when checks came slower than that: a NOTIFY that
+	// blocked), so the rate offered is the last half second's, or the
+	// last check's, not that of as many checks as fill a window at
+	// --pressure-interval.
+	n := len(m.counts)
 	oldC, oldT := m.counts[m.i], m.times[m.i]
+	for k := 1; k <= n; k++ {
+		j := (m.i + n - k) % n // newest first
+		if now.Sub(m.times[j]) >= surgeWindow {
+			oldC, oldT = m.counts[j], m.times[j]
+			break
+		}
+	}
 	m.counts[m.i], m.times[m.i] = count, now
-	m.i = (m.i + 1) % len(m.counts)
+	m.i = (m.i + 1) % n
 	step := max(now.Sub(m.last), 0)
 	m.last = now
 	dt := now.Sub(oldT).Seconds()

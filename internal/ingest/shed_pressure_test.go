@@ -174,8 +174,21 @@ func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	require.InDelta(t, 1000, m.calm, 15, "five seconds at a one-second time constant (weighed per check, it would be about 560)")
 	require.Zero(t, lookEvery(time.Second, 1000, false, 5))
 	before := begun
-	require.Equal(t, 3, lookEvery(1100*time.Millisecond, 5000, true, 3), "a step to 5x, slow checks: a surge at each")
+	require.Equal(t, 2, lookEvery(1100*time.Millisecond, 2000, true, 2), "a step to 2x, slow checks: a surge at each (the last check's rate, not five checks'), for its first 2 s")
 	require.Equal(t, before+1, begun, "begun once, though the checks are more than a second apart")
+	require.Zero(t, lookEvery(1100*time.Millisecond, 0, true, 1), "a second with no arrivals: no surge")
+
+	// A surge begins again after a second of checks that found none, not
+	// before.
+	require.Zero(t, lookEvery(tick, 1000, false, 100), "calm again at 1,000/s")
+	before = begun
+	require.Positive(t, look(3000, true, 5))
+	require.Zero(t, look(1000, false, 8), "0.8 s without a surge")
+	require.Positive(t, look(6000, true, 3))
+	require.Equal(t, before+1, begun, "under a second apart: one surge")
+	require.Zero(t, look(1000, false, 12), "1.2 s without a surge")
+	require.Positive(t, look(9000, true, 3))
+	require.Equal(t, before+2, begun, "over a second apart: two")
 
 	m = newSurgeMeter(-1, tick, count, now)
 	require.Zero(t, look(1000, false, 10), "learning the calm rate")
