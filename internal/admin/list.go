@@ -562,7 +562,10 @@ func (s Scan) String() string {
 	if s.Budget > 0 {
 		fmt.Fprintf(&b, "; body/header search read ~%d of them", s.Searched)
 		if s.Indexed > 0 {
-			fmt.Fprintf(&b, " one by one and ~%d through an index (%s checked)", s.Indexed, cli.Count(s.Matches, "match", "matches"))
+			fmt.Fprintf(&b, " one by one and ~%d through an index", s.Indexed)
+		}
+		if s.Matches > 0 {
+			fmt.Fprintf(&b, " (%s read)", cli.Count(s.Matches, "index match", "index matches"))
 		}
 		if !s.SearchedFrom.IsZero() {
 			fmt.Fprintf(&b, ", back to %s", s.SearchedFrom.UTC().Format(time.RFC3339))

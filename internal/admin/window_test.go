@@ -527,6 +527,7 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	require.Len(t, page.Envelopes, 50)
 	require.Positive(t, page.Scan.Searched, "too common for the index: walked")
 	require.EqualValues(t, maxDayMatches, page.Scan.Matches, "the lookup given up on is charged: %+v", page.Scan)
+	require.Contains(t, page.Scan.String(), fmt.Sprintf("(%d index matches read)", maxDayMatches), "and said")
 
 	// X-T (every envelope's, 2,100 a day) with a budget whose chunks are
 	// 1,000: too common for its index's lookup; v0's body field (700 a
@@ -562,7 +563,7 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	require.Greater(t, s.Matches, s.Budget/2)
 	require.Zero(t, s.Searched)
 	require.NotNil(t, page.NextBeforeID)
-	require.Contains(t, s.String(), fmt.Sprintf("%d matches checked", s.Matches))
+	require.Contains(t, s.String(), fmt.Sprintf("(%d index matches read)", s.Matches))
 }
 
 // A header search reads the partitions that have the headers index
@@ -592,7 +593,7 @@ func TestHeaderSearchReadsTheHeadersIndex(t *testing.T) {
 	require.Zero(t, s.Searched, "nothing walked")
 	require.Equal(t, s.Envelopes, s.Indexed, "the whole window (the counters' estimate), through the index")
 	require.EqualValues(t, 1, s.Matches)
-	require.Contains(t, s.String(), "through an index (1 match checked)")
+	require.Contains(t, s.String(), "through an index (1 index match read)")
 
 	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Headers: map[string]string{"Webhook-Id": "W-8"}}, ScanBudget: 16})
 	require.NoError(t, err)

@@ -219,7 +219,7 @@ func TestListFiltersAndPages(t *testing.T) {
 	// seeded Stripe envelope has this header.
 	_, body, _ = b.get(t, "/console/envelopes?header=stripe-signature%3D%5Bredacted%5D")
 	require.Equal(t, 3, strings.Count(body, `href="/console/envelopes/`), body)
-	require.Regexp(t, `the body/header search read ~0 of them one by one and ~\d+ through an index \(3 matches checked\)`, body)
+	require.Regexp(t, `the body/header search read ~0 of them one by one and ~\d+ through an index \(3 index matches read\)`, body)
 
 	// Pages of 2, newest first, by id cursor.
 	_, body, _ = b.get(t, "/console/envelopes?status=failed&limit=2")
