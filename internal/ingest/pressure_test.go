@@ -206,15 +206,18 @@ func TestStoreSurgeTellsWorkers(t *testing.T) {
 	// the same rate while a held delivery keeps the pressure standing.
 	calm := requests("msg_calm", 600)
 	paced := make(chan struct{})
+	t0 := time.Now()
 	go func() {
 		defer close(paced)
-		t0 := time.Now()
 		for i, req := range calm {
 			time.Sleep(time.Until(t0.Add(time.Duration(i) * time.Second / 150)))
 			send(req)
 		}
 	}()
-	time.Sleep(3 * time.Second)
+	// A new ingest finds no surge until it has learned the calm rate: then
+	// "no surge at the calm rate" below means something.
+	require.Eventually(t, b.srv.SurgeCalmKnown, 10*time.Second, 10*time.Millisecond, "the calm rate learned")
+	time.Sleep(time.Until(t0.Add(3 * time.Second)))
 	before, pressedBefore := b.srv.PressureSurges(), pressed.Load()
 	release := holdADelivery(t, ctx, b, "msg_held_at_the_calm_rate")
 	<-paced

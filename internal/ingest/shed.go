@@ -46,6 +46,9 @@ type shedder struct {
 	after, target, interval, overload time.Duration
 	// surge is Options.PressureSurge (surgeMeter; <= 0: never).
 	surge float64
+	// calmKnown: the surge meter has learned its calm rate (surgeMeter;
+	// RunPressure sets it).
+	calmKnown atomic.Bool
 
 	// epoch is the origin of the times kept below, as offsets from it (see
 	// at): time.Now's monotonic reading, so a wall clock stepped back or
@@ -178,6 +181,9 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 				set(on)
 			}
 			surging, begun := surge.look(s.shed.arrived.Load(), on, now)
+			if surge.known && !s.shed.calmKnown.Load() {
+				s.shed.calmKnown.Store(true)
+			}
 			if begun {
 				s.shed.surges.Add(1)
 			}
@@ -236,8 +242,9 @@ const (
 
 // surgeMeter tells a step in the offered load from a load the store keeps
 // up with: at each pressure check it measures the deliveries offered a
-// second over surgeWindow and keeps the calm rate, their moving average
-// over the checks without pressure. Under pressure, an offered rate over
+// second over surgeWindow (or since the check before, when checks come
+// further apart) and keeps the calm rate, their moving average over the
+// checks without pressure. Under pressure, an offered rate over
 // ratio times the calm rate is a surge (a sale starting, a provider's
 // backlog arriving at once): a worker at its full rate then costs intake
 // the most, and one that yields only once it is behind yields a second or
@@ -252,8 +259,8 @@ const (
 type surgeMeter struct {
 	ratio float64 // <= 0: never a surge
 	calm  float64
-	// The offered count at the last n checks (n: those a window holds at
-	// the pressure interval), a ring; i is the oldest.
+	// The offered count at the last n checks (n: enough at the pressure
+	// interval for one a whole window old), a ring; i is the oldest.
 	counts []int64
 	times  []time.Time
 	i      int
@@ -261,9 +268,11 @@ type surgeMeter struct {
 	// quietSince, the first since then that found none (zero: the latest
 	// found one, or none ever did).
 	last, surgedAt, quietSince time.Time
+	lastCount                  int64 // the offered count at last
 	// loadedSince is since when every check found a load (surgeMinRate
-	// or more offered over the window), while the calm rate is not known
-	// yet (known); zero when the latest found none. born is when the meter
+	// or more offered over the window, and some since the check before),
+	// while the calm rate is not known yet (known); zero when the latest
+	// found none. born is when the meter
 	// was made.
 	loadedSince, born time.Time
 	known             bool
@@ -272,8 +281,8 @@ type surgeMeter struct {
 // newSurgeMeter returns a surgeMeter with this ratio for checks every
 // interval, the offered count being count now.
 func newSurgeMeter(ratio float64, interval time.Duration, count int64, now time.Time) *surgeMeter {
-	n := max(1, int(surgeWindow/interval))
-	m := &surgeMeter{ratio: ratio, counts: make([]int64, n), times: make([]time.Time, n), last: now, born: now}
+	n := int((surgeWindow+interval-1)/interval) + 1 // a check a whole window old, and the current one
+	m := &surgeMeter{ratio: ratio, counts: make([]int64, n), times: make([]time.Time, n), last: now, lastCount: count, born: now}
 	for j := range m.counts {
 		m.counts[j], m.times[j] = count, now
 	}
@@ -289,10 +298,11 @@ func follow(x, target float64, dt, tau time.Duration) float64 {
 
 // look records a check at now, count deliveries having been offered so
 // far and pressure on or not. It reports whether the check finds a surge,
-// and whether that surge begins here: none was found before, or the
-// checks since the last one that did found none for surgeCalm at least
-// (one without pressure inside a surge does not make two, and checks a
-// second apart, each NOTIFY having blocked, do not make one each).
+// and whether that surge begins here: none was found before, or the first
+// check since the last one that did to find none came surgeCalm or more
+// before this one (one without pressure inside a surge does not make two,
+// and checks a second apart that each find it, each NOTIFY having
+// blocked, do not make one each).
 func (m *surgeMeter) look(count int64, pressure bool, now time.Time) (surge, begun bool) {
 	// The window starts at the newest check at least surgeWindow old (the
 	// previous one when checks came slower than that: a NOTIFY that
@@ -310,8 +320,8 @@ func (m *surgeMeter) look(count int64, pressure bool, now time.Time) (surge, beg
 	}
 	m.counts[m.i], m.times[m.i] = count, now
 	m.i = (m.i + 1) % n
-	step := max(now.Sub(m.last), 0)
-	m.last = now
+	step, lastCount := max(now.Sub(m.last), 0), m.lastCount
+	m.last, m.lastCount = now, count
 	dt := now.Sub(oldT).Seconds()
 	if dt <= 0 {
 		return false, false
@@ -322,12 +332,20 @@ func (m *surgeMeter) look(count int64, pressure bool, now time.Time) (surge, beg
 		// (in a rolling restart, or a replica added, the load was there
 		// before it). The first window measured wholly under a load is the
 		// calm rate (a window's worth after the first to find the load);
-		// no surge before. One that found no load for its first surgeLearn
-		// is idle: its calm rate is 0.
+		// no surge before. One whose check finds under surgeMinRate once
+		// surgeLearn has passed is idle, or nearly: that rate is its calm
+		// one.
 		switch {
 		case offered < surgeMinRate:
 			m.loadedSince = time.Time{}
-			m.known = now.Sub(m.born) >= surgeLearn
+			if now.Sub(m.born) >= surgeLearn {
+				// No load held a window since the start: idle, or a
+				// trickle, and what is offered now is the calm rate.
+				m.calm, m.known = offered, true
+			}
+		case count == lastCount:
+			// A pause: the window still holds the load before it.
+			m.loadedSince = time.Time{}
 		case m.loadedSince.IsZero():
 			m.loadedSince = now
 		case now.Sub(m.loadedSince) >= surgeWindow:

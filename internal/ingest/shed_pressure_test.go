@@ -206,13 +206,15 @@ func TestSurgeMeterLearnsItsCalmRate(t *testing.T) {
 	tick := 100 * time.Millisecond
 	for _, c := range []struct {
 		name       string
-		idleChecks int
-		wantCalm   float64 // after 20 checks at 2,000/s under pressure
-		surges     int     // of those 20
+		idleChecks int   // before the load; -1: a load of 300 ms, then 200 ms idle
+		load       int64 // then 20 checks at this rate under pressure
+		wantCalm   float64
+		surges     int // of those 20
 	}{
-		{"under a load from the start", 0, 2000, 0},
-		{"a load a second after the start", 10, 2000, 0},
-		{"a load after an idle spell as long as surgeLearn", int(surgeLearn / tick), 0, 20},
+		{"under a load from the start", 0, 2000, 2000, 0},
+		{"a load a second after the start", 10, 2000, 2000, 0},
+		{"a load after an idle spell as long as surgeLearn", int(surgeLearn / tick), 2000, 0, 20},
+		{"a load that starts, pauses and starts again", -1, 1000, 1000, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			now := time.Unix(1000, 0)
@@ -228,8 +230,16 @@ func TestSurgeMeterLearnsItsCalmRate(t *testing.T) {
 				}
 				return surges
 			}
-			require.Zero(t, look(0, c.idleChecks))
-			surges := look(2000, 20)
+			if c.idleChecks < 0 {
+				// 300 ms at 4,000/s (not a window), then 200 ms idle: the
+				// window still holds that load when the next one starts.
+				require.Zero(t, look(4000, 3))
+				require.Zero(t, look(0, 2))
+				require.False(t, m.known)
+			} else {
+				require.Zero(t, look(0, c.idleChecks))
+			}
+			surges := look(c.load, 20)
 			if c.surges > 0 {
 				require.Equal(t, c.surges, surges, "idle: the calm rate is 0")
 				return
@@ -237,7 +247,32 @@ func TestSurgeMeterLearnsItsCalmRate(t *testing.T) {
 			require.Zero(t, surges, "no calm rate known: no surge")
 			require.True(t, m.known)
 			require.InDelta(t, c.wantCalm, m.calm, 100, "the first window wholly under the load")
-			require.Positive(t, look(4000, 10), "known: a step to twice it is a surge")
+			require.Positive(t, look(2*c.load, 10), "known: a step to twice it is a surge")
 		})
 	}
+}
+
+// A new meter under a trickle (under surgeMinRate) for surgeLearn takes
+// that trickle as its calm rate, not 0: a load a little over it then is
+// no surge.
+func TestSurgeMeterLearnsATrickle(t *testing.T) {
+	t.Parallel()
+	tick := 100 * time.Millisecond
+	now := time.Unix(1000, 0)
+	var count int64
+	m := newSurgeMeter(1.5, tick, count, now)
+	look := func(perSecond int64, n int) (surges int) {
+		for range n {
+			count += perSecond / 10
+			now = now.Add(tick)
+			if surge, _ := m.look(count, true, now); surge {
+				surges++
+			}
+		}
+		return surges
+	}
+	require.Zero(t, look(80, int(surgeLearn/tick)+1))
+	require.True(t, m.known)
+	require.InDelta(t, 80, m.calm, 1)
+	require.Zero(t, look(110, 20), "110/s after 80/s: under 1.5 times the calm rate")
 }
