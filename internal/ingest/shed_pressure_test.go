@@ -217,19 +217,8 @@ func TestSurgeMeterLearnsItsCalmRate(t *testing.T) {
 		{"a load that starts, pauses and starts again", -1, 1000, 1000, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			now := time.Unix(1000, 0)
-			var count int64
-			m := newSurgeMeter(1.5, tick, count, now)
-			look := func(perSecond int64, n int) (surges int) {
-				for range n {
-					count += perSecond / 10
-					now = now.Add(tick)
-					if surge, _ := m.look(count, true, now); surge {
-						surges++
-					}
-				}
-				return surges
-			}
+			f := newPressed(tick)
+			m, look := f.m, f.look
 			if c.idleChecks < 0 {
 				// 300 ms at 4,000/s (not a window), then 200 ms idle: the
 				// window still holds that load when the next one starts.
@@ -257,22 +246,37 @@ func TestSurgeMeterLearnsItsCalmRate(t *testing.T) {
 // no surge.
 func TestSurgeMeterLearnsATrickle(t *testing.T) {
 	t.Parallel()
-	tick := 100 * time.Millisecond
-	now := time.Unix(1000, 0)
-	var count int64
-	m := newSurgeMeter(1.5, tick, count, now)
-	look := func(perSecond int64, n int) (surges int) {
-		for range n {
-			count += perSecond / 10
-			now = now.Add(tick)
-			if surge, _ := m.look(count, true, now); surge {
-				surges++
-			}
-		}
-		return surges
-	}
-	require.Zero(t, look(80, int(surgeLearn/tick)+1))
+	f := newPressed(100 * time.Millisecond)
+	m, look := f.m, f.look
+	require.Zero(t, look(80, int(surgeLearn/f.tick)+1))
 	require.True(t, m.known)
 	require.InDelta(t, 80, m.calm, 1)
 	require.Zero(t, look(110, 20), "110/s after 80/s: under 1.5 times the calm rate")
+}
+
+// pressed feeds a new surge meter (ratio 1.5) checks every tick, all
+// under pressure.
+type pressed struct {
+	m     *surgeMeter
+	tick  time.Duration
+	count int64
+	now   time.Time
+}
+
+func newPressed(tick time.Duration) *pressed {
+	now := time.Unix(1000, 0)
+	return &pressed{m: newSurgeMeter(1.5, tick, 0, now), tick: tick, now: now}
+}
+
+// look runs n checks at perSecond offered and returns how many found a
+// surge.
+func (p *pressed) look(perSecond int64, n int) (surges int) {
+	for range n {
+		p.count += perSecond * int64(p.tick) / int64(time.Second)
+		p.now = p.now.Add(p.tick)
+		if surge, _ := p.m.look(p.count, true, p.now); surge {
+			surges++
+		}
+	}
+	return surges
 }
