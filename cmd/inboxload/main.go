@@ -12,8 +12,9 @@
 //	    nor a stall thins the load or hides). Prints one JSON line: sent,
 //	    acknowledged, non-2xx, unanswered (errors), the count of each status,
 //	    latency p50/p99/max of every request (unanswered ones at the time
-//	    they were given up), of the 2xx and of the 503s, and how many were
-//	    answered later than --deadline. --resend-refused resends each
+//	    they were given up), of the 2xx and of the 503s (their p99 also from
+//	    when they were written: the server's share, and the answer's way
+//	    back), and how many were answered later than --deadline. --resend-refused resends each
 //	    delivery that got no 2xx once afterwards (16 at a time by
 //	    default); --verify-database-url
 //	    checks that every acknowledged delivery is stored, which refused ones
@@ -107,9 +108,9 @@ type sendResult struct {
 	RefusedP99ms float64 `json:"refused_p99_ms,omitempty"`
 	RefusedMaxms float64 `json:"refused_max_ms,omitempty"`
 	// RefusedServedP99ms is the 503s' p99 from when their headers were
-	// written, not from when they were due: the server's share of a
-	// refusal's latency (and the answer's way back), without this tool's
-	// own lag in writing it.
+	// written (into the connection's buffer), not from when they were due:
+	// the server's share of a refusal's latency and the answer's way back,
+	// this tool's time to read it included, without its lag in writing.
 	RefusedServedP99ms float64 `json:"refused_served_p99_ms,omitempty"`
 	// WrittenP99ms: how late the requests were written, from when each was
 	// due until its headers were (this tool's own lag, the dial included);

@@ -230,8 +230,8 @@ func (s *Server) RunPressure(ctx context.Context, set func(bool)) {
 // (a trickle, or a first blip after the calm rate decayed while idle) a
 // worker at its full rate costs intake little, and pressure there comes
 // from a checkpoint or a vacuum, not the load. surgeLearn is how long a
-// new ingest that found no load waits before it takes its calm rate to be
-// 0 (surgeMeter.look).
+// new ingest that found no load waits before it takes what is offered
+// (about 0 when idle) as its calm rate (surgeMeter.look).
 const (
 	surgeWindow  = 500 * time.Millisecond
 	surgeCalm    = time.Second
@@ -272,8 +272,7 @@ type surgeMeter struct {
 	// loadedSince is since when every check found a load (surgeMinRate
 	// or more offered over the window, and some since the check before),
 	// while the calm rate is not known yet (known); zero when the latest
-	// found none. born is when the meter
-	// was made.
+	// found none. born is when the meter was made.
 	loadedSince, born time.Time
 	known             bool
 }
