@@ -328,6 +328,10 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 	res.Envelopes = []Summary{}
 	matches := map[string]*indexMatches{}
 	read := false
+	// prefer is the index whose lookup last completed: tried first in the
+	// next partition, so a header value common day after day costs one
+	// lookup given up on, not one a day (each counts against the budget).
+	prefer := ""
 	for _, c := range chunks {
 		if req.BeforeID != 0 && c.LowerID >= req.BeforeID {
 			continue // above the cursor: an earlier page's
@@ -338,6 +342,9 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 		}
 		var m *indexMatches
 		if ixs := indexesFor(sel, c); len(ixs) > 0 {
+			if len(ixs) == 2 && ixs[1] == prefer {
+				ixs[0], ixs[1] = ixs[1], ixs[0]
+			}
 			if m = matches[c.Partition]; m == nil {
 				m = &indexMatches{}
 				lower, top := partitionRange(chunks, c.Partition)
@@ -377,6 +384,7 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 						continue
 					}
 					scan.Matches += int64(len(m.ids))
+					prefer = ix
 					break
 				}
 				matches[c.Partition] = m
@@ -421,7 +429,8 @@ func listBounded(ctx context.Context, tx pgx.Tx, sel envelope.Selection, req Lis
 }
 
 // indexesFor is the indexes a bounded search may read c's matches from,
-// in the order it tries them: the headers' when sel has headers and c has
+// in the order it tries them (unless the other's lookup completed last,
+// listBounded): the headers' when sel has headers and c has
 // that index (it serves every day whose envelopes are kept), then the
 // body's when sel has a containment and c has that one; none when c is
 // walked.

@@ -551,6 +551,27 @@ func TestSearchByIndexPagesLikeTheWalkAndKeepsItsBudget(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 
+	// The same with a page of 3,000 (over four days of v0) and chunks of
+	// 700: X-T's lookup is given up on where it first has too many matches,
+	// and the days after are read through the body's index first (the one
+	// that last completed), so the page fills within the budget. Were X-T's
+	// tried first each day, each day would cost 1,400 of the budget, and
+	// the search would stop short of the page.
+	rows, err = b.pool.Query(ctx, `SELECT id FROM envelope_with_body WHERE payload @> $1::jsonb ORDER BY id DESC LIMIT 3000`, string(v0[0]))
+	require.NoError(t, err)
+	want, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, want, 3000)
+	page, err = List(ctx, b.pool, ListRequest{Filter: Filter{Since: since, Contains: v0, Headers: map[string]string{"X-T": "t"}}, Limit: 3000, ScanBudget: 8 * 700})
+	require.NoError(t, err)
+	require.False(t, page.Scan.Stopped, "%+v", page.Scan)
+	require.Zero(t, page.Scan.Searched, "%+v", page.Scan)
+	got = got[:0]
+	for _, e := range page.Envelopes {
+		got = append(got, e.ID)
+	}
+	require.Equal(t, want, got)
+
 	// 700 matches a day (UTC days cut the seed unevenly), a budget of 8
 	// days' matches (chunks of 700), and a source no envelope has: days read
 	// by the index until their matches reach the budget, then a stop.
