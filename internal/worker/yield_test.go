@@ -381,8 +381,11 @@ func TestYieldHoldsItsLimitWhileArrivalsOutpaceIt(t *testing.T) {
 	require.NotZero(t, y.Limit())
 	// 2,000/s still arriving, no signal for 3 s: not lifted, still rising.
 	limit := y.Limit()
-	run(70, 200, 30, 4*time.Second)
+	run(70, 200, 20, 4*time.Second)
 	require.Greater(t, y.Limit(), limit, "raised while quiet")
+	limit = y.Limit()
+	run(70, 200, 10, 4*time.Second)
+	require.Greater(t, y.Limit(), limit, "and while withheld, past releaseAfter")
 	require.InDelta(t, 1.1, withheld, 0.01, "the ticks from releaseAfter on are counted, in seconds")
 	run(70, 170, 1, 4*time.Second) // 1,700/s: not eased enough
 	require.NotZero(t, y.Limit())
@@ -441,4 +444,12 @@ func TestYieldHoldsItsLimitWhileArrivalsOutpaceIt(t *testing.T) {
 	y.Signal(now)
 	run(70, 200, 25, 13*time.Second)
 	require.Zero(t, y.Limit(), "the last lift held for a minute: not futile, lifted after releaseAfter")
+
+	// A lift after which the lag held where it was (13 s at the lift and
+	// when the next limit is set) is not futile: only one the lag grew
+	// through is.
+	run(100, 200, 10, 13*time.Second)
+	y.Signal(now)
+	run(70, 200, 25, 14*time.Second)
+	require.Zero(t, y.Limit(), "the lag held through the last lift: not futile, lifted after releaseAfter")
 }
