@@ -264,11 +264,10 @@ type surgeMeter struct {
 	counts []int64
 	times  []time.Time
 	i      int
-	// last is the latest check; surgedAt, the latest that found a surge;
-	// quietSince, the first since then that found none (zero: the latest
-	// found one, or none ever did).
-	last, surgedAt, quietSince time.Time
-	lastCount                  int64 // the offered count at last
+	// surgedAt is the latest check that found a surge; quietSince, the
+	// first since then that found none (zero: the latest found one, or
+	// none ever did).
+	surgedAt, quietSince time.Time
 	// loadedSince is since when every check found a load (surgeMinRate
 	// or more offered over the window, and some since the check before),
 	// while the calm rate is not known yet (known); zero when the latest
@@ -281,7 +280,7 @@ type surgeMeter struct {
 // interval, the offered count being count now.
 func newSurgeMeter(ratio float64, interval time.Duration, count int64, now time.Time) *surgeMeter {
 	n := int((surgeWindow+interval-1)/interval) + 1 // a check a whole window old, and the current one
-	m := &surgeMeter{ratio: ratio, counts: make([]int64, n), times: make([]time.Time, n), last: now, lastCount: count, born: now}
+	m := &surgeMeter{ratio: ratio, counts: make([]int64, n), times: make([]time.Time, n), born: now}
 	for j := range m.counts {
 		m.counts[j], m.times[j] = count, now
 	}
@@ -309,6 +308,8 @@ func (m *surgeMeter) look(count int64, pressure bool, now time.Time) (surge, beg
 	// last check's, not that of as many checks as fill a window at
 	// --pressure-interval.
 	n := len(m.counts)
+	prev := (m.i + n - 1) % n // the check before this one (the meter's making, at first)
+	step, lastCount := max(now.Sub(m.times[prev]), 0), m.counts[prev]
 	oldC, oldT := m.counts[m.i], m.times[m.i]
 	for k := 1; k <= n; k++ {
 		j := (m.i + n - k) % n // newest first
@@ -319,8 +320,6 @@ func (m *surgeMeter) look(count int64, pressure bool, now time.Time) (surge, beg
 	}
 	m.counts[m.i], m.times[m.i] = count, now
 	m.i = (m.i + 1) % n
-	step, lastCount := max(now.Sub(m.last), 0), m.lastCount
-	m.last, m.lastCount = now, count
 	dt := now.Sub(oldT).Seconds()
 	if dt <= 0 {
 		return false, false

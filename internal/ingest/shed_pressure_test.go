@@ -117,30 +117,9 @@ func TestShedAfterOverloadDefaults(t *testing.T) {
 // every 100 ms, and count a surge once too.
 func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	t.Parallel()
-	t0 := time.Unix(1000, 0)
 	tick := 100 * time.Millisecond
-	m := newSurgeMeter(1.5, tick, 0, t0)
-	var count int64
-	now := t0
-	begun := 0 // surges begun
-	// lookEvery runs n checks every step at perSecond offered, pressure on
-	// or not, and returns how many found a surge.
-	lookEvery := func(step time.Duration, perSecond int64, pressure bool, n int) int {
-		surges := 0
-		for range n {
-			count += perSecond * int64(step) / int64(time.Second)
-			now = now.Add(step)
-			surge, b := m.look(count, pressure, now)
-			if surge {
-				surges++
-			}
-			if b {
-				require.True(t, surge, "only a check that finds a surge begins one")
-				begun++
-			}
-		}
-		return surges
-	}
+	f := newFeeder(t, 1.5, tick)
+	m, lookEvery := f.m, f.checks
 	look := func(perSecond int64, pressure bool, n int) int { return lookEvery(tick, perSecond, pressure, n) }
 	require.Zero(t, look(1000, false, 50), "no pressure: never a surge")
 	require.InDelta(t, 1000, m.calm, 10, "the calm rate")
@@ -150,10 +129,10 @@ func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	require.Zero(t, look(1000, true, 30))
 	require.Zero(t, look(3000, true, 1), "one check into a step to 3x: 1,400/s over the window")
 	require.Equal(t, 25, look(3000, true, 25), "the next (1,800/s over the window) and every one for a few seconds: a surge")
-	require.Equal(t, 1, begun, "begun once")
+	require.Equal(t, 1, f.begun, "begun once")
 	require.Equal(t, 0, look(3000, false, 1), "one check without pressure")
 	require.Equal(t, 1, look(3000, true, 1), "inside the surge")
-	require.Equal(t, 1, begun, "still the same surge")
+	require.Equal(t, 1, f.begun, "still the same surge")
 	require.Less(t, look(3000, true, 30), 15, "the calm rate follows under pressure: the surge ends though the pressure stands")
 	require.Zero(t, look(3000, true, 20), "pressure at a rate that stood for seconds: no surge")
 	require.Zero(t, look(3000, false, 40), "no pressure at the new rate: it is the calm one")
@@ -165,32 +144,33 @@ func TestSurgeMeterTellsAStepFromACalmLoad(t *testing.T) {
 	require.Zero(t, look(60, true, 20), "a trickle under pressure, far over the calm rate but under surgeMinRate: no surge")
 	require.Zero(t, look(0, false, 100))
 	require.Equal(t, 15, look(1000, true, 15), "a step from idle to a real load: a surge from the first check")
-	require.Equal(t, 2, begun, "a second surge, after seconds without one")
+	require.Equal(t, 2, f.begun, "a second surge, after seconds without one")
 
 	// Checks a second apart, each NOTIFY having blocked: the calm rate
 	// follows a load in about as many seconds as with checks every 100 ms,
-	// and a surge found at every check is begun once.
+	// and a surge found at every check is f.begun once.
 	require.Zero(t, lookEvery(time.Second, 1000, false, 5), "no pressure")
 	require.InDelta(t, 1000, m.calm, 15, "five seconds at a one-second time constant (weighed per check, it would be about 560)")
 	require.Zero(t, lookEvery(time.Second, 1000, false, 5))
-	before := begun
+	before := f.begun
 	require.Equal(t, 2, lookEvery(1100*time.Millisecond, 2000, true, 2), "a step to 2x, slow checks: a surge at each (the last check's rate, not five checks'), for its first 2 s")
-	require.Equal(t, before+1, begun, "begun once, though the checks are more than a second apart")
+	require.Equal(t, before+1, f.begun, "begun once, though the checks are more than a second apart")
 	require.Zero(t, lookEvery(1100*time.Millisecond, 0, true, 1), "a second with no arrivals: no surge")
 
 	// A surge begins again after a second of checks that found none, not
 	// before.
 	require.Zero(t, lookEvery(tick, 1000, false, 100), "calm again at 1,000/s")
-	before = begun
+	before = f.begun
 	require.Positive(t, look(3000, true, 5))
 	require.Zero(t, look(1000, false, 8), "0.8 s without a surge")
 	require.Positive(t, look(6000, true, 3))
-	require.Equal(t, before+1, begun, "under a second apart: one surge")
+	require.Equal(t, before+1, f.begun, "under a second apart: one surge")
 	require.Zero(t, look(1000, false, 12), "1.2 s without a surge")
 	require.Positive(t, look(9000, true, 3))
-	require.Equal(t, before+2, begun, "over a second apart: two")
+	require.Equal(t, before+2, f.begun, "over a second apart: two")
 
-	m = newSurgeMeter(-1, tick, count, now)
+	f.m = newSurgeMeter(-1, tick, f.count, f.now)
+	m = f.m
 	require.Zero(t, look(1000, false, 10), "learning the calm rate")
 	require.True(t, m.known)
 	require.Zero(t, look(10000, true, 10), "ratio -1: never")
@@ -217,7 +197,7 @@ func TestSurgeMeterLearnsItsCalmRate(t *testing.T) {
 		{"a load that starts, pauses and starts again", -1, 1000, 1000, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f := newPressed(tick)
+			f := newFeeder(t, 1.5, tick)
 			m, look := f.m, f.look
 			if c.idleChecks < 0 {
 				// 300 ms at 4,000/s (not a window), then 200 ms idle: the
@@ -246,7 +226,7 @@ func TestSurgeMeterLearnsItsCalmRate(t *testing.T) {
 // no surge.
 func TestSurgeMeterLearnsATrickle(t *testing.T) {
 	t.Parallel()
-	f := newPressed(100 * time.Millisecond)
+	f := newFeeder(t, 1.5, 100*time.Millisecond)
 	m, look := f.m, f.look
 	require.Zero(t, look(80, int(surgeLearn/f.tick)+1))
 	require.True(t, m.known)
@@ -254,29 +234,42 @@ func TestSurgeMeterLearnsATrickle(t *testing.T) {
 	require.Zero(t, look(110, 20), "110/s after 80/s: under 1.5 times the calm rate")
 }
 
-// pressed feeds a new surge meter (ratio 1.5) checks every tick, all
-// under pressure.
-type pressed struct {
+// feeder feeds a surge meter checks at a steady rate, counting the surges
+// begun (each only at a check that finds one).
+type feeder struct {
+	t     *testing.T
 	m     *surgeMeter
 	tick  time.Duration
 	count int64
 	now   time.Time
+	begun int
 }
 
-func newPressed(tick time.Duration) *pressed {
+// newFeeder returns a feeder of a new meter with this ratio, checked every
+// tick.
+func newFeeder(t *testing.T, ratio float64, tick time.Duration) *feeder {
 	now := time.Unix(1000, 0)
-	return &pressed{m: newSurgeMeter(1.5, tick, 0, now), tick: tick, now: now}
+	return &feeder{t: t, m: newSurgeMeter(ratio, tick, 0, now), tick: tick, now: now}
 }
 
-// look runs n checks at perSecond offered and returns how many found a
-// surge.
-func (p *pressed) look(perSecond int64, n int) (surges int) {
+// checks runs n checks every step at perSecond offered, pressure on or
+// not, and returns how many found a surge.
+func (f *feeder) checks(step time.Duration, perSecond int64, pressure bool, n int) (surges int) {
 	for range n {
-		p.count += perSecond * int64(p.tick) / int64(time.Second)
-		p.now = p.now.Add(p.tick)
-		if surge, _ := p.m.look(p.count, true, p.now); surge {
+		f.count += perSecond * int64(step) / int64(time.Second)
+		f.now = f.now.Add(step)
+		surge, begun := f.m.look(f.count, pressure, f.now)
+		if surge {
 			surges++
+		}
+		if begun {
+			require.True(f.t, surge, "only a check that finds a surge begins one")
+			f.begun++
 		}
 	}
 	return surges
 }
+
+// look runs n checks every tick at perSecond offered, all under pressure,
+// and returns how many found a surge.
+func (f *feeder) look(perSecond int64, n int) int { return f.checks(f.tick, perSecond, true, n) }
