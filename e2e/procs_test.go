@@ -10,12 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/testlog"
 )
 
 // binDir holds the binaries built once for the package.
@@ -49,26 +49,9 @@ type proc struct {
 	t    testing.TB
 	name string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *testlog.Buffer
 	done chan struct{}
 	err  error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // start runs bin with args and env; its log lines (stderr) go to lines
@@ -77,7 +60,7 @@ func start(t testing.TB, name string, env []string, args ...string) (*proc, <-ch
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
 	cmd.Env = append(os.Environ(), env...)
-	out := &lockedBuffer{}
+	out := &testlog.Buffer{}
 	cmd.Stdout = out
 	lines := make(chan string, 64)
 	// A Writer, not a pipe read by a goroutine: Wait returns only once

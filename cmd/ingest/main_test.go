@@ -24,29 +24,13 @@ import (
 	"github.com/inboxhq/inbox/internal/ingest"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/testlog"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // started is a running ingest: its output so far, and stop.
 type started struct {
-	stdout, stderr *syncBuffer
+	stdout, stderr *testlog.Buffer
 	stop           func() error
 }
 
@@ -63,7 +47,7 @@ func start(t *testing.T, env map[string]string, args ...string) *started {
 		full[k] = v
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &started{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	s := &started{stdout: &testlog.Buffer{}, stderr: &testlog.Buffer{}}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, func(k string) string { return full[k] }, s.stdout, s.stderr) }()
 	var once sync.Once
@@ -136,7 +120,7 @@ func TestStartupLogsNoDatabasePassword(t *testing.T) {
 // address is given; the public one serves every interface.
 func TestListenerDefaults(t *testing.T) {
 	t.Parallel()
-	var out syncBuffer
+	var out testlog.Buffer
 	err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out, &out)
 	require.Error(t, err)
 	require.Contains(t, out.String(), `-admin-addr string`)
@@ -153,7 +137,7 @@ func TestRefusesADatabaseWithoutTheSchema(t *testing.T) {
 	cfg := filepath.Join(dir, "sources.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte("sources:\n  github:\n    provider: github\n    secrets: [\"gh-main-test-secret-long-enough\"]\n"), 0o600))
 	env := map[string]string{"INBOX_CONFIG": cfg, "INGEST_ADDR": "127.0.0.1:0", "INGEST_ADMIN_ADDR": "", "DATABASE_URL": pgtest.EmptyURL(t)}
-	var stdout, stderr syncBuffer
+	var stdout, stderr testlog.Buffer
 	err := run(context.Background(), nil, func(k string) string { return env[k] }, &stdout, &stderr)
 	require.ErrorIs(t, err, pg.ErrNoSchema)
 	require.ErrorContains(t, err, "worker migrate")

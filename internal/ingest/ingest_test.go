@@ -28,6 +28,7 @@ import (
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
+	"github.com/inboxhq/inbox/internal/testlog"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
@@ -66,26 +67,9 @@ sources:
 type bundle struct {
 	pool  *pgxpool.Pool
 	url   string
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 	srv   *ingest.Server
 	store *envelope.Store
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func loadConfig(t testing.TB) *config.Config {
@@ -113,7 +97,7 @@ func serve(t testing.TB, pool *pgxpool.Pool, opts ingest.Options) *bundle {
 // serveConfig starts a real HTTP server for ingest of cfg's sources on pool.
 func serveConfig(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, opts ingest.Options) *bundle {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	logger := slogJSON(logs)
 	rc, err := envelope.NewInsertClient(pool, logger)
 	require.NoError(t, err)

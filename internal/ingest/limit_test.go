@@ -18,6 +18,7 @@ import (
 	"github.com/inboxhq/inbox/internal/ingest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
+	"github.com/inboxhq/inbox/internal/testlog"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 )
 
@@ -47,7 +48,7 @@ func TestStalledUploadsCannotPinMemory(t *testing.T) {
 	const budget = 8 << 20
 	const stalled = 300
 	pool := pgtest.NewPool(t)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	logger := slogJSON(logs)
 	rc, err := envelope.NewInsertClient(pool, logger)
 	require.NoError(t, err)
@@ -108,7 +109,7 @@ func TestStalledUploadsCannotPinMemory(t *testing.T) {
 func TestFullBodyBudgetAnswers503(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	logger := slogJSON(logs)
 	rc, err := envelope.NewInsertClient(pool, logger)
 	require.NoError(t, err)

@@ -25,6 +25,7 @@ import (
 	"github.com/inboxhq/inbox/internal/forward"
 	"github.com/inboxhq/inbox/internal/handlers"
 	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/testlog"
 	"github.com/inboxhq/inbox/internal/webhooktest"
 	"github.com/inboxhq/inbox/internal/worker"
 )
@@ -46,7 +47,7 @@ type bundle struct {
 	// and checks.
 	worker *pgxpool.Pool
 	// logs holds what the worker clients run by runConfig logged.
-	logs worker.LockedBuffer
+	logs testlog.Buffer
 }
 
 func setup(t testing.TB) *bundle {

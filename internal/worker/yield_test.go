@@ -18,6 +18,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/pgtest"
+	"github.com/inboxhq/inbox/internal/testlog"
 )
 
 // feed processes perTick envelopes a tick for ticks ticks from t, ticking
@@ -199,7 +200,7 @@ func TestYieldFollowsNotifications(t *testing.T) {
 		reads.Add(1)
 		return 0, errors.New("permission denied for sequence envelope_id_seq")
 	}
-	logs := &LockedBuffer{}
+	logs := &testlog.Buffer{}
 	go y.Run(ctx, cfg, envelope.PressureChannel, slog.New(slog.NewTextHandler(logs, nil)))
 	// A NOTIFY before the LISTEN is lost: send until one arrives. The
 	// worker processes meanwhile (an idle one has nothing to yield).
