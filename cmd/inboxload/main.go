@@ -158,6 +158,13 @@ type window struct {
 	// new connection rather than reuse an idle one.
 	WrittenP99ms float64 `json:"written_p99_ms"`
 	Dialed       int     `json:"dialed"`
+	// RefusedP99ms and RefusedServedP99ms are the window's 503s' p99, from
+	// when each was due and from when its headers were written (as the
+	// run's refused_p99_ms and refused_served_p99_ms): which seconds'
+	// refusals were slow, and whether the server or this tool's lag made
+	// them so.
+	RefusedP99ms       float64 `json:"refused_p99_ms,omitempty"`
+	RefusedServedP99ms float64 `json:"refused_served_p99_ms,omitempty"`
 }
 
 type resendResult struct {
@@ -477,13 +484,15 @@ func errorKind(err error) string {
 // windows groups the answers by when each was due, every width.
 func windows(answers map[int64]answer, width time.Duration) []window {
 	var ws []window
-	var acked, written [][]time.Duration
+	var acked, written, refused, served [][]time.Duration
 	for _, a := range answers {
 		i := int(a.due / width)
 		for len(ws) <= i {
 			ws = append(ws, window{At: (time.Duration(len(ws)) * width).Seconds()})
 			acked = append(acked, nil)
 			written = append(written, nil)
+			refused = append(refused, nil)
+			served = append(served, nil)
 		}
 		ws[i].Sent++
 		if a.written > 0 {
@@ -500,6 +509,10 @@ func windows(answers map[int64]answer, width time.Duration) []window {
 			acked[i] = append(acked[i], a.late)
 		case a.code == http.StatusServiceUnavailable:
 			ws[i].Refused++
+			refused[i] = append(refused[i], a.late)
+			if a.written > 0 {
+				served[i] = append(served[i], a.late-a.written)
+			}
 		default:
 			ws[i].Other++
 		}
@@ -509,6 +522,9 @@ func windows(answers map[int64]answer, width time.Duration) []window {
 		ws[i].AckP50ms, ws[i].AckP99ms = pct(acked[i], 0.50), pct(acked[i], 0.99)
 		slices.Sort(written[i])
 		ws[i].WrittenP99ms = pct(written[i], 0.99)
+		slices.Sort(refused[i])
+		slices.Sort(served[i])
+		ws[i].RefusedP99ms, ws[i].RefusedServedP99ms = pct(refused[i], 0.99), pct(served[i], 0.99)
 	}
 	return ws
 }

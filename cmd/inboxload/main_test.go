@@ -147,8 +147,9 @@ func TestErrorKind(t *testing.T) {
 }
 
 // --timeline groups requests by when they were due: each window counts its
-// own answers and its own acknowledged latencies, so a slow second shows
-// apart from the rest.
+// own answers and its own acknowledged and refused latencies (a refusal's
+// also from when it was written), so a slow second shows apart from the
+// rest.
 func TestWindowsGroupByDueTime(t *testing.T) {
 	t.Parallel()
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -162,7 +163,7 @@ func TestWindowsGroupByDueTime(t *testing.T) {
 	}
 	got := windows(answers, time.Second)
 	require.Equal(t, []window{
-		{At: 0, Sent: 3, Acked: 2, Refused: 1, AckP50ms: 30, AckP99ms: 30, WrittenP99ms: 4, Dialed: 2},
+		{At: 0, Sent: 3, Acked: 2, Refused: 1, AckP50ms: 30, AckP99ms: 30, WrittenP99ms: 4, Dialed: 2, RefusedP99ms: 5, RefusedServedP99ms: 3},
 		{At: 1, Sent: 1, Acked: 1, AckP50ms: 700, AckP99ms: 700, WrittenP99ms: 600},
 		{At: 2, Sent: 2, Other: 1, Unanswered: 1, WrittenP99ms: 1, Dialed: 1},
 	}, got)
