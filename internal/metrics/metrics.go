@@ -247,6 +247,9 @@ type Worker struct {
 	// the usual release because its last lift was futile and the load
 	// had not eased (worker.Yield.Withheld).
 	YieldWithheld prometheus.Counter
+	// Unprocessed counts the jobs that ran and processed nothing, by
+	// source and reason (UnprocessedReasons).
+	Unprocessed *prometheus.CounterVec
 
 	river     *riverCollector    // nil without a pool
 	envelopes *envelopeCollector // nil without a pool
@@ -306,7 +309,11 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 			Help: "Seconds this worker kept its yield limit past two quiet seconds, which would have lifted it, because its last lift was futile (unlimited, it did not catch up at all) and envelopes still arrived at over 0.8 times the rate they did then: lifting it would only take the machine from intake. It is lifted once they arrive slower (the peak's end).",
 		}),
 	}
-	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat, m.YieldLimit, m.YieldBehind, m.YieldWithheld)
+	m.Unprocessed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "inbox_worker_jobs_unprocessed_total",
+		Help: "Jobs that ran and processed nothing, recording no attempt, by source and reason: not_found (the envelope is gone: the job is cancelled), lost_race (the job was rescued as stuck and a later attempt owns it: this one changed nothing), already_done, already_failed, already_ignored (the envelope was final: an earlier attempt had committed, or a replay's second job raced; the job is deleted).",
+	}, []string{"source", "reason"})
+	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat, m.YieldLimit, m.YieldBehind, m.YieldWithheld, m.Unprocessed)
 	if pool != nil {
 		m.river = newRiverCollector(pool, logger)
 		m.envelopes = newEnvelopeCollector(pool, logger)
@@ -384,6 +391,10 @@ var (
 	FinalStatuses = []envelope.Status{envelope.StatusDone, envelope.StatusIgnored, envelope.StatusFailed}
 	LedgerKinds   = []ledger.Kind{ledger.KindPayment, ledger.KindRefund, ledger.KindRefundReversal}
 	LedgerResults = postingResults()
+	// UnprocessedReasons are the reason label values of
+	// inbox_worker_jobs_unprocessed_total: the worker's decision labels of
+	// the jobs that record no attempt.
+	UnprocessedReasons = []string{"not_found", "lost_race", "already_done", "already_failed", "already_ignored"}
 )
 
 // Init creates the zero series of each configured source (and of the
@@ -411,6 +422,9 @@ func (m *Worker) Init(sources []string) {
 		for _, st := range FinalStatuses {
 			m.ProcessingLatency.WithLabelValues(s, string(st), KindFirst)
 			m.ProcessingLatency.WithLabelValues(s, string(st), KindReplay)
+		}
+		for _, r := range UnprocessedReasons {
+			m.Unprocessed.WithLabelValues(s, r)
 		}
 	}
 	for _, k := range LedgerKinds {

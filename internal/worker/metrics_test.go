@@ -2,12 +2,15 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/admin"
@@ -116,6 +119,61 @@ func TestMetricsLedgerPostingsCounted(t *testing.T) {
 	require.Equal(t, 1.0, value("payment", "posted"))
 	require.Equal(t, 1.0, value("payment", "skipped"))
 	require.Zero(t, value("refund", "posted"))
+}
+
+// A job that runs and processes nothing records no attempt, so only
+// inbox_worker_jobs_unprocessed_total says it ran: a replay's second job
+// finding its envelope already done, a job rescued as stuck whose later
+// attempt owns it now (lost race), a job whose envelope is gone. None of
+// them counts as an attempt.
+func TestMetricsJobsThatProcessNothingAreCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	reg, m := newMetrics(t)
+	id := b.insert(t, "standard", "u-1", "payment.succeeded", webhooktest.StandardPayment("pay_u", "m_u", 100, "EUR"), 0)
+	b.runConfig(t, worker.Config{Metrics: m})
+	require.Equal(t, envelope.StatusDone, b.waitFinal(t, id).Status)
+	unprocessed := func(reason string) float64 {
+		return counter(t, reg, "inbox_worker_jobs_unprocessed_total", map[string]string{"source": "src", "reason": reason})
+	}
+	attempts := func() float64 {
+		return counter(t, reg, "inbox_worker_attempts_total", map[string]string{"source": "src", "outcome": "done"})
+	}
+	pgtest.Eventually(t, 10*time.Second, "the first job's attempt counted", func() (bool, string) { return attempts() == 1, "" })
+	require.Zero(t, unprocessed("already_done"), "the first job processed its envelope")
+
+	// A second job of the done envelope, as a replay's that raced: it finds
+	// the envelope final and is deleted.
+	rc, err := envelope.NewInsertClient(b.pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	_, err = rc.InsertMany(ctx, []river.InsertManyParams{envelope.ProcessJob(id, "src", 0)})
+	require.NoError(t, err)
+	pgtest.Eventually(t, 10*time.Second, "the second job counted as unprocessed", func() (bool, string) {
+		return unprocessed("already_done") == 1, fmt.Sprintf("already_done %v", unprocessed("already_done"))
+	})
+	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM river_job WHERE (args->>'envelope_id')::bigint = $1`, id), "the second job deleted")
+	require.Equal(t, 1, b.state(t, id).Attempts, "no attempt recorded for it")
+	require.Equal(t, 1.0, attempts(), "nor counted as one")
+
+	// A stale attempt of a job that is gone (lost race), and a job whose
+	// envelope is gone.
+	w := &worker.ProcessWorker{Pool: b.worker, Registry: b.registry, Policy: worker.DefaultPolicy,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Name: "stale", Metrics: m}
+	work := func(jobID, envelopeID int64) error {
+		return w.Work(ctx, &river.Job[envelope.ProcessArgs]{
+			JobRow: &rivertype.JobRow{ID: jobID, Attempt: 1, MaxAttempts: 25, State: rivertype.JobStateRunning},
+			Args:   envelope.ProcessArgs{EnvelopeID: envelopeID, Source: "src"},
+		})
+	}
+	require.Error(t, work(1<<62, id), "a lost race goes to River as an error")
+	require.Equal(t, 1.0, unprocessed("lost_race"))
+	var cancel *rivertype.JobCancelError
+	require.ErrorAs(t, work(1<<62, 1<<62), &cancel, "a job whose envelope is gone is cancelled")
+	require.Equal(t, 1.0, unprocessed("not_found"))
+	require.Equal(t, 1.0, unprocessed("already_done"))
+	require.Zero(t, unprocessed("already_failed"))
+	require.Equal(t, 1.0, attempts())
 }
 
 // counter is the value of reg's counter name with the labels want (the

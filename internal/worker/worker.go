@@ -290,8 +290,10 @@ func (w *ProcessWorker) processBatch(ctx context.Context, jobs []*river.Job[enve
 		case a.busy:
 			out[i] = w.processBatch(ctx, jobs[i:i+1])[0]
 		case a.res.kind == foundNotFound:
+			w.observeUnprocessed(a)
 			out[i].Value = a.dec.river
 		case a.res.kind == foundLostRace:
+			w.observeUnprocessed(a)
 			w.Logger.Warn("envelope attempt rolled back", "envelope_id", a.job.Args.EnvelopeID, "job_id", a.job.ID, "attempt", a.job.Attempt, "error", a.res.err)
 			out[i].Err = a.dec.river
 		default:
@@ -656,8 +658,12 @@ func (w *ProcessWorker) throttle(ctx context.Context, a *attempt) error {
 // observeFinal records a committed attempt that did not fail in the
 // metrics.
 func (w *ProcessWorker) observeFinal(a *attempt) {
-	if w.Metrics == nil || a.res.kind == foundFinal {
-		return // an already-final envelope was not processed by this attempt
+	if a.res.kind == foundFinal {
+		w.observeUnprocessed(a) // an already-final envelope was not processed by this attempt
+		return
+	}
+	if w.Metrics == nil {
+		return
 	}
 	env := a.env
 	w.Metrics.Attempts.WithLabelValues(env.Source, a.dec.label).Inc()
@@ -665,6 +671,16 @@ func (w *ProcessWorker) observeFinal(a *attempt) {
 	if p := a.res.posting; p != nil && p.Kind != "" {
 		w.Metrics.LedgerPostings.WithLabelValues(p.Kind, string(labels.PostingResultOf(p.Posted))).Inc()
 	}
+}
+
+// observeUnprocessed counts a job that ran and processed nothing (not found,
+// lost race, already final) under its decision's label. The source is the
+// job's: a job whose envelope is gone has no envelope to name it.
+func (w *ProcessWorker) observeUnprocessed(a *attempt) {
+	if w.Metrics == nil {
+		return
+	}
+	w.Metrics.Unprocessed.WithLabelValues(a.job.Args.Source, a.dec.label).Inc()
 }
 
 // observeFailure records a recorded failed attempt in the metrics.
