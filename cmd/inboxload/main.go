@@ -4,7 +4,7 @@
 //
 //	inboxload send --url URL --secret-env VAR [--concurrency N | --rate R] [--count N | --duration D] [--merchants M]
 //	        [--timeout D] [--deadline D] [--resend-refused [--resend-concurrency N]] [--verify-database-url URL]
-//	        [--timeline D] [--warm-conns N]
+//	        [--timeline D] [--warm-conns N] [--warmup D [--warmup-rate R]]
 //	    send distinct, freshly signed Standard Webhooks payment deliveries to
 //	    POST URL/webhooks/<--source>: closed loop with --concurrency senders,
 //	    or open loop at --rate deliveries/s (each sent when due on its own
@@ -22,7 +22,10 @@
 //	    that every delivery is stored exactly once. It also says how late
 //	    the requests were written (the sender's own lag) and how many opened
 //	    a connection; --timeline gives the figures per window of due time;
-//	    --warm-conns opens N connections before the clock starts.
+//	    --warm-conns opens N connections before the clock starts; --warmup
+//	    sends at --warmup-rate for D first, from the same process, and
+//	    counts none of it but its answers by status (a step from a running
+//	    load).
 //	inboxload drain --database-url URL [--timeout D] [--since RFC3339]
 //	    wait until no envelope received since --since is pending, then print
 //	    one JSON line: envelopes, processing rate (first to last
@@ -139,6 +142,15 @@ type sendResult struct {
 	// transient (the first seconds of an overload, a checkpoint) shows
 	// apart from the steady part of the run.
 	Timeline []window `json:"timeline,omitempty"`
+	// Warmup is what --warmup sent (none of it in the figures above).
+	Warmup *warmupResult `json:"warmup,omitempty"`
+}
+
+// warmupResult counts the --warmup deliveries and their answers by status
+// ("unanswered" for none).
+type warmupResult struct {
+	Sent  int64          `json:"sent"`
+	Codes map[string]int `json:"codes"`
 }
 
 // window is one --timeline window: the requests due in [At, At+--timeline).
@@ -209,9 +221,14 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	verifyURL := fs.String("verify-database-url", "", "after the load, check in this database that every acknowledged delivery is stored, and which refused ones are")
 	warmConns := fs.Int("warm-conns", 0, "open this many connections (concurrent GETs of /readyz) before the load starts, for it to reuse: a sender whose connections are open, not one opening them as the load starts")
 	timeline := fs.Duration("timeline", 0, "also report the figures per window of this length, by when each request was due (0: off)")
+	warmup := fs.Duration("warmup", 0, "open loop: before the load, send at --warmup-rate for this long from the same process, not counted (a step from a running load, as a peak reaches a service; this tool's own start does not land in the load's first second)")
+	warmupRate := fs.Float64("warmup-rate", 0, "with --warmup: deliveries per second (0: half of --rate)")
 	bodyBytes := fs.Int("body-bytes", 0, "pad each payment body to about this many bytes (a metadata object: half digests that do not compress, half text that does, as providers' events); 0: the bare payment, ~150 bytes")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *warmup > 0 && *rate <= 0 {
+		return errors.New("--warmup needs --rate (an open loop)")
 	}
 	secret := getenv(*secretEnv)
 	if secret == "" {
@@ -221,12 +238,16 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	endpoint := base + "/webhooks/" + *source
 	client := &http.Client{Timeout: *timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}}
 	id := func(n int64) string { return fmt.Sprintf("%s-%d", *prefix, n) }
-	// post sends delivery n, due at due; the answer says when its request
-	// was written (after due) and whether it dialed, answered or not.
-	post := func(n int64, due time.Time) (answer, error) {
+	// The warm-up's ids: another prefix, which the checks of the load's
+	// deliveries (prefix-N) do not match.
+	warmID := func(n int64) string { return fmt.Sprintf("%sw-%d", *prefix, n) }
+	// post sends delivery n, id did, due at due; the answer says when its
+	// request was written (after due) and whether it dialed, answered or
+	// not.
+	post := func(n int64, did string, due time.Time) (answer, error) {
 		m := fmt.Sprintf("m_%03d", n%int64(*merchants))
-		d := webhooktest.Delivery{Provider: provider.Standard, Secret: secret, DeliveryID: id(n),
-			Body: padBody(webhooktest.StandardPayment("pay_"+id(n), m, 1000+n%1000, "EUR"), *bodyBytes, id(n))}
+		d := webhooktest.Delivery{Provider: provider.Standard, Secret: secret, DeliveryID: did,
+			Body: padBody(webhooktest.StandardPayment("pay_"+did, m, 1000+n%1000, "EUR"), *bodyBytes, did)}
 		// The transport calls these on its own goroutines: atomics, read
 		// once the answer is in. The headers, not the whole request: a
 		// server may answer before it has read the body (ingest's
@@ -276,13 +297,45 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		wg.Wait()
 	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var warmed *warmupResult
+	start := time.Now()
+	if *warmup > 0 {
+		// The warm-up, open loop like the load; the load's first delivery
+		// is due when the warm-up's time is up, whatever of it is still
+		// unanswered.
+		wr := *warmupRate
+		if wr <= 0 {
+			wr = *rate / 2
+		}
+		warmed = &warmupResult{Codes: map[string]int{}}
+		interval := time.Duration(float64(time.Second) / wr)
+		for n := int64(1); ctx.Err() == nil; n++ {
+			due := start.Add(time.Duration(n-1) * interval)
+			if due.Sub(start) >= *warmup {
+				break
+			}
+			time.Sleep(time.Until(due))
+			wg.Go(func() {
+				a, err := post(n, warmID(n), due)
+				code := "unanswered"
+				if err == nil {
+					code = strconv.Itoa(a.code)
+				}
+				mu.Lock()
+				warmed.Sent++
+				warmed.Codes[code]++
+				mu.Unlock()
+			})
+		}
+		start = start.Add(*warmup)
+	}
 	var seq atomic.Int64
 	var firstErr atomic.Value
-	var mu sync.Mutex
 	answers := map[int64]answer{}
-	start := time.Now()
 	sendOne := func(n int64, due time.Time) {
-		a, err := post(n, due)
+		a, err := post(n, id(n), due)
 		a.late, a.due = time.Since(due), due.Sub(start)
 		if err != nil {
 			a.why = errorKind(err)
@@ -302,7 +355,6 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		return n, time.Since(start) < *duration
 	}
 
-	var wg sync.WaitGroup
 	if *rate > 0 {
 		// Each delivery is due at start + n/rate: sent then on its own
 		// goroutine, and timed from then, so neither a slow answer nor a
@@ -334,7 +386,7 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 	wg.Wait()
 	el := time.Since(start)
 
-	res := sendResult{Codes: map[string]int{}, Seconds: el.Seconds()}
+	res := sendResult{Codes: map[string]int{}, Seconds: el.Seconds(), Warmup: warmed}
 	var all, acked, refused, refusedServed, written []time.Duration
 	var late int64
 	var notAcked, ackedIDs []int64
@@ -427,7 +479,7 @@ func runSend(ctx context.Context, args []string, getenv func(string) string, std
 		g.SetLimit(max(*resendConcurrency, 1))
 		for _, n := range notAcked {
 			g.Go(func() error {
-				a, err := post(n, time.Now())
+				a, err := post(n, id(n), time.Now())
 				dup := err == nil && a.code == http.StatusOK && a.status == "duplicate"
 				mu.Lock()
 				defer mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,6 +225,50 @@ func TestWarmConnsAreOpenBeforeTheLoad(t *testing.T) {
 
 	cold := send("--prefix", "cold")
 	require.EqualValues(t, 5, cold.Dialed, "a sender with no connection open dials one for each request in flight")
+}
+
+// --warmup sends at --warmup-rate first, from the same process, with ids
+// of its own that none of the load's figures or checks count; the load's
+// first delivery is due when the warm-up's time is up.
+func TestWarmupPrecedesTheLoadUncounted(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var warmAt, loadAt []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("webhook-id")
+		mu.Lock()
+		if strings.HasPrefix(id, "stepw-") {
+			warmAt = append(warmAt, time.Now())
+		} else if strings.HasPrefix(id, "step-") {
+			loadAt = append(loadAt, time.Now())
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"S": "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA=="}
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"send", "--url", srv.URL, "--secret-env", "S", "--rate", "100", "--count", "5",
+		"--warmup", "300ms", "--warmup-rate", "20", "--prefix", "step"}, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
+	var res sendResult
+	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
+	require.EqualValues(t, 5, res.Sent, "the load's deliveries only")
+	require.EqualValues(t, 5, res.Acknowledged)
+	require.NotNil(t, res.Warmup)
+	require.EqualValues(t, 6, res.Warmup.Sent, "300 ms at 20/s")
+	require.Equal(t, map[string]int{"202": 6}, res.Warmup.Codes)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, warmAt, 6)
+	require.Len(t, loadAt, 5)
+	// The warm-up's first is due at its start, the load's first 300 ms
+	// later; each is sent when due, never early.
+	require.GreaterOrEqual(t, slices.MinFunc(loadAt, time.Time.Compare).Sub(slices.MinFunc(warmAt, time.Time.Compare)), 250*time.Millisecond)
+
+	out.Reset()
+	err := run(context.Background(), []string{"send", "--url", srv.URL, "--secret-env", "S", "--count", "5", "--warmup", "1s"},
+		func(k string) string { return env[k] }, &out, &errOut)
+	require.ErrorContains(t, err, "--warmup needs --rate")
 }
 
 // A server may answer before it has read a request's body (ingest refuses
