@@ -54,6 +54,29 @@ const (
 // RefusalReasons are all the refusal reasons.
 var RefusalReasons = []RefusalReason{RefusedBodyMemory, RefusedStoreBehind, RefusedConnections}
 
+// Unprocessed says why a job that ran processed nothing and recorded no
+// attempt: the reason label of inbox_worker_jobs_unprocessed_total, and the
+// worker's outcome of it in its log and spans.
+type Unprocessed string
+
+// Reasons a job processed nothing.
+const (
+	UnprocessedNotFound        Unprocessed = "not_found"        // the envelope is gone (retention): the job is cancelled
+	UnprocessedLostRace        Unprocessed = "lost_race"        // River rescued the job and a later attempt owns it: this one changed nothing
+	UnprocessedAlreadyDone     Unprocessed = "already_done"     // the envelope was final already (an earlier attempt committed, a replay's second job raced): the job is deleted
+	UnprocessedAlreadyFailed   Unprocessed = "already_failed"   // likewise, failed
+	UnprocessedAlreadyIgnored  Unprocessed = "already_ignored"  // likewise, ignored
+	UnprocessedAlreadyResolved Unprocessed = "already_resolved" // likewise, failed and resolved by an operator
+)
+
+// UnprocessedReasons are all the reasons a job processed nothing.
+var UnprocessedReasons = []Unprocessed{UnprocessedNotFound, UnprocessedLostRace, UnprocessedAlreadyDone,
+	UnprocessedAlreadyFailed, UnprocessedAlreadyIgnored, UnprocessedAlreadyResolved}
+
+// AlreadyFinal is the reason of a job whose envelope it found final already
+// with status (one of UnprocessedReasons for every final status).
+func AlreadyFinal(status string) Unprocessed { return Unprocessed("already_" + status) }
+
 // UnknownSourceName is the source label of a request to a source that is not
 // configured: never a name taken from the request (a caller could otherwise
 // create label values at will). No configured source may have it.

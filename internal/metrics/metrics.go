@@ -248,7 +248,7 @@ type Worker struct {
 	// had not eased (worker.Yield.Withheld).
 	YieldWithheld prometheus.Counter
 	// Unprocessed counts the jobs that ran and processed nothing, by
-	// source and reason (UnprocessedReasons).
+	// source and reason (labels.UnprocessedReasons).
 	Unprocessed *prometheus.CounterVec
 
 	river     *riverCollector    // nil without a pool
@@ -311,7 +311,7 @@ func NewWorker(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logge
 	}
 	m.Unprocessed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "inbox_worker_jobs_unprocessed_total",
-		Help: "Jobs that ran and processed nothing, recording no attempt, by source and reason: not_found (the envelope is gone: the job is cancelled), lost_race (the job was rescued as stuck and a later attempt owns it: this one changed nothing), already_done, already_failed, already_ignored (the envelope was final: an earlier attempt had committed, or a replay's second job raced; the job is deleted).",
+		Help: "Jobs that ran and processed nothing, recording no attempt, by source and reason: not_found (the envelope is gone: the job is cancelled), lost_race (River rescued the job while this attempt lived and a later attempt owns it: this one changed nothing; a River leader's clock ahead of the database's, or a suspended host), already_done, already_failed, already_ignored, already_resolved (the envelope was final: an earlier attempt had committed, or a replay's second job raced; the job is deleted).",
 	}, []string{"source", "reason"})
 	reg.MustRegister(m.Attempts, m.Snoozes, m.Failures, m.ProcessingLatency, m.LedgerPostings, m.Heartbeat, m.YieldLimit, m.YieldBehind, m.YieldWithheld, m.Unprocessed)
 	if pool != nil {
@@ -391,10 +391,6 @@ var (
 	FinalStatuses = []envelope.Status{envelope.StatusDone, envelope.StatusIgnored, envelope.StatusFailed}
 	LedgerKinds   = []ledger.Kind{ledger.KindPayment, ledger.KindRefund, ledger.KindRefundReversal}
 	LedgerResults = postingResults()
-	// UnprocessedReasons are the reason label values of
-	// inbox_worker_jobs_unprocessed_total: the worker's decision labels of
-	// the jobs that record no attempt.
-	UnprocessedReasons = []string{"not_found", "lost_race", "already_done", "already_failed", "already_ignored"}
 )
 
 // Init creates the zero series of each configured source (and of the
@@ -423,8 +419,8 @@ func (m *Worker) Init(sources []string) {
 			m.ProcessingLatency.WithLabelValues(s, string(st), KindFirst)
 			m.ProcessingLatency.WithLabelValues(s, string(st), KindReplay)
 		}
-		for _, r := range UnprocessedReasons {
-			m.Unprocessed.WithLabelValues(s, r)
+		for _, r := range labels.UnprocessedReasons {
+			m.Unprocessed.WithLabelValues(s, string(r))
 		}
 	}
 	for _, k := range LedgerKinds {

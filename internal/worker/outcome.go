@@ -126,11 +126,11 @@ func (d decision) recorded() bool { return d.outcome != "" }
 func decide(r result, b bounds) decision {
 	switch r.kind {
 	case foundNotFound:
-		return decision{river: river.JobCancel(r.err), label: "not_found"}
+		return decision{river: river.JobCancel(r.err), label: string(labels.UnprocessedNotFound)}
 	case foundLostRace:
-		return decision{river: r.err, label: "lost_race"}
+		return decision{river: r.err, label: string(labels.UnprocessedLostRace)}
 	case foundFinal:
-		return decision{label: "already_" + string(r.status)}
+		return decision{label: string(labels.AlreadyFinal(string(r.status)))}
 	case foundIgnored:
 		return decision{outcome: envelope.OutcomeIgnored, status: envelope.StatusIgnored, label: "ignored"}
 	case foundDone:

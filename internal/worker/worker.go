@@ -674,13 +674,18 @@ func (w *ProcessWorker) observeFinal(a *attempt) {
 }
 
 // observeUnprocessed counts a job that ran and processed nothing (not found,
-// lost race, already final) under its decision's label. The source is the
-// job's: a job whose envelope is gone has no envelope to name it.
+// lost race, already final) under its decision's label
+// (labels.UnprocessedReasons), and the envelope's source, as its attempts
+// are counted; a job whose envelope is gone names its own.
 func (w *ProcessWorker) observeUnprocessed(a *attempt) {
 	if w.Metrics == nil {
 		return
 	}
-	w.Metrics.Unprocessed.WithLabelValues(a.job.Args.Source, a.dec.label).Inc()
+	source := a.job.Args.Source
+	if a.env != nil {
+		source = a.env.Source
+	}
+	w.Metrics.Unprocessed.WithLabelValues(source, a.dec.label).Inc()
 }
 
 // observeFailure records a recorded failed attempt in the metrics.
