@@ -138,7 +138,9 @@ func TestMetricsJobsThatProcessNothingAreCounted(t *testing.T) {
 		return counter(t, reg, "inbox_worker_jobs_unprocessed_total", map[string]string{"source": "src", "reason": reason})
 	}
 	// Every attempt of the source, whatever its outcome label.
-	attempts := func() float64 { return total(t, reg, "inbox_worker_attempts_total", map[string]string{"source": "src"}) }
+	attempts := func() float64 {
+		return total(t, reg, "inbox_worker_attempts_total", map[string]string{"source": "src"})
+	}
 	pgtest.Eventually(t, 10*time.Second, "the first job's attempt counted", func() (bool, string) { return attempts() == 1, "" })
 	require.Zero(t, unprocessed("already_done"), "the first job processed its envelope")
 
