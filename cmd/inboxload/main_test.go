@@ -249,21 +249,22 @@ func TestWarmupPrecedesTheLoadUncounted(t *testing.T) {
 	env := map[string]string{"S": "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA=="}
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"send", "--url", srv.URL, "--secret-env", "S", "--rate", "100", "--count", "5",
-		"--warmup", "300ms", "--warmup-rate", "20", "--prefix", "step"}, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
+		"--warmup", "300ms", "--warmup-rate", "5", "--prefix", "step"}, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
 	var res sendResult
 	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
 	require.EqualValues(t, 5, res.Sent, "the load's deliveries only")
 	require.EqualValues(t, 5, res.Acknowledged)
 	require.NotNil(t, res.Warmup)
-	require.EqualValues(t, 6, res.Warmup.Sent, "300 ms at 20/s")
-	require.Equal(t, map[string]int{"202": 6}, res.Warmup.Codes)
+	require.EqualValues(t, 2, res.Warmup.Sent, "300 ms at 5/s: due at 0 and 200 ms")
+	require.Equal(t, map[string]int{"202": 2}, res.Warmup.Codes)
 	mu.Lock()
 	defer mu.Unlock()
-	require.Len(t, warmAt, 6)
+	require.Len(t, warmAt, 2)
 	require.Len(t, loadAt, 5)
-	// The warm-up's first is due at its start, the load's first 300 ms
-	// later; each is sent when due, never early.
-	require.GreaterOrEqual(t, slices.MinFunc(loadAt, time.Time.Compare).Sub(slices.MinFunc(warmAt, time.Time.Compare)), 250*time.Millisecond)
+	// The warm-up's first is due at its start, the load's first when the
+	// warm-up's 300 ms are up, not after its last delivery (200 ms); each
+	// is sent when due, never early.
+	require.GreaterOrEqual(t, slices.MinFunc(loadAt, time.Time.Compare).Sub(slices.MinFunc(warmAt, time.Time.Compare)), 270*time.Millisecond)
 
 	out.Reset()
 	err := run(context.Background(), []string{"send", "--url", srv.URL, "--secret-env", "S", "--count", "5", "--warmup", "1s"},
