@@ -8,6 +8,7 @@
 // Causes (cause.go) are the failure causes the worker records and counts.
 // PostingResults (posting.go) are what became of a ledger posting, as the
 // worker counts it.
+// UnprocessedReasons say why a job the worker ran processed nothing.
 //
 // It imports nothing.
 package labels
