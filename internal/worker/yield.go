@@ -201,7 +201,6 @@ func (y *Yield) Signal(now time.Time) {
 	from := y.limit
 	switch {
 	case from == 0:
-		y.judgeLiftLocked(now)
 		// The first cut is from the rate processed lately: the average,
 		// or the last tick's when higher (a worker that was idle and is
 		// now busy has an average far under what it does: cut from that,
@@ -212,6 +211,9 @@ func (y *Yield) Signal(now time.Time) {
 		if from < y.MinRate {
 			return
 		}
+		// A limit is set again: the lift before it is judged now, by the
+		// lag now (a signal that sets none judges nothing).
+		y.judgeLiftLocked(now)
 	case !y.paced:
 		return // no batch held to the limit since the last cut
 	}
@@ -362,7 +364,12 @@ func (y *Yield) arrivalFreshLocked(now time.Time) bool {
 	return !y.arrivalAt.IsZero() && now.Sub(y.arrivalAt) < arrivalStale
 }
 
-// noteArrivals records that Arrivals returned n at now.
+// noteArrivals records that Arrivals returned n at now. The rate is
+// measured from the reading before, only when that came under
+// arrivalStale before and n is not below it: a reading after a gap (reads
+// failed, or none while unlimited) would average the gap in, and a count
+// that went back (the sequence restarted) says nothing of a rate; either
+// becomes the base of the next.
 func (y *Yield) noteArrivals(n int64, now time.Time) {
 	y.mu.Lock()
 	defer y.mu.Unlock()

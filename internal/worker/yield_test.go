@@ -343,114 +343,246 @@ func TestYieldDropsToTheFloorOnASurge(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(start), 80*time.Millisecond, "a batch that keeps up yields during a surge")
 }
 
+// yieldFeed drives a Yield tick by tick as Run does, on a clock of its
+// own: each tick its worker processes some envelopes, its latest batch
+// lags some time and envelopes arrive; while a limit is in force the
+// arrivals are read, as pollArrivals reads them (not while the worker is
+// unlimited, nor while reading fails).
+type yieldFeed struct {
+	y   *Yield
+	now time.Time
+	// step is the time between ticks: yieldTick, or more where a worker
+	// starved of CPU misses ticks (a time.Ticker drops them).
+	step    time.Duration
+	stored  int64 // the envelopes stored so far, what Arrivals returns
+	failing bool  // reading the arrivals fails: none read, though they arrive
+}
+
+// newYieldFeed returns a feed of y, ticked once at its start.
+func newYieldFeed(y *Yield) *yieldFeed {
+	f := &yieldFeed{y: y, now: time.Unix(1000, 0), step: yieldTick}
+	y.Tick(f.now)
+	return f
+}
+
+// run runs ticks ticks, in each of which the worker processes per
+// envelopes, its latest batch lagging lag, and arrive envelopes arrive.
+func (f *yieldFeed) run(per, arrive int64, ticks int, lag time.Duration) {
+	for range ticks {
+		f.y.lag.Store(int64(lag))
+		f.y.processed.Add(per)
+		f.now = f.now.Add(f.step)
+		f.stored += arrive
+		if !f.failing && f.y.Limit() > 0 {
+			f.y.noteArrivals(f.stored, f.now)
+		}
+		f.y.Tick(f.now)
+	}
+}
+
+// lifted brings the worker to a lift: processing 1,000/s, then held to a
+// limit at 700/s with its batches 2 s behind while 2,000 envelopes/s
+// arrive, lifted after releaseAfter (the arrival rate known then).
+func (f *yieldFeed) lifted(t *testing.T) {
+	t.Helper()
+	f.run(100, 200, 20, 0)
+	f.y.Signal(f.now)
+	f.run(70, 200, 20, 2*time.Second)
+	require.Zero(t, f.y.Limit(), "lifted after releaseAfter")
+}
+
+// futileLift brings the worker to the end of a futile lift: lifted, then
+// unlimited for a second while its batches fell further behind (3 s). The
+// next limit set judges it so.
+func (f *yieldFeed) futileLift(t *testing.T) {
+	t.Helper()
+	f.lifted(t)
+	f.run(100, 200, 10, 3*time.Second)
+}
+
 // The limit is not lifted when the last lift was futile (it lasted
 // futileAfter and processing did not catch up at all meanwhile) and
 // envelopes still arrive at more than eased times the rate they did at
 // that lift: it goes on rising instead, and is lifted once the arrivals
 // fall. A lift that caught up, one too short to judge, or arrivals not
-// known, lift the limit as before.
+// known, lift the limit as before. The arrivals are read only while a
+// limit is in force, as the worker reads them.
 func TestYieldHoldsItsLimitWhileArrivalsOutpaceIt(t *testing.T) {
 	t.Parallel()
 	y := NewYield(100, time.Second, time.Minute)
 	withheld := 0.0
 	y.Withheld = func(s float64) { withheld += s }
-	now := time.Unix(1000, 0)
-	y.Tick(now)
-	var stored int64
-	// run processes per envelopes a tick for ticks, the batches lag
-	// behind, arrive envelopes arriving a tick (none read when negative).
-	run := func(per, arrive int64, ticks int, lag time.Duration) {
-		for range ticks {
-			y.lag.Store(int64(lag))
-			y.processed.Add(per)
-			now = now.Add(yieldTick)
-			if arrive >= 0 {
-				stored += arrive
-				y.noteArrivals(stored, now)
-			}
-			y.Tick(now)
-		}
-	}
-	run(100, 200, 20, 0)
-	y.Signal(now)
+	f := newYieldFeed(y)
+	f.run(100, 200, 20, 0)
+	y.Signal(f.now)
 	require.InDelta(t, 700, y.Limit(), 7)
-	run(70, 200, 20, 2*time.Second)
+	f.run(70, 200, 20, 2*time.Second)
 	require.Zero(t, y.Limit(), "the first lift: nothing says it is futile")
-	run(100, 200, 10, 3*time.Second) // unlimited for 1 s, the lag grew
+	f.run(100, 200, 10, 3*time.Second) // unlimited for 1 s, the lag grew
 
-	y.Signal(now) // that lift was futile, at 2,000/s
+	y.Signal(f.now) // that lift was futile, at 2,000/s
 	require.NotZero(t, y.Limit())
 	// 2,000/s still arriving, no signal for 3 s: not lifted, still rising.
 	limit := y.Limit()
-	run(70, 200, 20, 4*time.Second)
+	f.run(70, 200, 20, 4*time.Second)
 	require.Greater(t, y.Limit(), limit, "raised while quiet")
 	limit = y.Limit()
-	run(70, 200, 10, 4*time.Second)
+	f.run(70, 200, 10, 4*time.Second)
 	require.Greater(t, y.Limit(), limit, "and while withheld, past releaseAfter")
 	require.InDelta(t, 1.1, withheld, 0.01, "the ticks from releaseAfter on are counted, in seconds")
-	run(70, 170, 1, 4*time.Second) // 1,700/s: not eased enough
+	f.run(70, 170, 1, 4*time.Second) // 1,700/s: not eased enough
 	require.NotZero(t, y.Limit())
-	run(70, 150, 1, 4*time.Second) // 1,500/s: under eased x 2,000/s
+	f.run(70, 150, 1, 4*time.Second) // 1,500/s: under eased x 2,000/s
 	require.Zero(t, y.Limit(), "arrivals fallen: lifted")
 
 	// This lift caught up some (the lag fell, still over MinLag), so the
 	// next is not withheld, however fast envelopes arrive.
-	run(100, 200, 10, 3*time.Second)
-	y.Signal(now)
+	f.run(100, 200, 10, 3*time.Second)
+	y.Signal(f.now)
 	require.NotZero(t, y.Limit())
-	run(70, 200, 20, 2*time.Second)
+	f.run(70, 200, 20, 2*time.Second)
 	require.Zero(t, y.Limit(), "the last lift caught up: lifted after releaseAfter")
 
 	// A lift cut short (under futileAfter) is not judged futile.
-	run(100, 200, 2, 5*time.Second)
-	y.Signal(now)
-	run(70, 200, 20, 6*time.Second)
+	f.run(100, 200, 2, 5*time.Second)
+	y.Signal(f.now)
+	f.run(70, 200, 20, 6*time.Second)
 	require.Zero(t, y.Limit(), "a lift too short to judge: lifted")
 
 	// Futile again, but the arrivals not read lately (Arrivals failing).
-	run(100, 200, 10, 7*time.Second)
-	y.Signal(now)
-	run(70, -1, 20, 8*time.Second)
+	f.run(100, 200, 10, 7*time.Second)
+	y.Signal(f.now)
+	f.failing = true
+	f.run(70, 200, 20, 8*time.Second)
+	f.failing = false
 	require.Zero(t, y.Limit(), "no arrival rate known: lifted after releaseAfter")
 	require.InDelta(t, 1.2, withheld, 0.01, "only the two ticks above withheld since")
 
 	// Futile again, and then the load ends: lifted once quiet for
 	// quietAfter, without waiting out releaseAfter.
-	run(100, 200, 10, 9*time.Second)
-	y.Signal(now) // futile, but no arrival rate known at its lift
-	run(70, 200, 20, 9*time.Second)
+	f.run(100, 200, 10, 9*time.Second)
+	y.Signal(f.now) // futile, but no arrival rate known at its lift
+	f.run(70, 200, 20, 9*time.Second)
 	require.Zero(t, y.Limit(), "lifted after releaseAfter, at 2,000/s")
-	run(100, 200, 10, 10*time.Second)
-	y.Signal(now) // futile, at 2,000/s
-	run(70, 200, 4, 10*time.Second)
+	f.run(100, 200, 10, 10*time.Second)
+	y.Signal(f.now) // futile, at 2,000/s
+	f.run(70, 200, 4, 10*time.Second)
 	require.NotZero(t, y.Limit(), "still arriving as fast: held")
-	run(70, 100, 4, 10*time.Second) // 1,000/s
+	f.run(70, 100, 4, 10*time.Second) // 1,000/s
 	require.Zero(t, y.Limit(), "the arrivals fell: lifted within quietAfter of the last signal's silence")
 	require.InDelta(t, 1.2, withheld, 0.01, "nothing withheld: releaseAfter never passed")
 
 	// Futile, withheld at 2,000/s; then the worker catches up under its
 	// limit (its batches under MinLag): the limit holds nothing back, and
 	// it is lifted though the arrivals never fell.
-	run(100, 200, 10, 11*time.Second)
-	y.Signal(now)
-	run(70, 200, 25, 12*time.Second)
+	f.run(100, 200, 10, 11*time.Second)
+	y.Signal(f.now)
+	f.run(70, 200, 25, 12*time.Second)
 	require.NotZero(t, y.Limit(), "withheld")
-	run(100, 200, 1, 500*time.Millisecond)
+	f.run(100, 200, 1, 500*time.Millisecond)
 	require.Zero(t, y.Limit(), "caught up under the limit: lifted")
 
 	// A lift that held for a minute without pressure worked: judged when a
 	// later episode sets a limit, it is not futile, however the lag then
 	// compares with the lag at the lift.
-	run(100, 200, 600, 12*time.Second)
-	y.Signal(now)
-	run(70, 200, 25, 13*time.Second)
+	f.run(100, 200, 600, 12*time.Second)
+	y.Signal(f.now)
+	f.run(70, 200, 25, 13*time.Second)
 	require.Zero(t, y.Limit(), "the last lift held for a minute: not futile, lifted after releaseAfter")
 
 	// A lift after which the lag held where it was (13 s at the lift and
 	// when the next limit is set) is not futile: only one the lag grew
 	// through is.
-	run(100, 200, 10, 13*time.Second)
-	y.Signal(now)
-	run(70, 200, 25, 14*time.Second)
+	f.run(100, 200, 10, 13*time.Second)
+	y.Signal(f.now)
+	f.run(70, 200, 25, 14*time.Second)
 	require.Zero(t, y.Limit(), "the lag held through the last lift: not futile, lifted after releaseAfter")
+}
+
+// inbox_worker_yield_withheld_seconds_total counts the time each withheld
+// tick spans, not a tick's nominal 100 ms: a worker starved of CPU misses
+// ticks (a time.Ticker drops them), and the counter still tells the
+// seconds withheld.
+func TestYieldCountsTheTimeWithheld(t *testing.T) {
+	t.Parallel()
+	y := NewYield(100, time.Second, time.Minute)
+	withheld := 0.0
+	y.Withheld = func(s float64) { withheld += s }
+	f := newYieldFeed(y)
+	f.futileLift(t)
+	y.Signal(f.now)
+	f.step = 250 * time.Millisecond
+	f.run(175, 500, 12, 4*time.Second) // 700/s processed, 2,000/s arriving, for 3 s
+	require.NotZero(t, y.Limit(), "withheld")
+	require.InDelta(t, 1.25, withheld, 0.01, "five ticks from releaseAfter on, of 250 ms each")
+}
+
+// A lift is judged when a limit is set again, whatever sets it: a surge
+// (envelope.PressureSurge) as well as a cut. After a futile lift the
+// limit the surge set is withheld while envelopes arrive as fast.
+func TestYieldJudgesTheLiftASurgeEnds(t *testing.T) {
+	t.Parallel()
+	y := NewYield(100, time.Second, time.Minute)
+	f := newYieldFeed(y)
+	f.futileLift(t)
+	y.Surge(f.now)
+	require.Equal(t, 100.0, y.Limit(), "at the floor")
+	f.run(70, 200, 25, 4*time.Second)
+	require.NotZero(t, y.Limit(), "the lift was futile and 2,000/s still arrive: withheld past releaseAfter")
+}
+
+// A lift is judged when a limit is set again, by the lag then: a signal
+// that sets none (the worker processing under its floor, as through a
+// stall) judges nothing. A worker that stalled early in its lift and then
+// caught up did not lift in vain, and its next lift is not withheld.
+func TestYieldJudgesALiftWhenALimitIsSet(t *testing.T) {
+	t.Parallel()
+	y := NewYield(100, time.Second, time.Minute)
+	f := newYieldFeed(y)
+	f.lifted(t)                      // the batches 2 s behind
+	f.run(0, 200, 10, 3*time.Second) // stalled for 1 s: 3 s behind
+	y.Signal(f.now)
+	require.Zero(t, y.Limit(), "processing under its floor: no limit")
+	f.run(150, 200, 10, 1500*time.Millisecond) // at 1,500/s it caught up some
+	y.Signal(f.now)
+	require.NotZero(t, y.Limit())
+	f.run(105, 200, 25, 1500*time.Millisecond)
+	require.Zero(t, y.Limit(), "the lift caught up by the time a limit was set: not futile, lifted after releaseAfter")
+}
+
+// The arrival rate is two close readings' difference over the time
+// between them. A reading arrivalStale or more after the one before (the
+// reads failing meanwhile, or none made while the worker was unlimited),
+// or one lower than it (the sequence restarted), tells none, and the next
+// is measured from it: neither a dip averaged over the gap nor a count
+// that went back reads as the peak's end and lifts a withheld limit
+// while envelopes arrive as fast as at the futile lift.
+func TestYieldReadsTheArrivalRateFromCloseReadings(t *testing.T) {
+	t.Parallel()
+	y := NewYield(100, time.Second, time.Minute)
+	f := newYieldFeed(y)
+	f.futileLift(t)
+	y.Signal(f.now)
+	f.run(70, 200, 5, 4*time.Second) // read: 2,000/s, as at the lift
+
+	// The reads fail for 2.9 s while the pressure goes on and the
+	// arrivals dip to 1,000/s; then they are back at 2,000/s, and the
+	// signals stop.
+	f.failing = true
+	for range 25 {
+		f.run(70, 100, 1, 4*time.Second)
+		y.Signal(f.now)
+	}
+	f.run(70, 200, 3, 4*time.Second)
+	f.failing = false
+	f.run(70, 200, 1, 4*time.Second) // quiet for 400 ms
+	require.NotZero(t, y.Limit(), "the dip averaged over the gap is not the peak's end")
+	f.run(70, 200, 20, 4*time.Second)
+	require.NotZero(t, y.Limit(), "2,000/s read again: withheld past releaseAfter")
+
+	f.stored = 0 // the sequence restarted
+	f.run(70, 200, 1, 4*time.Second)
+	require.NotZero(t, y.Limit(), "a count that went back is not the peak's end")
+	f.run(70, 200, 5, 4*time.Second)
+	require.NotZero(t, y.Limit(), "2,000/s, measured from the reading after it: withheld")
 }
