@@ -163,8 +163,10 @@ const (
 	futileAfter = 500 * time.Millisecond
 	// futileWithin: a lift is judged only when the next limit comes
 	// within this of it. One that held longer let the worker run at its
-	// full rate without pressure: it worked, whatever the lag is when a
-	// later episode (another peak, a checkpoint) sets a limit again.
+	// full rate without pressure, or the worker ran under its floor
+	// meanwhile (a stall, when signals set no limit): either way it is not
+	// judged futile, whatever the lag is when a later episode (another
+	// peak, a checkpoint) sets a limit again.
 	futileWithin = 5 * time.Second
 	// eased: a release is withheld only while envelopes arrive at more
 	// than this share of the rate at the futile lift; under it the load
@@ -454,6 +456,7 @@ func (y *Yield) Run(ctx context.Context, cfg *pgx.ConnConfig, channel string, lo
 	defer func() {
 		y.mu.Lock()
 		y.setLocked(0)
+		y.released, y.futile = false, false // no episode carries into a later Run
 		y.mu.Unlock()
 	}()
 	if y.Arrivals != nil {

@@ -346,8 +346,9 @@ func TestYieldDropsToTheFloorOnASurge(t *testing.T) {
 // yieldFeed drives a Yield tick by tick as Run does, on a clock of its
 // own: each tick its worker processes some envelopes, its latest batch
 // lags some time and envelopes arrive; while a limit is in force the
-// arrivals are read, as pollArrivals reads them (not while the worker is
-// unlimited, nor while reading fails).
+// arrivals are read every tick (pollArrivals reads them every
+// arrivalEvery, also only while a limit is in force), not while the worker
+// is unlimited, nor while reading fails.
 type yieldFeed struct {
 	y   *Yield
 	now time.Time
@@ -583,6 +584,8 @@ func TestYieldReadsTheArrivalRateFromCloseReadings(t *testing.T) {
 	f.stored = 0 // the sequence restarted
 	f.run(70, 200, 1, 4*time.Second)
 	require.NotZero(t, y.Limit(), "a count that went back is not the peak's end")
-	f.run(70, 200, 5, 4*time.Second)
+	// Past arrivalStale from the last rate read: only readings measured
+	// from the one after the restart keep the rate fresh, and withheld.
+	f.run(70, 200, 25, 4*time.Second)
 	require.NotZero(t, y.Limit(), "2,000/s, measured from the reading after it: withheld")
 }
