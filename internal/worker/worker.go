@@ -656,7 +656,7 @@ func (w *ProcessWorker) throttle(ctx context.Context, a *attempt) error {
 }
 
 // observeFinal records a committed attempt that did not fail in the
-// metrics.
+// metrics (one that found its envelope final already as unprocessed).
 func (w *ProcessWorker) observeFinal(a *attempt) {
 	if a.res.kind == foundFinal {
 		w.observeUnprocessed(a) // an already-final envelope was not processed by this attempt
