@@ -82,12 +82,7 @@ func TestSendCountsRefusalsAndUnanswered(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	env := map[string]string{"S": "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA=="}
-	var out, errOut bytes.Buffer
-	require.NoError(t, run(context.Background(), []string{"send", "--url", srv.URL, "--secret-env", "S", "--rate", "100", "--count", "9",
-		"--timeout", "2s", "--deadline", "1900ms", "--resend-refused", "--prefix", "t"}, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
-	var res sendResult
-	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
+	res := sendTo(t, srv.URL, "--rate", "100", "--count", "9", "--timeout", "2s", "--deadline", "1900ms", "--resend-refused", "--prefix", "t")
 	require.Equal(t, []int64{9, 3, 3, 3}, []int64{res.Sent, res.Acknowledged, res.Non2xx, res.Errors})
 	require.Equal(t, map[string]int{"202": 3, "503": 3, "unanswered": 3}, res.Codes)
 	require.Equal(t, map[string]int{"timeout": 3}, res.Unanswered, "why they were left unanswered")
@@ -205,13 +200,8 @@ func TestWarmConnsAreOpenBeforeTheLoad(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	env := map[string]string{"S": "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA=="}
 	send := func(extra ...string) sendResult {
-		var out, errOut bytes.Buffer
-		args := append([]string{"send", "--url", srv.URL, "--secret-env", "S", "--rate", "50", "--count", "5", "--timeline", "1s"}, extra...)
-		require.NoError(t, run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
-		var res sendResult
-		require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
+		res := sendTo(t, srv.URL, append([]string{"--rate", "50", "--count", "5", "--timeline", "1s"}, extra...)...)
 		require.EqualValues(t, 5, res.Acknowledged)
 		require.Positive(t, res.WrittenP99ms, "every request was written")
 		require.Equal(t, res.Dialed, int64(res.Timeline[0].Dialed), "the window counts what the run counts")
@@ -246,12 +236,7 @@ func TestWarmupPrecedesTheLoadUncounted(t *testing.T) {
 		w.WriteHeader(http.StatusAccepted)
 	}))
 	t.Cleanup(srv.Close)
-	env := map[string]string{"S": "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA=="}
-	var out, errOut bytes.Buffer
-	require.NoError(t, run(context.Background(), []string{"send", "--url", srv.URL, "--secret-env", "S", "--rate", "100", "--count", "5",
-		"--warmup", "300ms", "--warmup-rate", "5", "--prefix", "step"}, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
-	var res sendResult
-	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
+	res := sendTo(t, srv.URL, "--rate", "100", "--count", "5", "--warmup", "300ms", "--warmup-rate", "5", "--prefix", "step")
 	require.EqualValues(t, 5, res.Sent, "the load's deliveries only")
 	require.EqualValues(t, 5, res.Acknowledged)
 	require.NotNil(t, res.Warmup)
@@ -266,10 +251,30 @@ func TestWarmupPrecedesTheLoadUncounted(t *testing.T) {
 	// is sent when due, never early.
 	require.GreaterOrEqual(t, slices.MinFunc(loadAt, time.Time.Compare).Sub(slices.MinFunc(warmAt, time.Time.Compare)), 270*time.Millisecond)
 
-	out.Reset()
+	var out bytes.Buffer
 	err := run(context.Background(), []string{"send", "--url", srv.URL, "--secret-env", "S", "--count", "5", "--warmup", "1s"},
-		func(k string) string { return env[k] }, &out, &errOut)
+		func(string) string { return testSecret }, &out, &out)
 	require.ErrorContains(t, err, "--warmup needs --rate")
+}
+
+// testSecret is the Standard Webhooks secret the tests' sender signs with.
+const testSecret = "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA=="
+
+// sendTo runs `inboxload send --url url --secret-env S args...`, S holding
+// testSecret, and returns the result it prints.
+func sendTo(t *testing.T, url string, args ...string) sendResult {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	args = append([]string{"send", "--url", url, "--secret-env", "S"}, args...)
+	require.NoError(t, run(context.Background(), args, func(k string) string {
+		if k == "S" {
+			return testSecret
+		}
+		return ""
+	}, &out, &errOut), errOut.String())
+	var res sendResult
+	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
+	return res
 }
 
 // A server may answer before it has read a request's body (ingest refuses
@@ -283,12 +288,7 @@ func TestAnswerBeforeTheBodyIsRead(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable) // the body is never read
 	}))
 	t.Cleanup(srv.Close)
-	env := map[string]string{"S": "whsec_ZTJlLXN0YW5kYXJkLXNlY3JldC0xMjM0NTY3OA=="}
-	var out, errOut bytes.Buffer
-	require.NoError(t, run(context.Background(), []string{"send", "--url", srv.URL, "--secret-env", "S", "--rate", "50", "--count", "5",
-		"--body-bytes", "1000000", "--timeline", "1s", "--prefix", "early"}, func(k string) string { return env[k] }, &out, &errOut), errOut.String())
-	var res sendResult
-	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
+	res := sendTo(t, srv.URL, "--rate", "50", "--count", "5", "--body-bytes", "1000000", "--timeline", "1s", "--prefix", "early")
 	require.EqualValues(t, 5, res.Sent)
 	require.Zero(t, res.Acknowledged)
 	require.EqualValues(t, 5, res.Non2xx+res.Errors, "each refused, or cut off while it was still being written")

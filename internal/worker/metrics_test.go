@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -45,24 +46,11 @@ func TestMetricsReplayedEnvelopeIsTimedAsAReplay(t *testing.T) {
 	})
 
 	hist := func(kind string) (uint64, float64) {
-		mfs, err := reg.Gather()
-		require.NoError(t, err)
-		for _, mf := range mfs {
-			if mf.GetName() != "inbox_processing_latency_seconds" {
-				continue
-			}
-			for _, s := range mf.GetMetric() {
-				labels := map[string]string{}
-				for _, l := range s.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				if labels["kind"] == kind && labels["status"] == "done" && labels["source"] == "src" {
-					return s.GetHistogram().GetSampleCount(), s.GetHistogram().GetSampleSum()
-				}
-			}
+		ss := series(t, reg, "inbox_processing_latency_seconds", map[string]string{"kind": kind, "status": "done", "source": "src"})
+		if len(ss) == 0 {
+			t.Fatalf("no %s series", kind)
 		}
-		t.Fatalf("no %s series", kind)
-		return 0, 0
+		return ss[0].GetHistogram().GetSampleCount(), ss[0].GetHistogram().GetSampleSum()
 	}
 	// The worker counts after its commit: wait for the replay's sample.
 	pgtest.Eventually(t, 10*time.Second, "one replay in the processing histogram", func() (bool, string) { n, _ := hist(metrics.KindReplay); return n == 1, "" })
@@ -178,18 +166,18 @@ func TestMetricsJobsThatProcessNothingAreCounted(t *testing.T) {
 	require.Equal(t, 1.0, total(t, reg, "inbox_processing_latency_seconds", map[string]string{"source": "src"}), "one processing timed")
 }
 
-// total is the sum of reg's counters (or histograms' sample counts) name
-// whose labels include want; 0 when none has them.
-func total(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+// series returns reg's series of the metric name whose labels include
+// want.
+func series(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) []*dto.Metric {
 	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
-	var sum float64
+	var out []*dto.Metric
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
-	series:
+	next:
 		for _, s := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range s.GetLabel() {
@@ -197,14 +185,25 @@ func total(t *testing.T, reg *prometheus.Registry, name string, want map[string]
 			}
 			for k, v := range want {
 				if labels[k] != v {
-					continue series
+					continue next
 				}
 			}
-			if h := s.GetHistogram(); h != nil {
-				sum += float64(h.GetSampleCount())
-			} else {
-				sum += s.GetCounter().GetValue()
-			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// total is the sum of reg's counters (or histograms' sample counts) name
+// whose labels include want; 0 when none has them.
+func total(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	var sum float64
+	for _, s := range series(t, reg, name, want) {
+		if h := s.GetHistogram(); h != nil {
+			sum += float64(h.GetSampleCount())
+		} else {
+			sum += s.GetCounter().GetValue()
 		}
 	}
 	return sum
@@ -214,28 +213,11 @@ func total(t *testing.T, reg *prometheus.Registry, name string, want map[string]
 // series must exist).
 func counter(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, s := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range s.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if labels[k] != v {
-					continue series
-				}
-			}
-			return s.GetCounter().GetValue()
-		}
+	ss := series(t, reg, name, want)
+	if len(ss) == 0 {
+		t.Fatalf("no series %s %v", name, want)
 	}
-	t.Fatalf("no series %s %v", name, want)
-	return 0
+	return ss[0].GetCounter().GetValue()
 }
 
 // newMetrics is a registry and the worker's metrics on it, for source src.
