@@ -3,6 +3,7 @@ package riverjob_test
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -148,4 +149,30 @@ func TestRiverCompleterToleratesADeletedJob(t *testing.T) {
 	logs.mu.Lock()
 	defer logs.mu.Unlock()
 	require.Empty(t, logs.msgs, "River logged no warning or error")
+}
+
+// The delete's plan uses river_job's primary key, even the generic plan a
+// connection keeps from its first calls on an empty table: a plan through
+// River's fetch index (state first) would walk every running entry, dead
+// versions included, at each call.
+func TestDeleteRunningPlanUsesThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	require.Zero(t, pgtest.Count(t, pool, `SELECT count(*) FROM river_job`), "the plan is made on an empty table, as on a new deployment")
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `PREPARE del(bigint[]) AS `+riverjob.DeleteRunningSQL)
+	require.NoError(t, err)
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE del('{1,2,3}')`)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	require.Contains(t, plan, "river_job_pkey", plan)
+	require.NotContains(t, plan, "river_job_prioritized_fetching_index", plan)
+	require.NotContains(t, plan, "Seq Scan", plan)
 }

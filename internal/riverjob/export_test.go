@@ -1,0 +1,4 @@
+package riverjob
+
+// DeleteRunningSQL is the statement DeleteRunning runs.
+const DeleteRunningSQL = deleteRunning
