@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
@@ -325,7 +326,7 @@ func TestWorkerBatch(t *testing.T) {
 	var doneID int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT min(id) FROM envelope WHERE status = 'done' AND id <> $1`, refID).Scan(&doneID))
 	got := pgtest.Scalar[map[string]any](t, pool, `SELECT result FROM envelope WHERE id = $1`, doneID)
-	require.Equal(t, keys(refResult), keys(got))
+	require.Equal(t, slices.Sorted(maps.Keys(refResult)), slices.Sorted(maps.Keys(got)))
 	require.Equal(t, true, got["posted"])
 	require.Equal(t, "payment", got["kind"])
 	require.Equal(t, pgtest.Scalar[int64](t, pool, `SELECT id FROM ledger_transaction WHERE envelope_id = $1`, doneID), int64(got["ledger_transaction_id"].(float64)))
@@ -365,15 +366,6 @@ func TestWorkerBatch(t *testing.T) {
 		require.Equal(t, 40, pgtest.Count(t, p, `SELECT count(*) FROM ledger_entry`))
 		require.Equal(t, 20, pgtest.Count(t, p, `SELECT count(*) FROM envelope_attempt WHERE outcome = 'done'`))
 	})
-}
-
-func keys(m map[string]any) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // lookPgbench returns pgbench's path, or skips the pgbench variant (the textual one has run).
