@@ -131,3 +131,21 @@ var (
 	_ Querier = (*pgx.Conn)(nil)
 	_ Querier = pgx.Tx(nil)
 )
+
+// PlanEachCall, passed as a query's first argument, has PostgreSQL plan the
+// statement with its values at every call: pgx sends it as the unnamed
+// statement (its description cached, one round trip), never as a named
+// prepared statement whose plan the server may cache.
+//
+// The worker's statements that find rows of a batch by id run this way. A
+// connection's cached plan is made in its first calls, and with the tables
+// as they were then: while they are empty, a sequential scan of every
+// partition (or of river_job), or a walk of a status index, is the cheapest
+// plan. PostgreSQL replaces it only when an ANALYZE or a change of schema
+// invalidates it, and a backlog left by a peak grows far faster than that:
+// the cached plans then cost O(backlog) a batch, and the backlog drains at a
+// fraction of the worker's rate. Planned at each call, a statement on ids
+// prunes to the partitions that hold them and uses the primary key once a
+// partition is large, statistics or not, for ~0.1-0.7 ms of planning a
+// batch (docs/benchmarks.md, "The worker's plans").
+const PlanEachCall = pgx.QueryExecModeCacheDescribe

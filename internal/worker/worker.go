@@ -24,6 +24,7 @@ import (
 	"github.com/inboxhq/inbox/internal/labels"
 	"github.com/inboxhq/inbox/internal/ledger"
 	"github.com/inboxhq/inbox/internal/metrics"
+	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/riverjob"
 	"github.com/inboxhq/inbox/internal/tracing"
 )
@@ -584,7 +585,7 @@ func fence(ctx context.Context, tx pgx.Tx, atts []*attempt) error {
 		state   string
 		attempt int
 	}
-	rows, err := tx.Query(ctx, `SELECT id, state::text, attempt FROM river_job WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+	rows, err := tx.Query(ctx, `SELECT id, state::text, attempt FROM river_job WHERE id = ANY($1) ORDER BY id FOR UPDATE`, pg.PlanEachCall, ids)
 	if err != nil {
 		return fmt.Errorf("lock %d jobs: %w", len(ids), err)
 	}
