@@ -38,10 +38,9 @@ type Job struct {
 // (LiveJobStates) when it is true.
 //
 // It is a lookup of river_job_envelope_id_idx (migration 00106, an index
-// on the envelope id of the kind's rows), filtered by state when live. The
-// ids and the kind are sent as constants (QueryExecModeExec plans each call
-// with its values), so the planner can match the index's kind predicate
-// and hash a long id list. River's GIN indexes on args and metadata are
+// on the envelope id of the kind's rows), filtered by state when live. It is
+// planned with its values at each call (pg.PlanEachCall), so the planner
+// can match the index's kind predicate and hash a long id list. River's GIN indexes on args and metadata are
 // gone (migration 00194): this was their only reader.
 func Jobs(ctx context.Context, q pg.Querier, ids []int64, live bool) ([]Job, error) {
 	sql := `
@@ -49,7 +48,7 @@ func Jobs(ctx context.Context, q pg.Querier, ids []int64, live bool) ([]Job, err
 		  FROM river_job j
 		 WHERE j.kind = $1
 		   AND ` + jobEnvelopeID + ` = ANY($2::bigint[])`
-	args := []any{pgx.QueryExecModeExec, ProcessArgs{}.Kind(), ids}
+	args := []any{pg.PlanEachCall, ProcessArgs{}.Kind(), ids}
 	if live {
 		sql += `
 		   AND j.state = ANY($3::river_job_state[])`

@@ -203,13 +203,13 @@ func (q *sqlBuilder) where() string {
 	return strings.Join(q.conds, " AND ")
 }
 
-// CustomPlan prepends pgx.QueryExecModeExec to args: the query is planned
-// with its values on every call, never with a cached generic plan. A
-// selection's best plan depends on its values (a rare status wants the
-// status index, a common one the primary key), and a generic plan cannot
-// hash an = ANY list. Every statement built from a Selection runs this way.
+// CustomPlan prepends pg.PlanEachCall to args: the query is planned with its
+// values on every call, never with a cached generic plan. A selection's best
+// plan depends on its values (a rare status wants the status index, a common
+// one the primary key), and a generic plan cannot hash an = ANY list. Every
+// statement built from a Selection runs this way.
 func CustomPlan(args []any) []any {
-	return append([]any{pgx.QueryExecModeExec}, args...)
+	return append([]any{pg.PlanEachCall}, args...)
 }
 
 // Summary is one envelope in a listing: everything but its body, payload,
