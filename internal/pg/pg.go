@@ -146,6 +146,10 @@ var (
 // the cached plans then cost O(backlog) a batch, and the backlog drains at a
 // fraction of the worker's rate. Planned at each call, a statement on ids
 // prunes to the partitions that hold them and uses the primary key once a
-// partition is large, statistics or not, for ~0.1-0.7 ms of planning a
-// batch (docs/benchmarks.md, "The worker's plans").
+// partition is large, statistics or not. The price is the planning: about
+// 1 ms of PostgreSQL's CPU a batch of 60 (0.4-0.5 ms each for the lock and
+// the finish), 8-14 % of the worker's full rate on a backlog that was there
+// when its connections were made (docs/benchmarks.md, "The worker's plans").
+// The reads built from an envelope selection run this way too
+// (envelope.CustomPlan): their best plan depends on their values.
 const PlanEachCall = pgx.QueryExecModeCacheDescribe

@@ -29,12 +29,13 @@ func Count(t testing.TB, q pg.Querier, sql string, args ...any) int {
 // RowsRead returns how many rows and index entries of the table named rel (a
 // partition's own name, for a partition) the transaction tx has read so far:
 // the rows its sequential scans returned, and the entries its scans of each
-// of rel's indexes returned, bitmap scans included (pg_stat_get_xact_* , which
-// count the current transaction's statements as they ran). It tells a plan
-// that finds a batch's rows by key from one that reads a whole table or a
-// whole range of an index, whatever the plan was and however it was cached.
-// Only the difference between two calls in one transaction means anything:
-// the counts also hold earlier transactions' not yet reported.
+// of rel's indexes returned, bitmap scans included
+// (pg_stat_get_xact_tuples_returned, which counts the current transaction's
+// statements as they ran). It tells a plan that finds a batch's rows by key
+// from one that reads a whole table or a whole range of an index, whatever
+// the plan was and however it was cached. Only the difference between two
+// calls in one transaction means anything: the counts also hold earlier
+// transactions' not yet reported.
 func RowsRead(t testing.TB, tx pg.Querier, rel string) int64 {
 	t.Helper()
 	return Scalar[int64](t, tx, `
