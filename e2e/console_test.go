@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/pgtest"
 	"github.com/inboxhq/inbox/internal/provider"
 	"github.com/inboxhq/inbox/internal/webhooktest"
@@ -283,10 +284,15 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Contains(t, text("#replays"), reason1)
 	require.Contains(t, text("#replays"), "console:"+user)
 
-	// Replay the whole filter, once the first replay was processed again.
-	eventually(t, 60*time.Second, "the replayed envelope final again", func(ctx context.Context) (bool, string) {
+	// Replay the whole filter, once the first replay was processed again
+	// and its job ended: a failed envelope's job is cancelled by River's
+	// completer after the worker's transaction commits, and while it is
+	// still running the dry run counts the envelope as already queued.
+	eventually(t, 60*time.Second, "the replayed envelope final again, its job ended", func(ctx context.Context) (bool, string) {
 		n := s.scalar(t, `SELECT count(*) FROM envelope WHERE status = 'pending'`)
-		return n == 0, fmt.Sprintf("%d pending", n)
+		live := s.scalar(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state::text = ANY($2)`,
+			envelope.ProcessArgs{}.Kind(), envelope.LiveJobStates())
+		return n == 0 && live == 0, fmt.Sprintf("%d pending, %d live jobs", n, live)
 	})
 	const reason2 = "INC-42: replay every unknown_currency failure"
 	do("the filtered list", chromedp.Navigate(base+"/envelopes?source=stripe&status=failed&cause=unknown_currency"),
