@@ -2,15 +2,13 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
@@ -22,23 +20,13 @@ func TestAwaitDrainedWaitsForThePendingSinceFromOnly(t *testing.T) {
 	url := pgtest.NewURL(t)
 	pool := pgtest.OpenPool(t, url)
 	ctx := context.Background()
-	rc, err := envelope.NewInsertClient(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	store := envelope.NewStore(pool, rc)
-	insert := func(id string) int64 {
-		body := []byte(`{"type":"payment.succeeded","id":"` + id + `"}`)
-		res, err := store.Insert(ctx, envelope.NewDelivery{Source: "src", Provider: "standard", DeliveryID: id,
-			EventType: "payment.succeeded", Body: body, Payload: body, Headers: map[string]string{}})
-		require.NoError(t, err)
-		return res.EnvelopeID
-	}
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 
-	insert("msg_before") // stays pending
-	from := pgtest.Scalar[time.Time](t, pool, `SELECT clock_timestamp()`)
-	recent := insert("msg_after")
+	from := time.Now().Add(-time.Minute)
+	envelopetest.Insert(t, pool, envelopetest.Row{ReceivedAt: from.Add(-time.Minute)}) // stays pending
+	recent := envelopetest.Insert(t, pool, envelopetest.Row{})
 
 	// While the recent one is pending, the wait lasts until its deadline.
 	deadline := time.Now().Add(1500 * time.Millisecond)

@@ -634,7 +634,7 @@ type drainResult struct {
 // is of every envelope, so when it stops falling for a second while above
 // zero, one EXISTS tells whether those left pending were received before
 // from (then the drain is over).
-func awaitDrained(ctx context.Context, conn *pgx.Conn, from time.Time, deadline time.Time) error {
+func awaitDrained(ctx context.Context, conn *pgx.Conn, from, deadline time.Time) error {
 	last, still := int64(-1), 0
 	for {
 		counts, err := envelope.CountBySource(ctx, conn, false)

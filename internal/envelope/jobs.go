@@ -40,8 +40,9 @@ type Job struct {
 // It is a lookup of river_job_envelope_id_idx (migration 00106, an index
 // on the envelope id of the kind's rows), filtered by state when live. It is
 // planned with its values at each call (pg.PlanEachCall), so the planner
-// can match the index's kind predicate and hash a long id list. River's GIN indexes on args and metadata are
-// gone (migration 00194): this was their only reader.
+// can match the index's kind predicate and hash a long id list. River's GIN
+// indexes on args and metadata are gone (migration 00194): this was their
+// only reader.
 func Jobs(ctx context.Context, q pg.Querier, ids []int64, live bool) ([]Job, error) {
 	sql := `
 		SELECT ` + jobEnvelopeID + `, j.id, j.state::text, j.attempt, j.max_attempts, j.created_at, j.scheduled_at, j.finalized_at

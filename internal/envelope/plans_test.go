@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxhq/inbox/internal/envelope"
+	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
 	"github.com/inboxhq/inbox/internal/pg"
 	"github.com/inboxhq/inbox/internal/pgtest"
 )
@@ -73,11 +74,7 @@ func TestBatchStatementsReadTheBatchNotTheBacklog(t *testing.T) {
 
 	// A peak leaves 50,000 envelopes pending in today's partition.
 	const backlog = 50_000
-	_, err = b.pool.Exec(ctx, `
-		INSERT INTO envelope (source, provider, delivery_id, event_type, body_sha256, body_size)
-		SELECT 'src', 'standard', 'd' || g, 'payment.succeeded', sha256(('d' || g)::bytea), 1
-		  FROM generate_series(1, $1) g`, backlog)
-	require.NoError(t, err)
+	envelopetest.InsertMany(t, b.pool, backlog, func(int) envelopetest.Row { return envelopetest.Row{} })
 	part := pgtest.Scalar[string](t, b.pool, `SELECT tableoid::regclass::text FROM envelope LIMIT 1`)
 	require.Equal(t, backlog, pgtest.Count(t, b.pool, `SELECT count(*) FROM `+part), "the backlog is in one partition")
 	require.Zero(t, pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_stats WHERE tablename = $1`, part), "and it has no statistics")
