@@ -305,7 +305,9 @@ func (y *Yield) Tick(now time.Time) {
 // anyway, taking the machine from intake until the next signal cuts it
 // again (at twice the sustained rate each lift was a second or two of
 // refusals and slow answers). The limit goes on rising while no signal
-// comes, and is lifted once the arrivals fall (the peak's end: then after
+// comes (held instead, it left a worker whose lift a checkpoint made look
+// futile near capacity behind for as long as the load lasted), and is
+// lifted once the arrivals fall (the peak's end: then after
 // quietAfter, not releaseAfter, easedLocked), when
 // they are not known (Arrivals unset or failing), or once the latest batch
 // is under MinLag (the worker caught up: the limit holds nothing back). A worker that catches
