@@ -10,6 +10,7 @@ import (
 
 	"github.com/inboxhq/inbox/internal/envelope"
 	"github.com/inboxhq/inbox/internal/envelope/envelopetest"
+	"github.com/inboxhq/inbox/internal/pgtest"
 )
 
 // store inserts delivery id through the Store (envelope and job) and
@@ -105,4 +106,61 @@ func TestOrphans(t *testing.T) {
 		require.Len(t, one, 1, "limit")
 		return err
 	}))
+}
+
+// Orphans looks each candidate's jobs up through river_job's index on the
+// envelope id, on a connection whose first calls found the tables empty,
+// with a backlog's jobs in river_job: a generic plan cannot use that partial
+// index (WHERE kind = 'process_envelope') for a kind given as a parameter,
+// and read every job of the kind for each candidate.
+func TestOrphansReadTheirJobsNotTheBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	c, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer c.Release()
+	conn := c.Conn()
+
+	// orphans finds them in one transaction, and returns how many it found
+	// and how many rows and index entries of river_job it read.
+	orphans := func() (int, int64) {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		before := pgtest.RowsRead(t, tx, "river_job")
+		list, err := envelope.Orphans(ctx, tx, time.Minute, 1000)
+		require.NoError(t, err)
+		read := pgtest.RowsRead(t, tx, "river_job") - before
+		require.NoError(t, tx.Commit(ctx))
+		for _, o := range list {
+			require.NotNil(t, o.LastJob, "envelope %d", o.ID)
+		}
+		return len(list), read
+	}
+
+	// The connection's first calls, on empty tables.
+	for range 8 {
+		n, _ := orphans()
+		require.Zero(t, n)
+	}
+
+	// 50 pending envelopes past the grace whose jobs were cancelled, and a
+	// backlog's 20,000 jobs waiting for other envelopes.
+	const candidates, backlog = 50, 20_000
+	ids := envelopetest.InsertMany(t, b.pool, candidates, func(int) envelopetest.Row {
+		return envelopetest.Row{ReceivedAt: time.Now().Add(-time.Hour)}
+	})
+	b.exec(t, `
+		INSERT INTO river_job (kind, args, state, attempt, finalized_at)
+		SELECT 'process_envelope', jsonb_build_object('envelope_id', e), 'cancelled', 1, now() FROM unnest($1::bigint[]) e`, ids)
+	b.exec(t, `
+		INSERT INTO river_job (kind, args, state)
+		SELECT 'process_envelope', jsonb_build_object('envelope_id', -g), 'available' FROM generate_series(1, $1) g`, backlog)
+
+	n, read := orphans()
+	require.Equal(t, candidates, n)
+	require.GreaterOrEqual(t, read, int64(candidates), "each one's cancelled job is counted")
+	require.LessOrEqual(t, read, int64(4*candidates), "read %d rows and index entries of river_job for %d candidates, with %d jobs", read, candidates, backlog+candidates)
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // Orphan is a pending envelope without a live processing job.
@@ -27,7 +29,11 @@ type Orphan struct {
 // locks last until tx ends. Receipt order walks each partition's
 // (status, received_at) index, so the cost follows the pending envelopes,
 // not the envelopes kept (in id order it walked every partition's primary
-// key: 21 s at 10 M envelopes with 50 k orphans).
+// key: 21 s at 10 M envelopes with 50 k orphans). It is planned at each call
+// (pg.PlanEachCall): a generic plan cannot use river_job's partial index on
+// the envelope id (WHERE kind = 'process_envelope') for a kind given as a
+// parameter, and looked each candidate's jobs up among every job of the kind,
+// whose count is the backlog's.
 func Orphans(ctx context.Context, tx pgx.Tx, grace time.Duration, limit int) ([]Orphan, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT e.id, e.source, l.id, l.state::text, clock_timestamp()
@@ -43,7 +49,7 @@ func Orphans(ctx context.Context, tx pgx.Tx, grace time.Duration, limit int) ([]
 		          AND j.state = ANY($2::river_job_state[]))
 		 ORDER BY e.received_at, e.id
 		 LIMIT $4
-		   FOR UPDATE OF e SKIP LOCKED`, grace.Seconds(), LiveJobStates(), ProcessArgs{}.Kind(), limit)
+		   FOR UPDATE OF e SKIP LOCKED`, pg.PlanEachCall, grace.Seconds(), LiveJobStates(), ProcessArgs{}.Kind(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("find orphaned envelopes: %w", err)
 	}

@@ -22,16 +22,22 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // deleteRunning compares the state as text, which no index serves, so the
-// primary key is the one index its plan can use. With the state usable,
-// PostgreSQL plans the statement in a connection's first calls, while
-// river_job is small, and keeps a generic plan that walks every 'running'
-// entry of River's fetch index: after a peak, every dead version of every job
-// that ran. A backlog left by a peak then cost 6.7 ms and 2,046 buffers a
-// call, against 0.7 ms and 287 for one stored with no worker running
-// (docs/benchmarks.md, "Item 2 on a faster sitting").
+// primary key is the one index its plan can use. With the state usable, a
+// plan made while river_job is small walks every 'running' entry of River's
+// fetch index: after a peak, every dead version of every job that ran. A
+// backlog left by a peak then cost 6.7 ms and 2,046 buffers a call, against
+// 0.7 ms and 287 for one stored with no worker running (docs/benchmarks.md,
+// "Item 2 on a faster sitting").
+//
+// It is also planned at each call (pg.PlanEachCall), as the worker's other
+// statements on a batch's ids are: a plan cached while river_job was empty
+// and vacuumed (as it is whenever the worker is idle, the jobs deleted) is a
+// sequential scan of river_job, kept until the next VACUUM or ANALYZE of it.
 const deleteRunning = `DELETE FROM river_job WHERE id = ANY($1) AND state::text = 'running' RETURNING id`
 
 // DeleteRunning deletes, in tx and in one statement, each of the jobs ids
@@ -43,7 +49,7 @@ func DeleteRunning(ctx context.Context, tx pgx.Tx, ids []int64) (map[int64]bool,
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := tx.Query(ctx, deleteRunning, ids)
+	rows, err := tx.Query(ctx, deleteRunning, pg.PlanEachCall, ids)
 	if err != nil {
 		return nil, fmt.Errorf("delete %d finished jobs: %w", len(ids), err)
 	}

@@ -1,4 +1,0 @@
-package riverjob
-
-// DeleteRunningSQL is the statement DeleteRunning runs.
-const DeleteRunningSQL = deleteRunning
