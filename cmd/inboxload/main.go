@@ -631,9 +631,11 @@ type drainResult struct {
 // table was last vacuumed. After a peak, on a server without autovacuum, an
 // EXISTS on that range took 42 ms and 7,884 buffers a call: at four polls a
 // second, a sixth of a core taken from the drain being measured. The count
-// is of every envelope, so when it stops falling for a second while above
-// zero, one EXISTS tells whether those left pending were received before
-// from (then the drain is over).
+// is of every envelope, so when it has not fallen over four polls (about a
+// second) while above zero, one EXISTS tells whether those left pending were
+// received before from (then the drain is over). While envelopes received
+// before from are still being processed the count falls, and the wait goes
+// on until they are done too: it never ends before the drain does.
 func awaitDrained(ctx context.Context, conn *pgx.Conn, from, deadline time.Time) error {
 	last, still := int64(-1), 0
 	for {

@@ -151,5 +151,7 @@ var (
 // the finish), 8-14 % of the worker's full rate on a backlog that was there
 // when its connections were made (docs/benchmarks.md, "The worker's plans").
 // The reads built from an envelope selection run this way too
-// (envelope.CustomPlan): their best plan depends on their values.
+// (envelope.CustomPlan): their best plan depends on their values; and so
+// does the reconcile's search for orphans (envelope.Orphans), whose generic
+// plan cannot use river_job's partial index for a kind given as a parameter.
 const PlanEachCall = pgx.QueryExecModeCacheDescribe
