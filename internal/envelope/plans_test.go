@@ -2,7 +2,9 @@ package envelope_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -128,4 +130,85 @@ func TestBatchStatementsReadTheBatchNotTheBacklog(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{part}, updated, strings.Join(plan, "\n"))
+}
+
+// Ingest's lookups on the conflict path (the stored envelopes of duplicate
+// deliveries; the holders of replay digests already claimed) read the keys
+// they look up, not the tables, on a pool like ingest's (each statement
+// planned once per connection: pg.Options.GenericPlans) whose first calls
+// found the tables vacuumed empty, as on a new deployment after a VACUUM.
+// Prepared there, their plans are sequential scans of every partition of
+// envelope_key and envelope, hash-joined, and of envelope_digest, at every
+// duplicate.
+func TestIngestConflictLookupsReadTheirKeysNotTheTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pg.Open(ctx, pgtest.NewURL(t), pg.Options{MaxConns: 2, GenericPlans: true})
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(ctx, `VACUUM envelope_key, envelope, envelope_digest`)
+	require.NoError(t, err)
+	c, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer c.Release()
+	conn := c.Conn()
+
+	digest := func(id string) []byte { d := sha256.Sum256([]byte(id)); return d[:] }
+	// lookup runs both lookups of sources "src" and ids in one transaction,
+	// and returns what they found and how many rows and index entries of
+	// rels they read.
+	lookup := func(ids []string, rels ...string) (stored, held int, read int64) {
+		t.Helper()
+		sources, digests := make([]string, len(ids)), make([][]byte, len(ids))
+		for i, id := range ids {
+			sources[i], digests[i] = "src", digest(id)
+		}
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		for _, r := range rels {
+			read -= pgtest.RowsRead(t, tx, r)
+		}
+		stored, held, err = envelope.ConflictLookups(ctx, tx, sources, ids, digests)
+		require.NoError(t, err)
+		for _, r := range rels {
+			read += pgtest.RowsRead(t, tx, r)
+		}
+		require.NoError(t, tx.Commit(ctx))
+		return stored, held, read
+	}
+
+	// The connection's first calls, on the empty tables.
+	for i := range 8 {
+		stored, held, _ := lookup([]string{fmt.Sprint("none-", i)})
+		require.Zero(t, stored+held)
+	}
+
+	// 50,000 deliveries stored, each with its replay digest claimed.
+	const stored = 50_000
+	ids := make([]string, stored)
+	for i := range ids {
+		ids[i] = fmt.Sprint("k-", i)
+	}
+	envelopetest.InsertMany(t, pool, stored, func(i int) envelopetest.Row { return envelopetest.Row{DeliveryID: ids[i]} })
+	_, err = pool.Exec(ctx, `
+		INSERT INTO envelope_digest (source, digest, delivery_id, expires_at)
+		SELECT 'src', sha256(convert_to(id, 'UTF8')), id, now() + interval '1 hour' FROM unnest($1::text[]) id`, ids)
+	require.NoError(t, err)
+	rels := pgtest.Scalar[[]string](t, pool, `
+		SELECT array_agg(c::text) FROM (
+			SELECT inhrelid::regclass AS c FROM pg_inherits WHERE inhparent = 'envelope_key'::regclass
+			UNION ALL SELECT tableoid::regclass FROM (SELECT tableoid FROM envelope LIMIT 1) e
+			UNION ALL SELECT 'envelope_digest'::regclass) x`)
+
+	// 60 of them resent: each lookup reads an entry of a primary key per
+	// delivery (the key's, the envelope's, the digest's).
+	const size = 60
+	for n := range 5 {
+		found, held, read := lookup(ids[n*size:(n+1)*size], rels...)
+		require.Equal(t, size, found)
+		require.Equal(t, size, held)
+		require.GreaterOrEqual(t, read, int64(3*size), "the entries of the three primary keys are counted")
+		require.LessOrEqual(t, read, int64(4*size), "lookup %d read %d rows and index entries, with %d deliveries stored", n, read, stored)
+	}
 }

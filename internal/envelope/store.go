@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/inboxhq/inbox/internal/groupcommit"
+	"github.com/inboxhq/inbox/internal/pg"
 )
 
 // Store is the envelope table's PostgreSQL store.
@@ -605,7 +606,12 @@ func lookupStored(ctx context.Context, tx pgx.Tx, items []prepared, idx []int) (
 	return lookupStoredKeys(ctx, tx, sources, ids)
 }
 
-// lookupStoredKeys is lookupStored of (sources[j], ids[j]).
+// lookupStoredKeys is lookupStored of (sources[j], ids[j]). It runs on the
+// conflict path only (a duplicate, a taken-over key), and is planned at each
+// call (pg.PlanEachCall): ingest's pool keeps one generic plan per statement
+// (pg.Options.GenericPlans), and one made while envelope_key and envelope
+// were empty and vacuumed (a new deployment after a VACUUM) is a sequential
+// scan of every partition of both, hash-joined, at every duplicate.
 func lookupStoredKeys(ctx context.Context, tx pgx.Tx, sources, ids []string) (map[deliveryKey]storedDelivery, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT e.id, k.source, k.delivery_id, e.body_sha256, e.origin
@@ -613,7 +619,7 @@ func lookupStoredKeys(ctx context.Context, tx pgx.Tx, sources, ids []string) (ma
 		  JOIN envelope e ON e.id = k.envelope_id
 		 WHERE (k.delivery_id, k.source) IN (SELECT * FROM unnest($2::text[], $1::text[]))
 		 ORDER BY k.source, k.delivery_id
-		   FOR KEY SHARE OF e`, sources, ids)
+		   FOR KEY SHARE OF e`, pg.PlanEachCall, sources, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load stored deliveries: %w", err)
 	}
@@ -698,22 +704,14 @@ func claimDigests(ctx context.Context, tx pgx.Tx, items []prepared, order []int)
 	if len(claimed) < n {
 		// Held by a live claim: whose? (committed: the claim above waited
 		// for any transaction still writing it)
-		rows, err := tx.Query(ctx, `
-			SELECT g.source, g.digest, g.delivery_id
-			  FROM envelope_digest g
-			 WHERE (g.source, g.digest) IN (SELECT * FROM unnest($1::text[], $2::bytea[]))`, sources, digests)
+		holders, err := digestHolders(ctx, tx, sources, digests)
 		if err != nil {
-			return nil, nil, fmt.Errorf("look up replay digests: %w", err)
+			return nil, nil, err
 		}
-		var holder string
-		if _, err := pgx.ForEachRow(rows, []any{&k.source, &digest, &holder}, func() error {
-			k.digest = string(digest)
+		for k, holder := range holders {
 			if !claimed[k] {
 				owner[k] = holder
 			}
-			return nil
-		}); err != nil {
-			return nil, nil, fmt.Errorf("look up replay digests: %w", err)
 		}
 	}
 	// rest keeps order's (source, delivery id) order, less the replays.
@@ -730,6 +728,33 @@ func claimDigests(ctx context.Context, tx pgx.Tx, items []prepared, order []int)
 		rest = append(rest, i)
 	}
 	return rest, replayOf, nil
+}
+
+// digestHolders returns the delivery ids that hold the replay digests
+// (sources[j], digests[j]) in envelope_digest. Like lookupStoredKeys, it
+// runs only on the conflict path, and is planned at each call
+// (pg.PlanEachCall): ingest's pool keeps one generic plan per statement, and
+// one made while the table was empty and vacuumed scans all of it.
+func digestHolders(ctx context.Context, tx pgx.Tx, sources []string, digests [][]byte) (map[digestKey]string, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT g.source, g.digest, g.delivery_id
+		  FROM envelope_digest g
+		 WHERE (g.source, g.digest) IN (SELECT * FROM unnest($1::text[], $2::bytea[]))`, pg.PlanEachCall, sources, digests)
+	if err != nil {
+		return nil, fmt.Errorf("look up replay digests: %w", err)
+	}
+	holders := map[digestKey]string{}
+	var k digestKey
+	var digest []byte
+	var holder string
+	if _, err := pgx.ForEachRow(rows, []any{&k.source, &digest, &holder}, func() error {
+		k.digest = string(digest)
+		holders[k] = holder
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("look up replay digests: %w", err)
+	}
+	return holders, nil
 }
 
 // DeleteExpiredDigests deletes up to limit envelope_digest rows whose
