@@ -87,7 +87,7 @@ func TestConcurrentResendsOfOneVariantMakeOneRow(t *testing.T) {
 		}()
 	}
 	pgtest.EventuallyEvery(t, 20*time.Second, 5*time.Millisecond, "both resends waiting", func() (bool, string) {
-		n := pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation
+		n := pgtest.Count(t, b.pool, `SELECT count(*) FROM `+pgtest.Locks+` l LEFT JOIN pg_class c ON c.oid = l.relation
 			WHERE NOT l.granted AND (c.relname LIKE 'envelope_conflict%' OR l.locktype = 'advisory')`)
 		return n == 2, fmt.Sprintf("%d waiting", n)
 	})

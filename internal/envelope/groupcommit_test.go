@@ -69,7 +69,7 @@ func (b *storeBundle) sendTogether(t *testing.T, ds []envelope.NewDelivery) []an
 		answers[0] = answer{r, err}
 	}()
 	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "an envelope insert waiting on the lock", func() (bool, string) {
-		return pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM `+pgtest.Locks+` l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
 	})
 	for i := 1; i < len(ds); i++ {
 		wg.Add(1)
@@ -231,7 +231,7 @@ func TestADeliveryWhoseContextEndsWhileQueuedIsNotStored(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { _, err := b.store.Insert(context.Background(), ghDelivery("first", `{}`)); first <- err }()
 	pgtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "an envelope insert waiting on the lock", func() (bool, string) {
-		return pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
+		return pgtest.Count(t, b.pool, `SELECT count(*) FROM `+pgtest.Locks+` l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'envelope' AND NOT l.granted`) > 0, ""
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()

@@ -80,7 +80,7 @@ func TestTwoCopiesStraddlingAPartitionBoundaryStoreOnce(t *testing.T) {
 			second <- answer{res, err}
 		}()
 		pgtest.Eventually(t, 10*time.Second, "the second copy waits for the first's key", func() (bool, string) {
-			n := pgtest.Count(t, b.pool, `SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'`)
+			n := pgtest.Count(t, b.pool, `SELECT count(*) FROM `+pgtest.Locks+` l WHERE NOT granted AND locktype = 'transactionid'`)
 			return n == 1, "not waiting"
 		})
 		if commit {

@@ -42,3 +42,10 @@ func RowsRead(t testing.TB, tx pg.Querier, rel string) int64 {
 		SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(r)), 0)::bigint
 		  FROM (SELECT $1::regclass::oid AS r UNION ALL SELECT indexrelid FROM pg_index WHERE indrelid = $1::regclass) x`, rel)
 }
+
+// Locks is pg_locks restricted to the sessions of the current database, for
+// a test's FROM clause ("FROM " + pgtest.Locks + " l"). pg_locks is the
+// server's: the databases of the tests running at once are copies of one
+// template, with the same table oids, and a lock another test waits for
+// would satisfy a wait meant for this one's.
+const Locks = `(SELECT l.* FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE a.datname = current_database())`

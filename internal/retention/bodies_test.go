@@ -3,6 +3,7 @@ package retention_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -120,14 +121,61 @@ func TestPurgeDropsBodiesAPartitionAtATime(t *testing.T) {
 	require.Empty(t, rep.BodyPartitions, "nothing left to drop")
 }
 
-// A day's bodies drop while ingest stores deliveries and a worker locks and
-// finishes them, each in its short transactions, as in production: the drop
+// A day's bodies drop while ingest stores deliveries, a worker locks and
+// finishes them, and a reader reads an envelope with a plan over every
+// partition, each in its short transactions, as in production: the drop
 // takes the body table before anything else, so it waits for those
 // transactions (never past its lock wait) and none of them deadlocks with
-// it. Both loops run without an error throughout.
+// it. Every loop runs without an error throughout.
 func TestBodyDropUnderIngestAndWorkerTraffic(t *testing.T) {
 	t.Parallel()
 	dropUnderTraffic(t, 40*24*time.Hour, func(rep retention.Report) []envelope.PartitionDrop { return rep.BodyPartitions })
+}
+
+// A reader holds the body table (any statement over it locks the parent
+// first) when a day's bodies drop, and then reads that day's bodies: the
+// drop waits for it at the body table, having locked nothing of the day, so
+// the read goes through, and the drop follows once the reader commits, on
+// its first attempt. A drop that locked the day's tables first would hold
+// what the reader waits for while it waits for the reader: it would give up
+// at its lock wait (or deadlock). The traffic test above cannot tell: the
+// worker's statements lock only the partitions of their ids.
+func TestBodyDropWaitsForAReaderOfTheDay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := envelopetest.Insert(t, b.pool, envelopetest.Row{Status: "done", ReceivedAt: time.Now().Add(-40 * 24 * time.Hour)})
+	envelopetest.MoveBodies(t, b.pool)
+	day := pgtest.Scalar[string](t, b.pool, `SELECT tableoid::regclass::text FROM envelope_body WHERE id = $1`, old)
+
+	reader, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = reader.Rollback(b.ctx) }()
+	_, err = reader.Exec(b.ctx, `LOCK TABLE envelope_body IN ACCESS SHARE MODE`)
+	require.NoError(t, err)
+
+	type result struct {
+		rep retention.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := retention.Purge(b.ctx, b.worker, retention.Config{})
+		done <- result{rep, err}
+	}()
+	pgtest.Eventually(t, 10*time.Second, "the drop waits for the body table", func() (bool, string) {
+		return pgtest.Count(t, b.pool, `
+			SELECT count(*) FROM `+pgtest.Locks+` l
+			 WHERE relation = 'envelope_body'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted`) == 1, ""
+	})
+	start := time.Now()
+	require.Equal(t, 1, pgtest.Count(t, reader, `SELECT count(*) FROM `+day))
+	require.Less(t, time.Since(start), 250*time.Millisecond, "the day's bodies were not locked by the drop")
+	require.NoError(t, reader.Commit(b.ctx))
+
+	r := <-done
+	require.NoError(t, r.err)
+	require.Len(t, r.rep.BodyPartitions, 1)
+	require.Equal(t, envelope.PartitionDropped, r.rep.BodyPartitions[0].Outcome, "dropped on its first attempt")
 }
 
 // A day's partitions (past the tombstone window) drop under the same
@@ -139,8 +187,8 @@ func TestPartitionDropUnderIngestAndWorkerTraffic(t *testing.T) {
 	dropUnderTraffic(t, 100*24*time.Hour, func(rep retention.Report) []envelope.PartitionDrop { return rep.Partitions })
 }
 
-// dropUnderTraffic stores an envelope age ago, runs ingest and two workers,
-// and purges (up to three times: a busy drop is retried by the next purge)
+// dropUnderTraffic stores an envelope age ago, runs ingest, two workers and
+// a reader, and purges (up to three times: a busy drop is retried by the next purge)
 // until the drop that drops reports it dropped.
 func dropUnderTraffic(t *testing.T, age time.Duration, drops func(retention.Report) []envelope.PartitionDrop) {
 	b := setup(t)
@@ -165,10 +213,10 @@ func dropUnderTraffic(t *testing.T, age time.Duration, drops func(retention.Repo
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	stored := make(chan int64, 10000)
 	var finished atomic.Int64
-	wg.Add(3)
+	wg.Add(4)
 	go func() { // ingest
 		defer wg.Done()
 		for i := 0; ctx.Err() == nil; i++ {
@@ -209,6 +257,35 @@ func dropUnderTraffic(t *testing.T, age time.Duration, drops func(retention.Repo
 	}
 	go work()
 	go work()
+	// A reader whose plan covers every partition of envelope and
+	// envelope_body: a generic plan, as a prepared statement of the console
+	// or the CLI may keep. The worker's statements are planned for their
+	// ids and lock only the partitions that hold them, so without it
+	// nothing in flight holds the old day's partitions.
+	reader, err := pgx.ConnectConfig(b.ctx, b.pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	defer reader.Close(context.Background())
+	_, err = reader.Exec(b.ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			err := pgx.BeginFunc(ctx, reader, func(tx pgx.Tx) error {
+				_, err := envelope.Get(ctx, tx, old)
+				if errors.Is(err, envelope.ErrNotFound) {
+					err = nil // its day dropped
+				}
+				return err
+			})
+			if err != nil {
+				if ctx.Err() == nil {
+					errs <- fmt.Errorf("reader: %w", err)
+				}
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
 	pgtest.Eventually(t, 10*time.Second, "traffic flows", func() (bool, string) { return finished.Load() >= 20, "" })
 
 	var outcomes []string
