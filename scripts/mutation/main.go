@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,6 +180,10 @@ func apply(dir string, m mutation, timeout time.Duration, checkOnly bool) (r res
 		}
 		r.elapsed = time.Since(start)
 	}()
+	if m.Run != "" && !runMatches(dir, m.Tests, m.Run) {
+		r.status, r.detail = notFound, fmt.Sprintf("run %q names no test of %s", m.Run, strings.Join(m.Tests, " "))
+		return r
+	}
 	for _, e := range m.Edits {
 		path := filepath.Join(dir, e.File)
 		b, ok := originals[e.File]
@@ -197,6 +202,10 @@ func apply(dir string, m mutation, timeout time.Duration, checkOnly bool) (r res
 		}
 		if n := bytes.Count(cur, []byte(e.From)); n != e.Count {
 			r.status, r.detail = notFound, fmt.Sprintf("%s: %q occurs %d times, want %d", e.File, e.From, n, e.Count)
+			return r
+		}
+		if fn, later := superseded(dir, e.File, cur, e.From); later != "" {
+			r.status, r.detail = notFound, fmt.Sprintf("%s: the function %s it edits is replaced by %s: edit that one", e.File, fn, later)
 			return r
 		}
 		if err := os.WriteFile(path, bytes.ReplaceAll(cur, []byte(e.From), []byte(e.To)), 0o644); err != nil {
@@ -452,4 +461,105 @@ func writeReport(path string, results []result) error {
 		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s |\n", r.status, r.m.Name, esc(r.m.Guarantee), esc(strings.Join(r.m.Tests, " ")), esc(r.detail))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+var (
+	sqlFunction = regexp.MustCompile(`(?i)CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(?:public\.)?(\w+)\s*\(`)
+	gooseDown   = []byte("-- +goose Down")
+	dollarTag   = regexp.MustCompile(`\$\w*\$`)
+)
+
+// superseded reports, for an edit of migration file (its content cur) at the
+// first occurrence of from, the function whose definition holds it and the
+// later migration that defines that function again in its Up section, if
+// any. Such an edit changes a definition no database runs: it survives
+// whatever the tests do.
+func superseded(dir, file string, cur []byte, from string) (fn, later string) {
+	if !strings.HasPrefix(file, "migrations/") || !strings.HasSuffix(file, ".sql") {
+		return "", ""
+	}
+	at := bytes.Index(cur, []byte(from))
+	if down := bytes.Index(cur, gooseDown); at < 0 || (down >= 0 && at > down) {
+		return "", "" // a Down section restores; the Up is what runs
+	}
+	defs := sqlFunction.FindAllSubmatchIndex(cur[:at], -1)
+	if len(defs) == 0 {
+		return "", ""
+	}
+	last := defs[len(defs)-1]
+	// Inside its body: the body's dollar quote opens after the CREATE and
+	// does not close before the snippet.
+	body := cur[last[1]:at]
+	tag := dollarTag.Find(body)
+	if tag == nil || bytes.Contains(body[bytes.Index(body, tag)+len(tag):], tag) {
+		return "", ""
+	}
+	fn = string(cur[last[2]:last[3]])
+	names, err := filepath.Glob(filepath.Join(dir, "migrations", "*.sql"))
+	if err != nil {
+		return fn, ""
+	}
+	sort.Strings(names)
+	redefined := regexp.MustCompile(`(?i)CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(?:public\.)?` + regexp.QuoteMeta(fn) + `\s*\(`)
+	for _, n := range names {
+		if filepath.Base(n) <= filepath.Base(file) {
+			continue
+		}
+		b, err := os.ReadFile(n)
+		if err != nil {
+			continue
+		}
+		if down := bytes.Index(b, gooseDown); down >= 0 {
+			b = b[:down]
+		}
+		if redefined.Match(b) {
+			return fn, "migrations/" + filepath.Base(n)
+		}
+	}
+	return fn, ""
+}
+
+var testFunc = regexp.MustCompile(`(?m)^func (Test\w+)\(`)
+
+// runMatches reports whether pattern (go test -run, a top-level test name
+// pattern: the part before any "/") matches a test function of the packages
+// pkgs (./dir, or ./dir/... for the tree under it) in dir. A pattern that
+// matches none runs nothing, and the mutation would survive.
+func runMatches(dir string, pkgs []string, pattern string) bool {
+	top, _, _ := strings.Cut(pattern, "/")
+	re, err := regexp.Compile(top)
+	if err != nil {
+		return false
+	}
+	for _, p := range pkgs {
+		root, tree := strings.CutSuffix(p, "/...")
+		root = filepath.Join(dir, root)
+		found := false
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || found {
+				return filepath.SkipAll
+			}
+			if d.IsDir() && path != root && !tree {
+				return filepath.SkipDir
+			}
+			if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil
+			}
+			for _, m := range testFunc.FindAllSubmatch(b, -1) {
+				if re.Match(m[1]) {
+					found = true
+					return filepath.SkipAll
+				}
+			}
+			return nil
+		})
+		if found {
+			return true
+		}
+	}
+	return false
 }
