@@ -132,14 +132,15 @@ func TestBodyDropUnderIngestAndWorkerTraffic(t *testing.T) {
 	dropUnderTraffic(t, 40*24*time.Hour, func(rep retention.Report) []envelope.PartitionDrop { return rep.BodyPartitions })
 }
 
-// A reader holds the body table (any statement over it locks the parent
-// first) when a day's bodies drop, and then reads that day's bodies: the
-// drop waits for it at the body table, having locked nothing of the day, so
-// the read goes through, and the drop follows once the reader commits, on
-// its first attempt. A drop that locked the day's tables first would hold
-// what the reader waits for while it waits for the reader: it would give up
-// at its lock wait (or deadlock). The traffic test above cannot tell: the
-// worker's statements lock only the partitions of their ids.
+// A reader holds the body table when a day's bodies drop (any statement over
+// it locks the parent first; LOCK TABLE here locks every partition too):
+// the drop's first wait is at the body table, before it holds anything of
+// the day, so a reader that goes on to the day's tables never finds the drop
+// holding them while the drop waits for it (the deadlock of the old order).
+// The reader then reads the day's bodies at once and commits, and the drop
+// follows on its first attempt. A drop that locks the day's tables first
+// waits at the day's table instead, and fails here. The traffic test above
+// cannot tell: the worker's statements lock only their ids' partitions.
 func TestBodyDropWaitsForAReaderOfTheDay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
