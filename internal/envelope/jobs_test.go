@@ -124,20 +124,17 @@ func TestOrphansReadTheirJobsNotTheBacklog(t *testing.T) {
 
 	// orphans finds them in one transaction, and returns how many it found
 	// and how many rows and index entries of river_job it read.
-	orphans := func() (int, int64) {
+	orphans := func() (found int, read int64) {
 		t.Helper()
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		before := pgtest.RowsRead(t, tx, "river_job")
-		list, err := envelope.Orphans(ctx, tx, time.Minute, 1000)
-		require.NoError(t, err)
-		read := pgtest.RowsRead(t, tx, "river_job") - before
-		require.NoError(t, tx.Commit(ctx))
-		for _, o := range list {
-			require.NotNil(t, o.LastJob, "envelope %d", o.ID)
-		}
-		return len(list), read
+		read = pgtest.ReadIn(t, conn, func(tx pgx.Tx) {
+			list, err := envelope.Orphans(ctx, tx, time.Minute, 1000)
+			require.NoError(t, err)
+			for _, o := range list {
+				require.NotNil(t, o.LastJob, "envelope %d", o.ID)
+			}
+			found = len(list)
+		}, "river_job")
+		return found, read
 	}
 
 	// The connection's first calls, on empty tables.

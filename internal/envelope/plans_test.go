@@ -42,35 +42,24 @@ func TestBatchStatementsReadTheBatchNotTheBacklog(t *testing.T) {
 	// index entries of the partitions parts they read.
 	batch := func(ids []int64, want int, parts ...string) int64 {
 		t.Helper()
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		var before int64
-		for _, p := range parts {
-			before += pgtest.RowsRead(t, tx, p)
-		}
-		envs, _, err := envelope.LockMany(ctx, tx, ids, true)
-		require.NoError(t, err)
-		require.Len(t, envs, want)
-		_, err = envelope.Existing(ctx, tx, ids)
-		require.NoError(t, err)
-		recs := make([]envelope.Record, len(ids))
-		for i, id := range ids {
-			recs[i] = envelope.Record{EnvelopeID: id, Status: envelope.StatusDone, Result: json.RawMessage(`{}`),
-				Attempt: envelope.Attempt{Attempt: 1, Outcome: envelope.OutcomeDone, StartedAt: time.Now()}}
-		}
-		// A failed one keeps a copy of its body in its row: FinishMany's
-		// second statement reads it from envelope_body.
-		recs[0].Status, recs[0].Attempt.Outcome, recs[0].Attempt.Error = envelope.StatusFailed, envelope.OutcomeFailed, "x"
-		done, err := envelope.FinishMany(ctx, tx, "w", recs)
-		require.NoError(t, err)
-		require.Len(t, done, want)
-		read := -before
-		for _, p := range parts {
-			read += pgtest.RowsRead(t, tx, p)
-		}
-		require.NoError(t, tx.Commit(ctx))
-		return read
+		return pgtest.ReadIn(t, conn, func(tx pgx.Tx) {
+			envs, _, err := envelope.LockMany(ctx, tx, ids, true)
+			require.NoError(t, err)
+			require.Len(t, envs, want)
+			_, err = envelope.Existing(ctx, tx, ids)
+			require.NoError(t, err)
+			recs := make([]envelope.Record, len(ids))
+			for i, id := range ids {
+				recs[i] = envelope.Record{EnvelopeID: id, Status: envelope.StatusDone, Result: json.RawMessage(`{}`),
+					Attempt: envelope.Attempt{Attempt: 1, Outcome: envelope.OutcomeDone, StartedAt: time.Now()}}
+			}
+			// A failed one keeps a copy of its body in its row: FinishMany's
+			// second statement reads it from envelope_body.
+			recs[0].Status, recs[0].Attempt.Outcome, recs[0].Attempt.Error = envelope.StatusFailed, envelope.OutcomeFailed, "x"
+			done, err := envelope.FinishMany(ctx, tx, "w", recs)
+			require.NoError(t, err)
+			require.Len(t, done, want)
+		}, parts...)
 	}
 
 	// The connection's first calls, on empty tables.
@@ -163,18 +152,11 @@ func TestIngestConflictLookupsReadTheirKeysNotTheTables(t *testing.T) {
 		for i, id := range ids {
 			sources[i], digests[i] = "src", digest(id)
 		}
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		for _, r := range rels {
-			read -= pgtest.RowsRead(t, tx, r)
-		}
-		stored, held, err = envelope.ConflictLookups(ctx, tx, sources, ids, digests)
-		require.NoError(t, err)
-		for _, r := range rels {
-			read += pgtest.RowsRead(t, tx, r)
-		}
-		require.NoError(t, tx.Commit(ctx))
+		read = pgtest.ReadIn(t, conn, func(tx pgx.Tx) {
+			var err error
+			stored, held, err = envelope.ConflictLookups(ctx, tx, sources, ids, digests)
+			require.NoError(t, err)
+		}, rels...)
 		return stored, held, read
 	}
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inboxhq/inbox/internal/pg"
 )
 
@@ -41,6 +43,31 @@ func RowsRead(t testing.TB, tx pg.Querier, rel string) int64 {
 	return Scalar[int64](t, tx, `
 		SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(r)), 0)::bigint
 		  FROM (SELECT $1::regclass::oid AS r UNION ALL SELECT indexrelid FROM pg_index WHERE indrelid = $1::regclass) x`, rel)
+}
+
+// ReadIn runs f in a transaction of conn, commits it, and returns how many
+// rows and index entries of the tables rels its statements read (RowsRead
+// before and after f, summed over rels). It fails t on any error.
+func ReadIn(t testing.TB, conn *pgx.Conn, f func(tx pgx.Tx), rels ...string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: begin: %v", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var read int64
+	for _, r := range rels {
+		read -= RowsRead(t, tx, r)
+	}
+	f(tx)
+	for _, r := range rels {
+		read += RowsRead(t, tx, r)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("pgtest: commit: %v", err)
+	}
+	return read
 }
 
 // Locks is pg_locks restricted to the sessions of the current database, for

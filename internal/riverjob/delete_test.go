@@ -171,17 +171,14 @@ func TestDeleteRunningReadsTheBatchNotTheBacklog(t *testing.T) {
 	// del deletes the running jobs of ids in one transaction, and returns
 	// how many it deleted and how many rows and index entries of river_job
 	// it read.
-	del := func(ids []int64) (int, int64) {
+	del := func(ids []int64) (deleted int, read int64) {
 		t.Helper()
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		before := pgtest.RowsRead(t, tx, "river_job")
-		deleted, err := riverjob.DeleteRunning(ctx, tx, ids)
-		require.NoError(t, err)
-		read := pgtest.RowsRead(t, tx, "river_job") - before
-		require.NoError(t, tx.Commit(ctx))
-		return len(deleted), read
+		read = pgtest.ReadIn(t, conn, func(tx pgx.Tx) {
+			got, err := riverjob.DeleteRunning(ctx, tx, ids)
+			require.NoError(t, err)
+			deleted = len(got)
+		}, "river_job")
+		return deleted, read
 	}
 
 	// The connection's first calls, on an empty river_job.

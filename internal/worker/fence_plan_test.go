@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -36,26 +37,21 @@ func TestFenceReadsTheBatchNotTheBacklog(t *testing.T) {
 	// it read.
 	batch := func(ids []int64, running bool) int64 {
 		t.Helper()
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		before := pgtest.RowsRead(t, tx, "river_job")
-		atts := make([]*attempt, len(ids))
-		for i, id := range ids {
-			atts[i] = &attempt{job: &river.Job[envelope.ProcessArgs]{JobRow: &rivertype.JobRow{ID: id, Attempt: 1}}}
-		}
-		require.NoError(t, fence(ctx, tx, atts))
-		for _, a := range atts {
-			require.Equal(t, !running, a.settled(), "job %d", a.job.ID)
-		}
-		deleted, err := riverjob.DeleteRunning(ctx, tx, ids)
-		require.NoError(t, err)
-		if running {
-			require.Len(t, deleted, len(ids))
-		}
-		read := pgtest.RowsRead(t, tx, "river_job") - before
-		require.NoError(t, tx.Commit(ctx))
-		return read
+		return pgtest.ReadIn(t, conn, func(tx pgx.Tx) {
+			atts := make([]*attempt, len(ids))
+			for i, id := range ids {
+				atts[i] = &attempt{job: &river.Job[envelope.ProcessArgs]{JobRow: &rivertype.JobRow{ID: id, Attempt: 1}}}
+			}
+			require.NoError(t, fence(ctx, tx, atts))
+			for _, a := range atts {
+				require.Equal(t, !running, a.settled(), "job %d", a.job.ID)
+			}
+			deleted, err := riverjob.DeleteRunning(ctx, tx, ids)
+			require.NoError(t, err)
+			if running {
+				require.Len(t, deleted, len(ids))
+			}
+		}, "river_job")
 	}
 
 	// The connection's first calls, on an empty river_job.
